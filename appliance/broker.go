@@ -1,0 +1,287 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// TopicSink receives every message published to a topic it matches, after
+// the STOMP subscribers. The multicast channels are TopicSinks.
+type TopicSink interface {
+	Name() string
+	Matches(topic string) bool
+	Publish(topic string, headers stomp.Headers, body []byte) error
+}
+
+// Options are what New needs besides the config.
+type Options struct {
+	Config  Config
+	Journal Journal
+	Logger  *slog.Logger
+	Version string           // reported in CONNECTED's server header
+	Now     func() time.Time // clock, for tests
+}
+
+// Broker is the appliance core: sessions, queues, topics.
+type Broker struct {
+	cfg     Config
+	j       Journal
+	log     *slog.Logger
+	version string
+	now     func() time.Time
+
+	limits stomp.Limits
+
+	mu        sync.Mutex
+	queues    map[string]*queue
+	sessions  map[uint64]*session
+	listeners []net.Listener
+	closed    bool
+
+	topics *topicRegistry
+	sinks  []TopicSink
+
+	nextSession atomic.Uint64
+	diskLow     atomic.Bool
+	stats       brokerStats
+
+	wg   sync.WaitGroup // accept loops, sessions, disk watcher
+	stop chan struct{}
+}
+
+type brokerStats struct {
+	connections, refused, slowDrops, staleAcks, dedupHits, deadLettered atomic.Uint64
+	topicIn, topicOut                                                   atomic.Uint64
+}
+
+// New returns a Broker with defaults applied; Open recovers the journal.
+func New(o Options) *Broker {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	c := o.Config
+	return &Broker{
+		cfg:     c,
+		j:       o.Journal,
+		log:     o.Logger,
+		version: o.Version,
+		now:     o.Now,
+		limits: stomp.Limits{
+			MaxHeaderBytes: c.Stomp.MaxHeaderBytes,
+			MaxHeaders:     c.Stomp.MaxHeaders,
+			MaxHeaderLine:  c.Stomp.MaxHeaderLine,
+			MaxBody:        c.Stomp.MaxBodyBytes,
+		},
+		queues:   map[string]*queue{},
+		sessions: map[uint64]*session{},
+		topics:   newTopicRegistry(),
+		stop:     make(chan struct{}),
+	}
+}
+
+// AddTopicSink registers s for every topic it matches. Call before Listen.
+func (b *Broker) AddTopicSink(s TopicSink) { b.sinks = append(b.sinks, s) }
+
+// Open recovers every queue from the journal: counts, and the first window
+// of each queue in memory (the rest is paged in as the queue drains).
+func (b *Broker) Open(ctx context.Context) error {
+	states, err := b.j.Queues(ctx)
+	if err != nil {
+		return fmt.Errorf("recover queues: %w", err)
+	}
+	for _, st := range states {
+		q := b.queue(st.Name)
+		q.mu.Lock()
+		q.count, q.bytes, q.spilled = st.Count, st.Bytes, true
+		q.mu.Unlock()
+		if err := q.pageIn(ctx); err != nil {
+			return fmt.Errorf("recover queue %s: %w", st.Name, err)
+		}
+		b.log.Info("queue recovered", "queue", st.Name, "messages", st.Count, "bytes", st.Bytes)
+	}
+	b.wg.Add(1)
+	go b.watchDisk()
+	return nil
+}
+
+// Listen starts accepting STOMP connections on addr and returns the bound
+// address (addr may use port 0).
+func (b *Broker) Listen(addr string) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("stomp listen %s: %w (is another broker running on that port? choose another with --stomp-listen)", addr, err)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		ln.Close()
+		return nil, ErrClosed
+	}
+	b.listeners = append(b.listeners, ln)
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go b.serve(ln)
+	return ln.Addr(), nil
+}
+
+func (b *Broker) serve(ln net.Listener) {
+	defer b.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and friends: back off instead of spinning.
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+			} else if delay < time.Second {
+				delay *= 2
+			}
+			b.log.Warn("accept failed", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-b.stop:
+				return
+			}
+			continue
+		}
+		delay = 0
+		b.accept(c)
+	}
+}
+
+func (b *Broker) accept(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	b.mu.Lock()
+	if b.closed || len(b.sessions) >= b.cfg.Stomp.MaxConnections {
+		closed := b.closed
+		b.mu.Unlock()
+		b.stats.refused.Add(1)
+		reason := fmt.Sprintf("too many connections (limit %d)", b.cfg.Stomp.MaxConnections)
+		if closed {
+			reason = "server shutting down"
+		}
+		b.log.Warn("connection refused", "peer", c.RemoteAddr().String(), "reason", reason)
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write(stomp.Encode(stomp.NewFrame(stomp.CmdError, "message", reason), stomp.V10))
+		c.Close()
+		return
+	}
+	s := newSession(b, c)
+	b.sessions[s.id] = s
+	b.mu.Unlock()
+	b.stats.connections.Add(1)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		s.run()
+		b.mu.Lock()
+		delete(b.sessions, s.id)
+		b.mu.Unlock()
+	}()
+}
+
+// Close stops accepting, ends every session (their unacked messages return
+// to their queues), and waits for every goroutine the broker started. The
+// journal is the caller's to close afterwards. Idempotent.
+func (b *Broker) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	for _, ln := range b.listeners {
+		ln.Close()
+	}
+	sessions := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	queues := make([]*queue, 0, len(b.queues))
+	for _, q := range b.queues {
+		queues = append(queues, q)
+	}
+	b.mu.Unlock()
+	close(b.stop)
+	for _, s := range sessions {
+		s.shutdown("server shutting down")
+	}
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("broker close: %w", ctx.Err())
+	}
+	for _, q := range queues {
+		q.stopTimers()
+	}
+	return nil
+}
+
+// queue returns the queue named name, creating it in memory.
+func (b *Broker) queue(name string) *queue {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.queues[name]
+	if q == nil {
+		q = newQueue(b, name)
+		b.queues[name] = q
+	}
+	return q
+}
+
+func (b *Broker) lookupQueue(name string) *queue {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queues[name]
+}
+
+// watchDisk keeps diskLow current for the data directory.
+func (b *Broker) watchDisk() {
+	defer b.wg.Done()
+	if b.cfg.Journal.MinFreeBytes <= 0 {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(b.cfg.DataDir, &st); err == nil {
+			free := int64(st.Bavail) * int64(st.Bsize)
+			low := free < b.cfg.Journal.MinFreeBytes
+			if low != b.diskLow.Swap(low) {
+				if low {
+					b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg.DataDir, "free_bytes", free, "floor_bytes", b.cfg.Journal.MinFreeBytes)
+				} else {
+					b.log.Info("free disk space back above the floor: accepting queue SENDs", "dir", b.cfg.DataDir, "free_bytes", free)
+				}
+			}
+		}
+		select {
+		case <-t.C:
+		case <-b.stop:
+			return
+		}
+	}
+}

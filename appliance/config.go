@@ -1,0 +1,312 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Duration is a time.Duration written in TOML as a string ("10s", "5m").
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (examples: \"500ms\", \"10s\", \"5m\")", string(b))
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Config is the whole daemon configuration, one TOML file. Every key has a
+// default (DefaultConfig) and is documented in packaging/herald.toml.
+type Config struct {
+	DataDir string      `toml:"data_dir" json:"data_dir"`
+	Stomp   StompConfig `toml:"stomp" json:"stomp"`
+	Journal JournalConf `toml:"journal" json:"journal"`
+	Queues  QueueConfig `toml:"queues" json:"queues"`
+	Topics  TopicConfig `toml:"topics" json:"topics"`
+	Admin   AdminConfig `toml:"admin" json:"admin"`
+	Log     LogConfig   `toml:"log" json:"log"`
+	// Multicast holds the channels topics are mapped to.
+	Multicast MulticastConfig `toml:"multicast" json:"multicast"`
+}
+
+// StompConfig is the STOMP listener and its limits.
+type StompConfig struct {
+	Listen           string   `toml:"listen" json:"listen"`
+	MaxConnections   int      `toml:"max_connections" json:"max_connections"`
+	MaxSubscriptions int      `toml:"max_subscriptions" json:"max_subscriptions"`
+	MaxHeaderBytes   int      `toml:"max_header_bytes" json:"max_header_bytes"`
+	MaxHeaders       int      `toml:"max_headers" json:"max_headers"`
+	MaxHeaderLine    int      `toml:"max_header_line" json:"max_header_line"`
+	MaxBodyBytes     int      `toml:"max_body_bytes" json:"max_body_bytes"`
+	HeartbeatSend    Duration `toml:"heartbeat_send" json:"heartbeat_send"`
+	HeartbeatReceive Duration `toml:"heartbeat_receive" json:"heartbeat_receive"`
+	ConnectTimeout   Duration `toml:"connect_timeout" json:"connect_timeout"`
+	WriteTimeout     Duration `toml:"write_timeout" json:"write_timeout"`
+	MaxTxFrames      int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
+}
+
+// JournalConf configures the SQLite journal.
+type JournalConf struct {
+	Sync          string   `toml:"sync" json:"sync"`
+	Compress      bool     `toml:"compress" json:"compress"`
+	WALLimitBytes int64    `toml:"wal_limit_bytes" json:"wal_limit_bytes"`
+	Checkpoint    Duration `toml:"checkpoint_interval" json:"checkpoint_interval"`
+	MinFreeBytes  int64    `toml:"min_free_bytes" json:"min_free_bytes"`
+}
+
+// QueueConfig holds defaults for every queue.
+type QueueConfig struct {
+	Prefetch        int      `toml:"prefetch" json:"prefetch"`
+	AutoPrefetch    int      `toml:"auto_prefetch" json:"auto_prefetch"`
+	MaxDeliveries   int      `toml:"max_deliveries" json:"max_deliveries"`
+	RedeliveryMin   Duration `toml:"redelivery_delay_min" json:"redelivery_delay_min"`
+	RedeliveryMax   Duration `toml:"redelivery_delay_max" json:"redelivery_delay_max"`
+	AckTimeout      Duration `toml:"ack_timeout" json:"ack_timeout"`
+	DedupWindow     Duration `toml:"dedup_window" json:"dedup_window"`
+	DedupMax        int      `toml:"dedup_max" json:"dedup_max"`
+	MaxMessages     int      `toml:"max_messages" json:"max_messages"`
+	MaxBytes        int64    `toml:"max_bytes" json:"max_bytes"`
+	FullPolicy      string   `toml:"full_policy" json:"full_policy"`
+	BlockTimeout    Duration `toml:"block_timeout" json:"block_timeout"`
+	MemoryWindow    int      `toml:"memory_window" json:"memory_window"`
+	ExpiredToDLQ    bool     `toml:"expired_to_dlq" json:"expired_to_dlq"`
+	DeadLetterQueue string   `toml:"dead_letter_prefix" json:"dead_letter_prefix"`
+}
+
+// TopicConfig configures topic fan-out.
+type TopicConfig struct {
+	SubscriberBuffer int    `toml:"subscriber_buffer" json:"subscriber_buffer"`
+	SlowSubscriber   string `toml:"slow_subscriber" json:"slow_subscriber"`
+}
+
+// AdminConfig configures the admin socket and metrics listener.
+type AdminConfig struct {
+	Socket        string `toml:"socket" json:"socket"`
+	MetricsListen string `toml:"metrics_listen" json:"metrics_listen"`
+}
+
+// LogConfig configures logging.
+type LogConfig struct {
+	Level  string `toml:"level" json:"level"`
+	Format string `toml:"format" json:"format"`
+}
+
+// MulticastConfig lists multicast channels.
+type MulticastConfig struct {
+	Channels []ChannelConfig `toml:"channel" json:"channels"`
+}
+
+// ChannelConfig maps topics to one multicast group.
+type ChannelConfig struct {
+	Name      string   `toml:"name" json:"name"`
+	Group     string   `toml:"group" json:"group"`
+	Interface string   `toml:"interface" json:"interface"`
+	TTL       int      `toml:"ttl" json:"ttl"`
+	Topics    []string `toml:"topics" json:"topics"`
+	Profile   string   `toml:"profile" json:"profile"`
+	RateLimit int64    `toml:"rate_limit" json:"rate_limit"`
+	Window    int      `toml:"window" json:"window"`
+	Key       string   `toml:"key" json:"-"`
+	KeyFile   string   `toml:"key_file" json:"key_file"`
+	KeyID     int      `toml:"key_id" json:"key_id"`
+}
+
+// Defaults.
+const (
+	DefaultListen  = "127.0.0.1:61613"
+	DefaultDataDir = "./herald-data"
+)
+
+// DefaultConfig returns the embedded defaults the daemon runs on without a file.
+func DefaultConfig() Config {
+	return Config{
+		DataDir: DefaultDataDir,
+		Stomp: StompConfig{
+			Listen:           DefaultListen,
+			MaxConnections:   10000,
+			MaxSubscriptions: 1024,
+			MaxHeaderBytes:   64 << 10,
+			MaxHeaders:       128,
+			MaxHeaderLine:    16 << 10,
+			MaxBodyBytes:     16 << 20,
+			HeartbeatSend:    Duration{10 * time.Second},
+			HeartbeatReceive: Duration{10 * time.Second},
+			ConnectTimeout:   Duration{10 * time.Second},
+			WriteTimeout:     Duration{30 * time.Second},
+			MaxTxFrames:      10000,
+		},
+		Journal: JournalConf{
+			Sync:          "full",
+			WALLimitBytes: 64 << 20,
+			Checkpoint:    Duration{time.Second},
+			MinFreeBytes:  64 << 20,
+		},
+		Queues: QueueConfig{
+			Prefetch:        10,
+			AutoPrefetch:    1000,
+			MaxDeliveries:   10,
+			RedeliveryMin:   Duration{time.Second},
+			RedeliveryMax:   Duration{5 * time.Minute},
+			DedupWindow:     Duration{5 * time.Minute},
+			DedupMax:        1_000_000,
+			FullPolicy:      "block",
+			BlockTimeout:    Duration{30 * time.Second},
+			MemoryWindow:    10000,
+			ExpiredToDLQ:    true,
+			DeadLetterQueue: "DLQ.",
+		},
+		Topics: TopicConfig{
+			SubscriberBuffer: 8192,
+			SlowSubscriber:   "disconnect",
+		},
+		Log: LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+// LoadConfig reads a TOML file over the defaults. Unknown keys are errors
+// naming the key and its line.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	if err := DecodeConfig(string(src), &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// DecodeConfig decodes TOML text into cfg strictly.
+func DecodeConfig(src string, cfg *Config) error {
+	md, err := toml.Decode(src, cfg)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("line %d: %s", pe.Position.Line, pe.Message)
+		}
+		return err
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		var msgs []string
+		for _, k := range und {
+			msgs = append(msgs, fmt.Sprintf("unknown key %q%s", k.String(), lineOf(src, k)))
+		}
+		return fmt.Errorf("%s (see packaging/herald.toml for every key)", strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+func lineOf(src string, k toml.Key) string {
+	if len(k) == 0 {
+		return ""
+	}
+	re := regexp.MustCompile(`^\s*"?` + regexp.QuoteMeta(k[len(k)-1]) + `"?\s*=`)
+	for i, l := range strings.Split(src, "\n") {
+		if re.MatchString(l) {
+			return fmt.Sprintf(" at line %d", i+1)
+		}
+	}
+	return ""
+}
+
+// Validate reports every problem of cfg at once.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.DataDir == "" {
+		bad("data_dir: must not be empty")
+	}
+	if c.Stomp.Listen == "" {
+		bad("stomp.listen: must not be empty (example: \"127.0.0.1:61613\")")
+	}
+	pos := func(name string, v int) {
+		if v <= 0 {
+			bad("%s: must be positive, got %d", name, v)
+		}
+	}
+	pos("stomp.max_connections", c.Stomp.MaxConnections)
+	pos("stomp.max_subscriptions", c.Stomp.MaxSubscriptions)
+	pos("stomp.max_header_bytes", c.Stomp.MaxHeaderBytes)
+	pos("stomp.max_headers", c.Stomp.MaxHeaders)
+	pos("stomp.max_header_line", c.Stomp.MaxHeaderLine)
+	pos("stomp.max_body_bytes", c.Stomp.MaxBodyBytes)
+	pos("stomp.max_transaction_frames", c.Stomp.MaxTxFrames)
+	pos("queues.prefetch", c.Queues.Prefetch)
+	pos("queues.auto_prefetch", c.Queues.AutoPrefetch)
+	pos("queues.max_deliveries", c.Queues.MaxDeliveries)
+	pos("queues.memory_window", c.Queues.MemoryWindow)
+	pos("queues.dedup_max", c.Queues.DedupMax)
+	pos("topics.subscriber_buffer", c.Topics.SubscriberBuffer)
+	if c.Queues.RedeliveryMax.Duration < c.Queues.RedeliveryMin.Duration {
+		bad("queues.redelivery_delay_max (%s) is below redelivery_delay_min (%s)", c.Queues.RedeliveryMax, c.Queues.RedeliveryMin)
+	}
+	if c.Queues.MaxMessages < 0 || c.Queues.MaxBytes < 0 {
+		bad("queues.max_messages and max_bytes must be 0 (unlimited) or positive")
+	}
+	switch c.Queues.FullPolicy {
+	case "block", "reject":
+	default:
+		bad("queues.full_policy: %q: want \"block\" or \"reject\"", c.Queues.FullPolicy)
+	}
+	switch c.Journal.Sync {
+	case "full", "normal":
+	default:
+		bad("journal.sync: %q: want \"full\" or \"normal\"", c.Journal.Sync)
+	}
+	switch c.Topics.SlowSubscriber {
+	case "disconnect", "drop-oldest":
+	default:
+		bad("topics.slow_subscriber: %q: want \"disconnect\" or \"drop-oldest\"", c.Topics.SlowSubscriber)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level: %q: want debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format: %q: want \"text\" or \"json\"", c.Log.Format)
+	}
+	if c.Queues.DeadLetterQueue == "" {
+		bad("queues.dead_letter_prefix: must not be empty")
+	}
+	names := map[string]bool{}
+	for i, ch := range c.Multicast.Channels {
+		where := fmt.Sprintf("multicast.channel[%d]", i)
+		if ch.Name == "" {
+			bad("%s.name: must not be empty", where)
+		} else if names[ch.Name] {
+			bad("%s.name: %q used twice", where, ch.Name)
+		}
+		names[ch.Name] = true
+		if ch.Group == "" {
+			bad("%s.group: must not be empty (example: \"239.255.0.1:7400\")", where)
+		}
+		if len(ch.Topics) == 0 {
+			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"])", where)
+		}
+		switch ch.Profile {
+		case "", "low-latency", "dashboard":
+		default:
+			bad("%s.profile: %q: want \"low-latency\" or \"dashboard\"", where, ch.Profile)
+		}
+		if ch.Key != "" && ch.KeyFile != "" {
+			bad("%s: set key or key_file, not both", where)
+		}
+	}
+	return errors.Join(errs...)
+}

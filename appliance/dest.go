@@ -1,0 +1,98 @@
+package appliance
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Destination kinds.
+const (
+	prefixQueue = "/queue/"
+	prefixTopic = "/topic/"
+)
+
+type destKind int
+
+const (
+	destQueue destKind = iota + 1
+	destTopic
+)
+
+// parseDest splits a STOMP destination into its kind and name, and checks
+// the name: non-empty, at most 255 bytes, no control characters; topics may
+// use the wildcards * and > only as whole dot-separated segments (and only
+// when subscribing).
+func parseDest(d string, subscribing bool) (destKind, string, error) {
+	var kind destKind
+	var name string
+	switch {
+	case strings.HasPrefix(d, prefixQueue):
+		kind, name = destQueue, d[len(prefixQueue):]
+	case strings.HasPrefix(d, prefixTopic):
+		kind, name = destTopic, d[len(prefixTopic):]
+	default:
+		return 0, "", fmt.Errorf("%w %q: use /queue/NAME or /topic/NAME", ErrBadDest, d)
+	}
+	if name == "" || len(name) > 255 {
+		return 0, "", fmt.Errorf("%w %q: the name must be 1 to 255 bytes", ErrBadDest, d)
+	}
+	for _, c := range name {
+		if c < 0x20 || c == 0x7f {
+			return 0, "", fmt.Errorf("%w %q: control characters are not allowed", ErrBadDest, d)
+		}
+	}
+	if kind == destQueue && strings.ContainsAny(name, "*>") {
+		return 0, "", fmt.Errorf("%w %q: wildcards are for topics only", ErrBadDest, d)
+	}
+	if kind == destTopic {
+		segs := strings.Split(name, ".")
+		for i, s := range segs {
+			if s == "" {
+				return 0, "", fmt.Errorf("%w %q: empty segment between dots", ErrBadDest, d)
+			}
+			wild := s == "*" || s == ">"
+			if strings.ContainsAny(s, "*>") && !wild {
+				return 0, "", fmt.Errorf("%w %q: * and > must be whole segments", ErrBadDest, d)
+			}
+			if wild && !subscribing {
+				return 0, "", fmt.Errorf("%w %q: wildcards are only allowed in SUBSCRIBE", ErrBadDest, d)
+			}
+			if s == ">" && i != len(segs)-1 {
+				return 0, "", fmt.Errorf("%w %q: > must be the last segment", ErrBadDest, d)
+			}
+		}
+	}
+	return kind, name, nil
+}
+
+// MatchTopic reports whether topic name matches pattern: * matches one
+// dot-separated segment, > one or more trailing segments.
+func MatchTopic(pattern, name string) bool {
+	for {
+		var p, n string
+		pi := strings.IndexByte(pattern, '.')
+		if pi < 0 {
+			p = pattern
+		} else {
+			p = pattern[:pi]
+		}
+		if p == ">" {
+			return name != ""
+		}
+		ni := strings.IndexByte(name, '.')
+		if ni < 0 {
+			n = name
+		} else {
+			n = name[:ni]
+		}
+		if p != "*" && p != n {
+			return false
+		}
+		if pi < 0 || ni < 0 {
+			return pi < 0 && ni < 0
+		}
+		pattern, name = pattern[pi+1:], name[ni+1:]
+	}
+}
+
+func hasWildcard(name string) bool { return strings.ContainsAny(name, "*>") }

@@ -1,0 +1,465 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// transportHeaders are SEND headers that steer the broker and are not
+// stored with the message.
+var transportHeaders = map[string]bool{
+	"destination": true, "receipt": true, "transaction": true, "content-length": true,
+}
+
+// handle processes one client frame; false ends the session.
+func (s *session) handle(f *stomp.Frame) bool {
+	if !s.connected.Load() {
+		if f.Command != stomp.CmdConnect && f.Command != stomp.CmdStomp {
+			s.fail(f, "expected CONNECT", fmt.Sprintf("The first frame must be CONNECT or STOMP, got %s.", f.Command))
+			return false
+		}
+		return s.onConnect(f)
+	}
+	if tx := f.Get("transaction"); tx != "" {
+		switch f.Command {
+		case stomp.CmdSend, stomp.CmdAck, stomp.CmdNack:
+			return s.buffer(tx, f)
+		}
+	}
+	switch f.Command {
+	case stomp.CmdSend:
+		return s.onSend(f)
+	case stomp.CmdSubscribe:
+		return s.onSubscribe(f)
+	case stomp.CmdUnsubscribe:
+		return s.onUnsubscribe(f)
+	case stomp.CmdAck, stomp.CmdNack:
+		return s.onAck(f)
+	case stomp.CmdBegin:
+		return s.onBegin(f)
+	case stomp.CmdCommit:
+		return s.onCommit(f)
+	case stomp.CmdAbort:
+		return s.onAbort(f)
+	case stomp.CmdDisconnect:
+		s.receipt(f)
+		s.log.Debug("client disconnected")
+		return false
+	case stomp.CmdConnect, stomp.CmdStomp:
+		s.fail(f, "already connected", "CONNECT may be sent only once per connection.")
+		return false
+	}
+	s.fail(f, "unknown command "+strconv.Quote(f.Command), "Valid client frames: CONNECT STOMP SEND SUBSCRIBE UNSUBSCRIBE ACK NACK BEGIN COMMIT ABORT DISCONNECT.")
+	return false
+}
+
+// required returns header key or fails the session naming it.
+func (s *session) required(f *stomp.Frame, key string) (string, bool) {
+	v, ok := f.Headers.Lookup(key)
+	if !ok || v == "" {
+		s.fail(f, "missing "+key+" header", fmt.Sprintf("%s frames need a %s header.", f.Command, key))
+		return "", false
+	}
+	return v, true
+}
+
+// --- CONNECT ------------------------------------------------------------
+
+func (s *session) onConnect(f *stomp.Frame) bool {
+	version := stomp.V10
+	if av, ok := f.Headers.Lookup("accept-version"); ok {
+		version = ""
+		for _, v := range strings.Split(av, ",") {
+			v = strings.TrimSpace(v)
+			if (v == stomp.V10 || v == stomp.V11 || v == stomp.V12) && v > version {
+				version = v
+			}
+		}
+		if version == "" {
+			e := stomp.NewFrame(stomp.CmdError, "version", "1.0,1.1,1.2", "message", "unsupported protocol version", "content-type", "text/plain")
+			e.Body = []byte("Supported protocol versions are 1.0 1.1 1.2")
+			s.push(outItem{f: e, last: true})
+			return false
+		}
+	}
+	s.version = version
+	s.r.SetVersion(version)
+	s.login = f.Get("login")
+	if hb := f.Get("heart-beat"); hb != "" && version != stomp.V10 {
+		cx, cy, ok := parseHeartBeat(hb)
+		if !ok {
+			s.fail(f, "invalid heart-beat header", fmt.Sprintf("heart-beat must be two non-negative integers (milliseconds), like 10000,10000; got %q.", hb))
+			return false
+		}
+		sx, sy := s.b.cfg.Stomp.HeartbeatSend.Duration, s.b.cfg.Stomp.HeartbeatReceive.Duration
+		if sx > 0 && cy > 0 {
+			s.hbSend = max(sx, cy)
+		}
+		if cx > 0 && sy > 0 {
+			s.hbRecv = max(cx, sy)
+		}
+	}
+	c := stomp.NewFrame(stomp.CmdConnected,
+		"version", version,
+		"session", "herald-"+strconv.FormatUint(s.id, 10),
+		"server", "herald/"+s.b.version)
+	if version != stomp.V10 {
+		c.Headers.Add("heart-beat", fmt.Sprintf("%d,%d", s.b.cfg.Stomp.HeartbeatSend.Milliseconds(), s.b.cfg.Stomp.HeartbeatReceive.Milliseconds()))
+	}
+	s.connected.Store(true)
+	s.send(c)
+	s.log.Debug("client connected", "version", version, "login", s.login, "hb_send", s.hbSend, "hb_recv", s.hbRecv)
+	return true
+}
+
+func parseHeartBeat(v string) (time.Duration, time.Duration, bool) {
+	a, b, ok := strings.Cut(v, ",")
+	if !ok {
+		return 0, 0, false
+	}
+	x, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 31)
+	y, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 31)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return time.Duration(x) * time.Millisecond, time.Duration(y) * time.Millisecond, true
+}
+
+// --- SEND ---------------------------------------------------------------
+
+func (s *session) onSend(f *stomp.Frame) bool {
+	dest, ok := s.required(f, "destination")
+	if !ok {
+		return false
+	}
+	kind, name, err := parseDest(dest, false)
+	if err != nil {
+		s.fail(f, "invalid destination", err.Error())
+		return false
+	}
+	s.msgsIn.Add(1)
+	if kind == destTopic {
+		s.b.publish(name, userHeaders(f), f.Body)
+		s.receipt(f)
+		return true
+	}
+	m, err := s.newMessage(f, name)
+	if err != nil {
+		s.fail(f, "invalid header", err.Error())
+		return false
+	}
+	q := s.b.queue(name)
+	if !s.admit(f, q, m) {
+		return false
+	}
+	receipt := f.Get("receipt")
+	s.submit(&Batch{Ops: []Op{{Kind: OpEnqueue, Msg: m}}, Done: func(b *Batch, err error) {
+		if err != nil {
+			q.enqueueFailed()
+			s.log.Error("message not stored", "queue", name, "err", err)
+			s.fail(f, "message not stored", err.Error())
+			s.conn.SetReadDeadline(time.Now())
+			return
+		}
+		op := &b.Ops[0]
+		if op.Duplicate {
+			q.enqueueFailed()
+			s.b.stats.dedupHits.Add(1)
+			if receipt != "" {
+				s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "duplicate", "true", "message-id", strconv.FormatUint(op.DupOf, 10)))
+			}
+			return
+		}
+		q.committed(m, true)
+		if receipt != "" {
+			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "message-id", strconv.FormatUint(m.ID, 10)))
+		}
+	}})
+	return true
+}
+
+// admit checks the disk floor and queue limits before a SEND is journaled;
+// with policy block it waits (the socket is not read meanwhile: TCP
+// backpressure) up to block_timeout. False: the session was failed.
+func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
+	if s.b.diskLow.Load() {
+		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below journal.min_free_bytes (%d); queue %s accepts no messages until space is freed. Nothing was stored.", s.b.cfg.DataDir, s.b.cfg.Journal.MinFreeBytes, q.name))
+		return false
+	}
+	var deadline <-chan time.Time
+	for {
+		ok, limit, space := q.reserve(m.Size())
+		if ok {
+			return true
+		}
+		if s.b.cfg.Queues.FullPolicy == "reject" {
+			s.fail(f, "queue full", fmt.Sprintf("Queue %s is full (%s, full_policy reject). Nothing was stored; retry later or raise the limit.", q.name, limit))
+			return false
+		}
+		if deadline == nil {
+			q.blocked.Add(1)
+			start := time.Now()
+			defer func() { q.blockedNs.Add(uint64(time.Since(start))) }()
+			deadline = time.After(s.b.cfg.Queues.BlockTimeout.Duration)
+		}
+		select {
+		case <-space:
+		case <-deadline:
+			s.fail(f, "queue full", fmt.Sprintf("Queue %s stayed full (%s) for %s (queues.block_timeout). Nothing was stored; retry later.", q.name, limit, s.b.cfg.Queues.BlockTimeout.Duration))
+			return false
+		case <-s.b.stop:
+			s.fail(f, "server shutting down", "")
+			return false
+		}
+	}
+}
+
+// userHeaders returns the SEND headers to keep with the message.
+func userHeaders(f *stomp.Frame) stomp.Headers {
+	h := make(stomp.Headers, 0, len(f.Headers))
+	seen := make(map[string]bool, len(f.Headers))
+	for _, kv := range f.Headers {
+		if transportHeaders[kv.Key] || seen[kv.Key] {
+			continue
+		}
+		seen[kv.Key] = true
+		h = append(h, kv)
+	}
+	return h
+}
+
+var errHeader = errors.New("appliance: invalid header")
+
+// newMessage builds a queue message from a SEND, reading the headers that
+// steer it: expires, AMQ_SCHEDULED_DELAY/delay, dedup-id (aliases),
+// JMSXGroupID/group-id.
+func (s *session) newMessage(f *stomp.Frame, queue string) (*Message, error) {
+	m := &Message{Queue: queue, Headers: userHeaders(f), Body: f.Body}
+	now := s.b.now()
+	if v := f.Get("expires"); v != "" && v != "0" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: expires %q: want milliseconds since the epoch", errHeader, v)
+		}
+		m.Expires = n
+	}
+	for _, k := range []string{"AMQ_SCHEDULED_DELAY", "delay"} {
+		if v := f.Get(k); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("%w: %s %q: want a delay in milliseconds", errHeader, k, v)
+			}
+			m.NotBefore = now.UnixMilli() + n
+			break
+		}
+	}
+	for _, k := range []string{"dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id"} {
+		if v := f.Get(k); v != "" {
+			m.DedupID = v
+			break
+		}
+	}
+	for _, k := range []string{"JMSXGroupID", "group-id"} {
+		if v := f.Get(k); v != "" {
+			m.Group = v
+			break
+		}
+	}
+	return m, nil
+}
+
+// --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------
+
+func (s *session) onSubscribe(f *stomp.Frame) bool {
+	dest, ok := s.required(f, "destination")
+	if !ok {
+		return false
+	}
+	id := f.Get("id")
+	if id == "" {
+		if s.version != stomp.V10 {
+			s.fail(f, "missing id header", "SUBSCRIBE needs an id header in STOMP 1.1 and 1.2.")
+			return false
+		}
+		id = dest
+	}
+	if _, dup := s.subs[id]; dup {
+		s.fail(f, "duplicate subscription id", fmt.Sprintf("This connection already has a subscription with id %q.", id))
+		return false
+	}
+	if len(s.subs) >= s.b.cfg.Stomp.MaxSubscriptions {
+		s.fail(f, "too many subscriptions", fmt.Sprintf("A connection may hold at most %d subscriptions (stomp.max_subscriptions).", s.b.cfg.Stomp.MaxSubscriptions))
+		return false
+	}
+	kind, name, err := parseDest(dest, true)
+	if err != nil {
+		s.fail(f, "invalid destination", err.Error())
+		return false
+	}
+	sub := &subscription{s: s, id: id, dest: dest, kind: kind, name: name}
+	switch a := f.Get("ack"); a {
+	case "", "auto":
+		sub.ack = ackAuto
+	case "client":
+		sub.ack = ackClient
+	case "client-individual":
+		sub.ack = ackClientIndividual
+	default:
+		s.fail(f, "invalid ack mode", fmt.Sprintf("ack must be auto, client or client-individual; got %q.", a))
+		return false
+	}
+	if kind == destTopic {
+		s.subs[id] = sub
+		s.b.topics.add(sub)
+		s.receipt(f)
+		return true
+	}
+	sub.prefetch = s.b.cfg.Queues.Prefetch
+	if sub.ack == ackAuto {
+		sub.prefetch = s.b.cfg.Queues.AutoPrefetch
+	}
+	for _, k := range []string{"prefetch-count", "activemq.prefetchSize"} {
+		if v := f.Get(k); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 65535 {
+				s.fail(f, "invalid "+k, fmt.Sprintf("%s must be an integer from 1 to 65535; got %q.", k, v))
+				return false
+			}
+			sub.prefetch = n
+			break
+		}
+	}
+	sub.ackTimeout = s.b.cfg.Queues.AckTimeout.Duration
+	if v := f.Get("ack-timeout"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			s.fail(f, "invalid ack-timeout", fmt.Sprintf("ack-timeout is in milliseconds; got %q.", v))
+			return false
+		}
+		sub.ackTimeout = time.Duration(n) * time.Millisecond
+	}
+	sub.q = s.b.queue(name)
+	s.subs[id] = sub
+	// Receipt first, so a client waiting for it sees it before messages.
+	s.receipt(f)
+	sub.q.addConsumer(sub)
+	return true
+}
+
+func (s *session) onUnsubscribe(f *stomp.Frame) bool {
+	id := f.Get("id")
+	if id == "" && s.version == stomp.V10 {
+		id = f.Get("destination")
+	}
+	if id == "" {
+		s.fail(f, "missing id header", "UNSUBSCRIBE needs the id of the subscription.")
+		return false
+	}
+	sub, ok := s.subs[id]
+	if !ok {
+		s.fail(f, "no such subscription", fmt.Sprintf("This connection has no subscription with id %q.", id))
+		return false
+	}
+	delete(s.subs, id)
+	s.endSubscription(sub)
+	s.receipt(f)
+	return true
+}
+
+func (s *session) endSubscription(sub *subscription) {
+	if sub.kind == destTopic {
+		s.b.topics.remove(sub)
+		return
+	}
+	sub.q.removeConsumer(sub)
+}
+
+// --- ACK / NACK ---------------------------------------------------------
+
+// resolveAck finds the subscription and token an ACK/NACK names, in the 1.2
+// form (id = the MESSAGE's ack header) or the 1.0/1.1 form (message-id and
+// subscription). Acks of topic messages are accepted and do nothing.
+func (s *session) resolveAck(f *stomp.Frame) (sub *subscription, token string, byID, ok bool) {
+	if id := f.Get("id"); id != "" && s.version == stomp.V12 {
+		token = id
+	} else if mid := f.Get("message-id"); mid != "" {
+		token, byID = mid, true
+	} else if id != "" {
+		token = id
+	} else {
+		s.fail(f, "missing id header", fmt.Sprintf("%s needs the id header (STOMP 1.2: the MESSAGE's ack header) or message-id (1.0/1.1).", f.Command))
+		return nil, "", false, false
+	}
+	if sid := f.Get("subscription"); sid != "" {
+		sub = s.subs[sid]
+	} else {
+		// 1.2 form: the token names the message; find the subscription
+		// holding it.
+		mid := token
+		if i := strings.IndexByte(token, '.'); i >= 0 && !byID {
+			mid = token[:i]
+		}
+		n, err := strconv.ParseUint(mid, 10, 64)
+		if err == nil {
+			for _, cand := range s.subs {
+				if cand.kind == destQueue && cand.q.holds(cand, n) {
+					sub = cand
+					break
+				}
+			}
+		}
+	}
+	return sub, token, byID, true
+}
+
+func (s *session) onAck(f *stomp.Frame) bool {
+	res, ok := s.ackResult(f)
+	if !ok {
+		return false
+	}
+	if res.stale || len(res.ops) == 0 {
+		if res.done != nil {
+			res.done(nil, nil)
+		}
+		s.receipt(f)
+		return true
+	}
+	receipt := f.Get("receipt")
+	s.submit(&Batch{Ops: res.ops, Done: func(b *Batch, err error) {
+		res.done(b.Ops, err)
+		if receipt != "" {
+			if err != nil {
+				s.fail(f, "acknowledgement not stored", err.Error())
+				return
+			}
+			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt))
+		}
+	}})
+	return true
+}
+
+// ackResult applies an ACK or NACK in memory and returns its journal work.
+// Stale or unknown tokens are ignored and counted, never an error: the
+// message may have been handed to another consumer after an ack timeout.
+func (s *session) ackResult(f *stomp.Frame) (ackResult, bool) {
+	sub, token, byID, ok := s.resolveAck(f)
+	if !ok {
+		return ackResult{}, false
+	}
+	if sub == nil || sub.kind == destTopic {
+		if sub == nil && !strings.HasPrefix(token, "t") {
+			s.b.stats.staleAcks.Add(1)
+			s.log.Debug("ack for no held message ignored", "token", token)
+		}
+		return ackResult{stale: true}, true
+	}
+	if f.Command == stomp.CmdAck {
+		return sub.q.ack(sub, token, byID), true
+	}
+	return sub.q.nack(sub, token, byID, f.Get("requeue") != "false"), true
+}

@@ -1,0 +1,80 @@
+package appliance
+
+import (
+	"context"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// OpKind is what one journal operation does.
+type OpKind uint8
+
+// Journal operation kinds.
+const (
+	// OpEnqueue inserts Msg; the journal sets Msg.ID. With Msg.DedupID set and
+	// already recorded for the queue within the dedup window, nothing is
+	// inserted and Duplicate is set.
+	OpEnqueue OpKind = iota + 1
+	// OpDelete removes message ID (acknowledged, expired and dropped, purged).
+	OpDelete
+	// OpClaim records a delivery attempt: deliveries = Deliveries for ID.
+	OpClaim
+	// OpRelease returns ID to its queue, not deliverable before NotBefore.
+	OpRelease
+	// OpMove moves ID to the tail of queue Queue with Headers replaced (nil:
+	// kept) and deliveries set to Deliveries, under a new ID (NewID):
+	// dead-lettering, requeue from a DLQ.
+	OpMove
+	// OpBarrier does nothing; its batch completes after every batch submitted
+	// before it.
+	OpBarrier
+)
+
+// Op is one journal operation. Inputs are set by the caller; outputs by the
+// journal before the batch's Done runs.
+type Op struct {
+	Kind       OpKind
+	Msg        *Message      // OpEnqueue
+	ID         uint64        // OpDelete, OpClaim, OpRelease, OpMove
+	Deliveries int           // OpClaim
+	NotBefore  int64         // OpRelease
+	Queue      string        // OpMove: destination queue
+	Headers    stomp.Headers // OpMove: replacement headers (nil: keep)
+
+	Duplicate bool // out, OpEnqueue: dedup id seen before; DupOf holds the first ID
+	DupOf     uint64
+	NewID     uint64 // out, OpMove
+}
+
+// Batch is a set of operations applied atomically, in order.
+type Batch struct {
+	Ops []Op
+	// Done is called once, after the batch is durable (err == nil) or failed
+	// as a whole (nothing of it applied). It runs on the journal's completion
+	// goroutine in submission order and must not block.
+	Done func(b *Batch, err error)
+}
+
+// QueueState is what the journal knows of a queue at startup.
+type QueueState struct {
+	Name   string
+	Count  int
+	Bytes  int64
+	Oldest int64 // ms since epoch of the oldest message's enqueue, 0 if empty
+}
+
+// Journal is the durable store behind queues. Implementations batch every
+// submitted operation of every connection into few transactions (group
+// commit) and never reorder batches.
+type Journal interface {
+	// Submit queues b for the next group commit. It blocks only while the
+	// journal's intake is full (backpressure). After Close it calls b.Done
+	// with an error.
+	Submit(b *Batch)
+	// Queues lists every queue with messages, for recovery.
+	Queues(ctx context.Context) ([]QueueState, error)
+	// Load returns up to limit messages of queue with ID > after, in ID order.
+	Load(ctx context.Context, queue string, after uint64, limit int) ([]*Message, error)
+	// Close flushes what was submitted, checkpoints and closes.
+	Close(ctx context.Context) error
+}

@@ -1,0 +1,28 @@
+package appliance
+
+import (
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// Message is one queue message as the journal stores it.
+type Message struct {
+	ID         uint64        // journal sequence: queue order, assigned at commit
+	Queue      string        // queue name without the /queue/ prefix
+	Headers    stomp.Headers // application headers of the SEND
+	Body       []byte
+	Deliveries int   // delivery attempts so far (claims committed)
+	NotBefore  int64 // ms since epoch; not deliverable before (delay, back-off)
+	Expires    int64 // ms since epoch; 0 = never
+	Group      string
+	DedupID    string
+	Enqueued   int64 // ms since epoch of the first commit
+}
+
+// Size is the message's weight for byte limits and memory accounting.
+func (m *Message) Size() int {
+	n := len(m.Body) + 64
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value) + 2
+	}
+	return n
+}

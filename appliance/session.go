@@ -1,0 +1,392 @@
+package appliance
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// outItem is one frame waiting for the session's writer.
+type outItem struct {
+	f         *stomp.Frame
+	onWritten func() // auto-ack deletes
+	topic     bool
+	last      bool // close the connection after writing this
+}
+
+// session is one STOMP connection: a reader (the run goroutine), which
+// handles frames in order, and a writer goroutine, which batches outgoing
+// frames into few writes and sends heart-beats.
+type session struct {
+	b    *Broker
+	id   uint64
+	conn net.Conn
+	r    *stomp.Reader
+	log  *slog.Logger
+	peer string
+
+	// set by CONNECT, read-only afterwards
+	version   string
+	login     string
+	connected atomic.Bool
+	hbSend    time.Duration // we beat at least this often
+	hbRecv    time.Duration // the client beats at least this often
+
+	outMu    sync.Mutex
+	out      []outItem
+	topicQ   int
+	ending   bool // a last frame is queued: accept no more
+	wake     chan struct{}
+	writerWG sync.WaitGroup
+	stopW    chan struct{}
+
+	// reader goroutine only
+	subs map[string]*subscription
+	txs  map[string]*transaction
+
+	jpending atomic.Int64 // journal batches submitted, not completed
+	done     chan struct{}
+
+	started                              time.Time
+	framesIn, framesOut, bytesIn, msgsIn atomic.Uint64
+	msgsOut, slowDrops                   atomic.Uint64
+	closeOnce                            sync.Once
+}
+
+func newSession(b *Broker, c net.Conn) *session {
+	id := b.nextSession.Add(1)
+	s := &session{
+		b:       b,
+		id:      id,
+		conn:    c,
+		peer:    c.RemoteAddr().String(),
+		r:       stomp.NewReader(countingReader{c, nil}, b.limits),
+		wake:    make(chan struct{}, 1),
+		stopW:   make(chan struct{}),
+		subs:    map[string]*subscription{},
+		txs:     map[string]*transaction{},
+		done:    make(chan struct{}),
+		started: b.now(),
+	}
+	s.r = stomp.NewReader(countingReader{c, &s.bytesIn}, b.limits)
+	s.log = b.log.With("session", id, "peer", s.peer)
+	return s
+}
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.n != nil {
+		c.n.Add(uint64(n))
+	}
+	return n, err
+}
+
+// run reads and handles frames until the connection ends, then cleans up.
+// Frames that arrived before the client closed its socket are handled.
+func (s *session) run() {
+	s.writerWG.Add(1)
+	go s.writer()
+	defer s.cleanup()
+	s.conn.SetReadDeadline(time.Now().Add(s.b.cfg.Stomp.ConnectTimeout.Duration))
+	for {
+		if s.connected.Load() {
+			if s.hbRecv > 0 {
+				// Tolerate late beats: twice the interval plus a second.
+				s.conn.SetReadDeadline(time.Now().Add(2*s.hbRecv + time.Second))
+			} else {
+				s.conn.SetReadDeadline(time.Time{})
+			}
+		}
+		f, err := s.r.ReadFrame()
+		if err != nil {
+			s.readError(err)
+			return
+		}
+		if f == nil {
+			continue // heart-beat
+		}
+		s.framesIn.Add(1)
+		if !s.handle(f) {
+			return
+		}
+	}
+}
+
+func (s *session) readError(err error) {
+	s.outMu.Lock()
+	ending := s.ending
+	s.outMu.Unlock()
+	if ending {
+		return // an ERROR is already on its way
+	}
+	var pe *stomp.Error
+	var ne net.Error
+	switch {
+	case errors.As(err, &pe):
+		s.log.Warn("protocol error; closing connection", "err", pe.Reason)
+		s.fail(nil, pe.Reason, "The frame could not be decoded; the connection is closed.")
+	case errors.As(err, &ne) && ne.Timeout():
+		if s.connected.Load() {
+			s.log.Warn("peer silent past its heart-beat interval; closing connection", "heartbeat", s.hbRecv)
+			s.fail(nil, "heart-beat timeout", fmt.Sprintf("Nothing received for more than twice the negotiated heart-beat interval (%s).", s.hbRecv))
+		} else {
+			s.log.Warn("no CONNECT frame in time; closing connection")
+			s.fail(nil, "connect timeout", "Send CONNECT first.")
+		}
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		s.log.Info("connection closed inside a frame")
+	default:
+		s.log.Debug("read failed", "err", err)
+	}
+}
+
+// shutdown ends the session from outside (server stop, admin close).
+func (s *session) shutdown(reason string) {
+	s.fail(nil, reason, "")
+	// Unblock the reader; the writer still flushes the ERROR.
+	s.conn.SetReadDeadline(time.Now())
+}
+
+// cleanup runs once the reader stops: subscriptions end (their unacked
+// messages return to their queues), open transactions are discarded, the
+// writer flushes what is queued, and the connection closes.
+func (s *session) cleanup() {
+	for _, sub := range s.subs {
+		s.endSubscription(sub)
+	}
+	s.subs = nil
+	s.txs = nil
+	s.outMu.Lock()
+	s.ending = true
+	s.outMu.Unlock()
+	close(s.stopW)
+	s.writerWG.Wait()
+	s.conn.Close()
+	close(s.done)
+}
+
+// --- output -------------------------------------------------------------
+
+func (s *session) push(it outItem) bool {
+	s.outMu.Lock()
+	if s.ending {
+		s.outMu.Unlock()
+		return false
+	}
+	s.out = append(s.out, it)
+	if it.last {
+		s.ending = true
+	}
+	s.outMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// send queues a control frame (RECEIPT, CONNECTED).
+func (s *session) send(f *stomp.Frame) { s.push(outItem{f: f}) }
+
+// deliverQueue queues a MESSAGE from a queue; bounded by prefetch credit.
+func (s *session) deliverQueue(f *stomp.Frame, onWritten func()) {
+	s.push(outItem{f: f, onWritten: onWritten})
+}
+
+// deliverTopic queues a MESSAGE from a topic; false when the subscriber is
+// too slow and the message was dropped.
+func (s *session) deliverTopic(f *stomp.Frame) bool {
+	limit := s.b.cfg.Topics.SubscriberBuffer
+	s.outMu.Lock()
+	if s.ending {
+		s.outMu.Unlock()
+		return false
+	}
+	if s.topicQ >= limit {
+		if s.b.cfg.Topics.SlowSubscriber == "drop-oldest" {
+			for i, it := range s.out {
+				if it.topic {
+					s.out = append(s.out[:i], s.out[i+1:]...)
+					s.topicQ--
+					break
+				}
+			}
+			s.slowDrops.Add(1)
+			s.b.stats.slowDrops.Add(1)
+		} else {
+			s.outMu.Unlock()
+			s.slowDrops.Add(1)
+			s.b.stats.slowDrops.Add(1)
+			s.log.Warn("slow subscriber dropped", "buffered", limit)
+			s.fail(nil, "slow consumer", fmt.Sprintf("More than %d topic messages were waiting for this connection (topics.subscriber_buffer); it is closed so that other subscribers are not slowed.", limit))
+			s.conn.SetReadDeadline(time.Now())
+			return false
+		}
+	}
+	s.out = append(s.out, outItem{f: f, topic: true})
+	s.topicQ++
+	s.outMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// fail queues an ERROR frame (the last frame of the session).
+func (s *session) fail(req *stomp.Frame, msg, detail string) {
+	f := stomp.NewFrame(stomp.CmdError, "message", msg)
+	if req != nil {
+		if r := req.Get("receipt"); r != "" {
+			f.Headers.Add("receipt-id", r)
+		}
+	}
+	if detail != "" {
+		f.Headers.Add("content-type", "text/plain")
+		f.Body = []byte(detail)
+	}
+	s.push(outItem{f: f, last: true})
+}
+
+func (s *session) writer() {
+	defer s.writerWG.Done()
+	bw := bufio.NewWriterSize(s.conn, 64<<10)
+	var buf []byte
+	var items []outItem
+	var tick <-chan time.Time
+	var ticker *time.Ticker
+	lastWrite := time.Now()
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	stopping := false
+	for {
+		if ticker == nil && s.hbSend > 0 && s.connected.Load() {
+			ticker = time.NewTicker(s.hbSend / 2)
+			tick = ticker.C
+		}
+		if !stopping {
+			select {
+			case <-s.wake:
+			case <-tick:
+			case <-s.stopW:
+				stopping = true
+			}
+		}
+		s.outMu.Lock()
+		items, s.out = s.out, items[:0]
+		s.topicQ = 0
+		s.outMu.Unlock()
+		if len(items) == 0 {
+			if stopping {
+				bw.Flush()
+				return
+			}
+			if s.hbSend > 0 && time.Since(lastWrite) >= s.hbSend*3/4 {
+				s.conn.SetWriteDeadline(time.Now().Add(s.b.cfg.Stomp.WriteTimeout.Duration))
+				if _, err := s.conn.Write([]byte{'\n'}); err != nil {
+					s.writeFailed(err)
+					return
+				}
+				lastWrite = time.Now()
+			}
+			continue
+		}
+		s.conn.SetWriteDeadline(time.Now().Add(s.b.cfg.Stomp.WriteTimeout.Duration))
+		last := false
+		var err error
+		for _, it := range items {
+			buf = stomp.AppendFrame(buf[:0], it.f, s.version)
+			if _, err = bw.Write(buf); err != nil {
+				break
+			}
+			s.framesOut.Add(1)
+			if it.f.Command == stomp.CmdMessage {
+				s.msgsOut.Add(1)
+			}
+			if it.last {
+				last = true
+				break
+			}
+		}
+		if err == nil {
+			err = bw.Flush()
+		}
+		if err != nil {
+			s.writeFailed(err)
+			return
+		}
+		lastWrite = time.Now()
+		for i := range items {
+			if items[i].onWritten != nil {
+				items[i].onWritten()
+			}
+			items[i] = outItem{}
+		}
+		if last {
+			// ERROR sent: end the session. Give the peer a moment to read
+			// it before the reset that unread input would cause.
+			if tc, ok := s.conn.(*net.TCPConn); ok {
+				tc.CloseWrite()
+			}
+			s.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			return
+		}
+	}
+}
+
+func (s *session) writeFailed(err error) {
+	s.log.Info("write failed; closing connection", "err", err)
+	s.outMu.Lock()
+	s.ending = true
+	s.out = nil
+	s.outMu.Unlock()
+	s.conn.Close()
+}
+
+// --- receipts and journal ordering --------------------------------------
+
+// submit sends a batch to the journal, counting it so later receipts wait.
+func (s *session) submit(b *Batch) {
+	s.jpending.Add(1)
+	done := b.Done
+	b.Done = func(b *Batch, err error) {
+		if done != nil {
+			done(b, err)
+		}
+		s.jpending.Add(-1)
+	}
+	s.b.j.Submit(b)
+}
+
+// receipt answers f's receipt header, after every journal batch this
+// session submitted before it has completed.
+func (s *session) receipt(f *stomp.Frame, extra ...stomp.Header) {
+	id := f.Get("receipt")
+	if id == "" {
+		return
+	}
+	r := stomp.NewFrame(stomp.CmdReceipt, "receipt-id", id)
+	r.Headers = append(r.Headers, extra...)
+	if s.jpending.Load() == 0 {
+		s.send(r)
+		return
+	}
+	s.submit(&Batch{Ops: []Op{{Kind: OpBarrier}}, Done: func(_ *Batch, err error) { s.send(r) }})
+}

@@ -1,0 +1,246 @@
+package stomp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"strconv"
+)
+
+// Limits bound what a Reader accepts. Zero fields take the Default values.
+type Limits struct {
+	MaxHeaderBytes int // command line plus all header lines
+	MaxHeaders     int // header lines per frame
+	MaxHeaderLine  int // one header line
+	MaxBody        int // body octets
+}
+
+// Default limits, generous for real clients and small enough that one
+// connection cannot hold much memory.
+const (
+	DefaultMaxHeaderBytes = 64 << 10
+	DefaultMaxHeaders     = 128
+	DefaultMaxHeaderLine  = 16 << 10
+	DefaultMaxBody        = 16 << 20
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if l.MaxHeaders <= 0 {
+		l.MaxHeaders = DefaultMaxHeaders
+	}
+	if l.MaxHeaderLine <= 0 {
+		l.MaxHeaderLine = DefaultMaxHeaderLine
+	}
+	if l.MaxBody <= 0 {
+		l.MaxBody = DefaultMaxBody
+	}
+	return l
+}
+
+const maxCommandLen = 32
+
+// Reader decodes frames from a byte stream.
+type Reader struct {
+	br      *bufio.Reader
+	limits  Limits
+	version string
+}
+
+// NewReader returns a Reader over r with the given limits. The version is
+// unknown (no escaping) until SetVersion is called after CONNECT.
+func NewReader(r io.Reader, limits Limits) *Reader {
+	limits = limits.withDefaults()
+	size := 64 << 10
+	if limits.MaxHeaderLine+2 > size {
+		size = limits.MaxHeaderLine + 2
+	}
+	return &Reader{br: bufio.NewReaderSize(r, size), limits: limits}
+}
+
+// SetVersion sets the negotiated protocol version, which decides escaping.
+func (r *Reader) SetVersion(v string) { r.version = v }
+
+// Buffered reports how many bytes are buffered but not yet decoded.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
+// ReadFrame decodes the next frame. It returns (nil, nil) for a heart-beat
+// (an EOL between frames), io.EOF on a clean end between frames,
+// io.ErrUnexpectedEOF when the stream ends inside a frame, and *Error for
+// malformed input or an exceeded limit.
+func (r *Reader) ReadFrame() (*Frame, error) {
+	b, err := r.br.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	switch b {
+	case '\n':
+		return nil, nil
+	case '\r':
+		b2, err := r.br.ReadByte()
+		if err != nil {
+			return nil, eofInFrame(err)
+		}
+		if b2 != '\n' {
+			return nil, errorf("stray carriage return between frames")
+		}
+		return nil, nil
+	}
+	if err := r.br.UnreadByte(); err != nil {
+		return nil, err
+	}
+
+	headerBytes := 0
+	line, err := r.readLine(&headerBytes)
+	if err != nil {
+		return nil, err
+	}
+	if len(line) == 0 || len(line) > maxCommandLen {
+		return nil, errorf("malformed command line")
+	}
+	for _, c := range line {
+		if c < 'A' || c > 'Z' {
+			return nil, errorf("malformed command line")
+		}
+	}
+	f := &Frame{Command: string(line)}
+	escaped := Escaped(r.version, f.Command)
+	for {
+		line, err := r.readLine(&headerBytes)
+		if err != nil {
+			return nil, err
+		}
+		if len(line) == 0 {
+			break
+		}
+		if len(f.Headers) >= r.limits.MaxHeaders {
+			return nil, limitErr("max_headers", r.limits.MaxHeaders, "too many headers (limit %d)", r.limits.MaxHeaders)
+		}
+		i := bytes.IndexByte(line, ':')
+		if i < 0 {
+			return nil, errorf("header line without colon")
+		}
+		k, v := line[:i], line[i+1:]
+		var key, val string
+		if escaped {
+			if key, err = unescape(k, r.version); err != nil {
+				return nil, err
+			}
+			if val, err = unescape(v, r.version); err != nil {
+				return nil, err
+			}
+		} else {
+			key, val = string(k), string(v)
+		}
+		f.Headers = append(f.Headers, Header{key, val})
+	}
+
+	n, err := f.ContentLength()
+	if err != nil {
+		return nil, err
+	}
+	if n >= 0 {
+		if n > r.limits.MaxBody {
+			return nil, limitErr("max_body", r.limits.MaxBody, "body of %d bytes exceeds the limit of %d", n, r.limits.MaxBody)
+		}
+		f.Body = make([]byte, n)
+		if _, err := io.ReadFull(r.br, f.Body); err != nil {
+			return nil, eofInFrame(err)
+		}
+		b, err := r.br.ReadByte()
+		if err != nil {
+			return nil, eofInFrame(err)
+		}
+		if b != 0 {
+			return nil, errorf("frame not terminated by NUL after content-length octets")
+		}
+		return f, nil
+	}
+	var body []byte
+	for {
+		chunk, err := r.br.ReadSlice(0)
+		if len(body)+len(chunk) > r.limits.MaxBody+1 {
+			return nil, limitErr("max_body", r.limits.MaxBody, "body exceeds the limit of %d bytes", r.limits.MaxBody)
+		}
+		if err == nil {
+			if body == nil {
+				body = make([]byte, 0, len(chunk)-1)
+			}
+			f.Body = append(body, chunk[:len(chunk)-1]...)
+			return f, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, eofInFrame(err)
+		}
+		body = append(body, chunk...)
+	}
+}
+
+// readLine reads one header-section line without its EOL, counting bytes
+// against the header limits.
+func (r *Reader) readLine(total *int) ([]byte, error) {
+	line, err := r.br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return nil, limitErr("max_header_line", r.limits.MaxHeaderLine, "header line longer than %d bytes", r.limits.MaxHeaderLine)
+		}
+		return nil, eofInFrame(err)
+	}
+	*total += len(line)
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	// The EOL (LF or CRLF) does not count against MaxHeaderLine.
+	if len(line) > r.limits.MaxHeaderLine {
+		return nil, limitErr("max_header_line", r.limits.MaxHeaderLine, "header line longer than %d bytes", r.limits.MaxHeaderLine)
+	}
+	if *total > r.limits.MaxHeaderBytes {
+		return nil, limitErr("max_header_bytes", r.limits.MaxHeaderBytes, "headers longer than %d bytes", r.limits.MaxHeaderBytes)
+	}
+	return line, nil
+}
+
+func eofInFrame(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func unescape(b []byte, version string) (string, error) {
+	if bytes.IndexByte(b, '\\') < 0 {
+		return string(b), nil
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c != '\\' {
+			out = append(out, c)
+			continue
+		}
+		i++
+		if i == len(b) {
+			return "", errorf("header ends inside an escape sequence")
+		}
+		switch b[i] {
+		case 'n':
+			out = append(out, '\n')
+		case 'c':
+			out = append(out, ':')
+		case '\\':
+			out = append(out, '\\')
+		case 'r':
+			if version != V12 {
+				return "", errorf("undefined escape sequence \\r in STOMP %s", version)
+			}
+			out = append(out, '\r')
+		default:
+			return "", errorf("undefined escape sequence %s", strconv.Quote("\\"+string(b[i])))
+		}
+	}
+	return string(out), nil
+}

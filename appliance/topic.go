@@ -1,0 +1,129 @@
+package appliance
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// topicRegistry maps topic names to subscriptions. Publishing reads an
+// immutable snapshot (no lock on the hot path); subscribing copies it.
+type topicRegistry struct {
+	mu   sync.Mutex
+	snap atomic.Pointer[topicSnapshot]
+	seq  atomic.Uint64
+	// stats per topic name, for admin
+	stats sync.Map // name -> *topicStats
+}
+
+type topicSnapshot struct {
+	exact map[string][]*subscription
+	wild  []*subscription
+}
+
+type topicStats struct {
+	in, out, dropped atomic.Uint64
+}
+
+func newTopicRegistry() *topicRegistry {
+	r := &topicRegistry{}
+	r.snap.Store(&topicSnapshot{exact: map[string][]*subscription{}})
+	return r
+}
+
+func (r *topicRegistry) add(sub *subscription) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.snap.Load()
+	n := &topicSnapshot{exact: make(map[string][]*subscription, len(old.exact)+1), wild: old.wild}
+	for k, v := range old.exact {
+		n.exact[k] = v
+	}
+	if hasWildcard(sub.name) {
+		n.wild = append(append([]*subscription(nil), old.wild...), sub)
+	} else {
+		n.exact[sub.name] = append(append([]*subscription(nil), old.exact[sub.name]...), sub)
+	}
+	r.snap.Store(n)
+}
+
+func (r *topicRegistry) remove(sub *subscription) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.snap.Load()
+	n := &topicSnapshot{exact: make(map[string][]*subscription, len(old.exact))}
+	without := func(list []*subscription) []*subscription {
+		var out []*subscription
+		for _, s := range list {
+			if s != sub {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	for k, v := range old.exact {
+		if k == sub.name {
+			v = without(v)
+			if len(v) == 0 {
+				continue
+			}
+		}
+		n.exact[k] = v
+	}
+	n.wild = without(old.wild)
+	r.snap.Store(n)
+}
+
+func (r *topicRegistry) statsFor(name string) *topicStats {
+	if v, ok := r.stats.Load(name); ok {
+		return v.(*topicStats)
+	}
+	v, _ := r.stats.LoadOrStore(name, &topicStats{})
+	return v.(*topicStats)
+}
+
+// publish fans a message out to every matching subscriber and sink. Nothing
+// is stored: with no subscriber the message is gone.
+func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
+	st := b.topics.statsFor(name)
+	st.in.Add(1)
+	b.stats.topicIn.Add(1)
+	snap := b.topics.snap.Load()
+	id := "t" + strconv.FormatUint(b.topics.seq.Add(1), 10)
+	dest := prefixTopic + name
+	deliver := func(sub *subscription) {
+		f := &stomp.Frame{Command: stomp.CmdMessage, Body: body}
+		f.Headers = make(stomp.Headers, 0, len(headers)+4)
+		f.Headers = append(f.Headers,
+			stomp.Header{Key: "subscription", Value: sub.id},
+			stomp.Header{Key: "message-id", Value: id},
+			stomp.Header{Key: "destination", Value: dest})
+		if sub.ack != ackAuto {
+			f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: id})
+		}
+		f.Headers = append(f.Headers, headers...)
+		if sub.s.deliverTopic(f) {
+			st.out.Add(1)
+			b.stats.topicOut.Add(1)
+		} else {
+			st.dropped.Add(1)
+		}
+	}
+	for _, sub := range snap.exact[name] {
+		deliver(sub)
+	}
+	for _, sub := range snap.wild {
+		if MatchTopic(sub.name, name) {
+			deliver(sub)
+		}
+	}
+	for _, sink := range b.sinks {
+		if sink.Matches(name) {
+			if err := sink.Publish(name, headers, body); err != nil {
+				b.log.Warn("topic sink publish failed", "sink", sink.Name(), "topic", name, "err", err)
+			}
+		}
+	}
+}

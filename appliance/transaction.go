@@ -1,0 +1,184 @@
+package appliance
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// maxTxBytes bounds the bodies one transaction may buffer.
+const maxTxBytes = 64 << 20
+
+// transaction buffers the SEND, ACK and NACK frames of BEGIN..COMMIT. At
+// COMMIT they are applied in one journal batch: all or nothing. ABORT and
+// disconnect discard them.
+type transaction struct {
+	frames []*stomp.Frame
+	bytes  int
+}
+
+func (s *session) onBegin(f *stomp.Frame) bool {
+	id, ok := s.required(f, "transaction")
+	if !ok {
+		return false
+	}
+	if _, dup := s.txs[id]; dup {
+		s.fail(f, "transaction already open", fmt.Sprintf("Transaction %q is already open on this connection.", id))
+		return false
+	}
+	if len(s.txs) >= 16 {
+		s.fail(f, "too many transactions", "A connection may hold at most 16 open transactions.")
+		return false
+	}
+	s.txs[id] = &transaction{}
+	s.receipt(f)
+	return true
+}
+
+func (s *session) onAbort(f *stomp.Frame) bool {
+	id, ok := s.required(f, "transaction")
+	if !ok {
+		return false
+	}
+	if _, open := s.txs[id]; !open {
+		s.fail(f, "no such transaction", fmt.Sprintf("Transaction %q is not open on this connection.", id))
+		return false
+	}
+	delete(s.txs, id)
+	s.receipt(f)
+	return true
+}
+
+func (s *session) buffer(id string, f *stomp.Frame) bool {
+	tx, ok := s.txs[id]
+	if !ok {
+		s.fail(f, "no such transaction", fmt.Sprintf("Transaction %q is not open on this connection: send BEGIN first.", id))
+		return false
+	}
+	if len(tx.frames) >= s.b.cfg.Stomp.MaxTxFrames || tx.bytes+len(f.Body) > maxTxBytes {
+		s.fail(f, "transaction too large", fmt.Sprintf("Transaction %q exceeds %d frames (stomp.max_transaction_frames) or %d body bytes; it is discarded. Commit smaller transactions.", id, s.b.cfg.Stomp.MaxTxFrames, maxTxBytes))
+		return false
+	}
+	if f.Command == stomp.CmdSend {
+		dest, ok := s.required(f, "destination")
+		if !ok {
+			return false
+		}
+		if _, _, err := parseDest(dest, false); err != nil {
+			s.fail(f, "invalid destination", err.Error())
+			return false
+		}
+	}
+	tx.frames = append(tx.frames, f)
+	tx.bytes += len(f.Body)
+	s.receipt(f)
+	return true
+}
+
+func (s *session) onCommit(f *stomp.Frame) bool {
+	id, ok := s.required(f, "transaction")
+	if !ok {
+		return false
+	}
+	tx, open := s.txs[id]
+	if !open {
+		s.fail(f, "no such transaction", fmt.Sprintf("Transaction %q is not open on this connection.", id))
+		return false
+	}
+	delete(s.txs, id)
+
+	type topicMsg struct {
+		name    string
+		headers stomp.Headers
+		body    []byte
+	}
+	type enq struct {
+		q   *queue
+		m   *Message
+		idx int
+	}
+	type ackPart struct {
+		res      ackResult
+		off, cnt int
+	}
+	var (
+		ops    []Op
+		topics []topicMsg
+		enqs   []enq
+		acks   []ackPart
+	)
+	undo := func() {
+		for _, e := range enqs {
+			e.q.enqueueFailed()
+		}
+		for _, a := range acks {
+			if a.res.done != nil {
+				a.res.done(nil, errTxAborted)
+			}
+		}
+	}
+	for _, bf := range tx.frames {
+		switch bf.Command {
+		case stomp.CmdSend:
+			kind, name, _ := parseDest(bf.Get("destination"), false)
+			if kind == destTopic {
+				topics = append(topics, topicMsg{name, userHeaders(bf), bf.Body})
+				continue
+			}
+			m, err := s.newMessage(bf, name)
+			if err != nil {
+				undo()
+				s.fail(f, "invalid header", err.Error())
+				return false
+			}
+			q := s.b.queue(name)
+			if !s.admit(f, q, m) {
+				undo()
+				return false
+			}
+			enqs = append(enqs, enq{q, m, len(ops)})
+			ops = append(ops, Op{Kind: OpEnqueue, Msg: m})
+		case stomp.CmdAck, stomp.CmdNack:
+			res, ok := s.ackResult(bf)
+			if !ok {
+				undo()
+				return false
+			}
+			acks = append(acks, ackPart{res, len(ops), len(res.ops)})
+			ops = append(ops, res.ops...)
+		}
+	}
+	receipt := f.Get("receipt")
+	s.submit(&Batch{Ops: append(ops, Op{Kind: OpBarrier}), Done: func(b *Batch, err error) {
+		for _, e := range enqs {
+			op := &b.Ops[e.idx]
+			switch {
+			case err != nil:
+				e.q.enqueueFailed()
+			case op.Duplicate:
+				e.q.enqueueFailed()
+				s.b.stats.dedupHits.Add(1)
+			default:
+				e.q.committed(e.m, true)
+			}
+		}
+		for _, a := range acks {
+			if a.res.done != nil {
+				a.res.done(b.Ops[a.off:a.off+a.cnt], err)
+			}
+		}
+		if err != nil {
+			s.log.Error("transaction not stored", "transaction", id, "err", err)
+			s.fail(f, "transaction not committed", err.Error())
+			return
+		}
+		for _, t := range topics {
+			s.b.publish(t.name, t.headers, t.body)
+		}
+		if receipt != "" {
+			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "transaction", id, "frames", strconv.Itoa(len(tx.frames))))
+		}
+	}})
+	return true
+}

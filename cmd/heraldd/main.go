@@ -1,0 +1,205 @@
+// Command heraldd is the Herald message appliance daemon.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/journal"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("heraldd", flag.ContinueOnError)
+	configPath := fs.String("config", "", "TOML config file (default: embedded defaults)")
+	dataDir := fs.String("data-dir", "", "data directory (overrides data_dir; default ./herald-data)")
+	listen := fs.String("stomp-listen", "", "STOMP listen address (overrides stomp.listen; default 127.0.0.1:61613)")
+	adminSocket := fs.String("admin-socket", "", "admin unix socket (overrides admin.socket; default DATA_DIR/admin.sock)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	checkConfig := fs.Bool("check-config", false, "validate the configuration and exit")
+	if err := fs.Parse(args); err != nil {
+		return 64
+	}
+	if *showVersion {
+		fmt.Println("heraldd", version)
+		return 0
+	}
+	cfg := appliance.DefaultConfig()
+	if *configPath != "" {
+		var err error
+		if cfg, err = appliance.LoadConfig(*configPath); err != nil {
+			fmt.Fprintf(os.Stderr, "heraldd: %v\n", err)
+			return 78
+		}
+	}
+	if *dataDir != "" {
+		cfg.DataDir = *dataDir
+	}
+	if *listen != "" {
+		cfg.Stomp.Listen = *listen
+	}
+	if *adminSocket != "" {
+		cfg.Admin.Socket = *adminSocket
+	}
+	if *logLevel != "" {
+		cfg.Log.Level = *logLevel
+	}
+	if cfg.Admin.Socket == "" {
+		cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "heraldd: invalid configuration:\n%v\n", err)
+		return 78
+	}
+	if *checkConfig {
+		fmt.Println("configuration ok")
+		return 0
+	}
+	d := &daemon{cfg: cfg, configPath: *configPath}
+	return d.run()
+}
+
+type daemon struct {
+	cfg        appliance.Config
+	configPath string
+	level      slog.LevelVar
+	log        *slog.Logger
+	store      *journal.Store
+	broker     *appliance.Broker
+}
+
+func (d *daemon) run() int {
+	d.level.Set(parseLevel(d.cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: &d.level}
+	if d.cfg.Log.Format == "json" {
+		d.log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	} else {
+		d.log = slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	start := time.Now()
+	if err := os.MkdirAll(d.cfg.DataDir, 0o750); err != nil {
+		d.log.Error("cannot create the data directory; create it or choose another with --data-dir", "dir", d.cfg.DataDir, "err", err)
+		return 73
+	}
+	notify("STATUS=recovering journal")
+	d.store = journal.New(journal.Config{
+		Path:               filepath.Join(d.cfg.DataDir, "herald.db"),
+		Sync:               d.cfg.Journal.Sync,
+		DedupWindow:        d.cfg.Queues.DedupWindow.Duration,
+		DedupMax:           d.cfg.Queues.DedupMax,
+		CheckpointInterval: d.cfg.Journal.Checkpoint.Duration,
+		WALLimit:           d.cfg.Journal.WALLimitBytes,
+		Compress:           d.cfg.Journal.Compress,
+		Logger:             d.log.With("component", "journal"),
+	})
+	ctx := context.Background()
+	if err := d.store.Open(ctx); err != nil {
+		d.log.Error("cannot open the journal", "err", err)
+		return 74
+	}
+	d.broker = appliance.New(appliance.Options{
+		Config:  d.cfg,
+		Journal: d.store,
+		Logger:  d.log.With("component", "broker"),
+		Version: version,
+	})
+	if err := d.broker.Open(ctx); err != nil {
+		d.log.Error("journal recovery failed", "err", err)
+		d.store.Close(ctx)
+		return 74
+	}
+	addr, err := d.broker.Listen(d.cfg.Stomp.Listen)
+	if err != nil {
+		d.log.Error("cannot listen", "err", err)
+		d.shutdown()
+		return 69
+	}
+	d.log.Info("heraldd ready", "version", version, "stomp", addr.String(), "data_dir", d.cfg.DataDir, "sync", d.cfg.Journal.Sync, "startup", time.Since(start).Round(time.Millisecond))
+	notify("READY=1\nSTATUS=serving STOMP on " + addr.String())
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	for sig := range sigs {
+		if sig == syscall.SIGHUP {
+			d.reload()
+			continue
+		}
+		d.log.Info("shutting down", "signal", sig.String())
+		notify("STOPPING=1\nSTATUS=shutting down")
+		go func() {
+			// A second signal forces exit.
+			for s := range sigs {
+				if s != syscall.SIGHUP {
+					d.log.Warn("second signal: exiting at once", "signal", s.String())
+					os.Exit(130)
+				}
+			}
+		}()
+		break
+	}
+	if err := d.shutdown(); err != nil {
+		d.log.Error("shutdown incomplete", "err", err)
+		return 1
+	}
+	d.log.Info("heraldd stopped", "uptime", time.Since(start).Round(time.Second))
+	return 0
+}
+
+// shutdown stops in order: stop accepting and end sessions (unacked
+// messages return to their queues), then flush and close the journal.
+func (d *daemon) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	if d.broker != nil {
+		if err := d.broker.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := d.store.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// reload re-reads what can change without a restart: the log level.
+func (d *daemon) reload() {
+	if d.configPath == "" {
+		d.log.Info("SIGHUP: no config file to reload")
+		return
+	}
+	cfg, err := appliance.LoadConfig(d.configPath)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		d.log.Error("SIGHUP: config not reloaded; fix it and send SIGHUP again", "err", err)
+		return
+	}
+	d.level.Set(parseLevel(cfg.Log.Level))
+	d.log.Info("SIGHUP: configuration reloaded", "log_level", cfg.Log.Level)
+}
+
+func parseLevel(s string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}

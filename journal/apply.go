@@ -1,0 +1,124 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/herald-mq/herald/appliance"
+)
+
+// flags column bits.
+const flagZstd = 1
+
+func (s *Store) qid(ctx context.Context, name string) (int64, error) {
+	if id, ok := s.qids[name]; ok {
+		return id, nil
+	}
+	var id int64
+	err := s.st.selectQueue.QueryRowContext(ctx, name).Scan(&id)
+	if err == sql.ErrNoRows {
+		res, err := s.st.insertQueue.ExecContext(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		id, err = res.LastInsertId()
+		if err != nil {
+			return 0, err
+		}
+	} else if err != nil {
+		return 0, err
+	}
+	s.qids[name] = id
+	return id, nil
+}
+
+func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error {
+	var hbuf []byte
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		switch op.Kind {
+		case appliance.OpEnqueue:
+			m := op.Msg
+			q, err := s.qid(ctx, m.Queue)
+			if err != nil {
+				return err
+			}
+			if m.DedupID != "" {
+				var first, at int64
+				err := s.st.dedupGet.QueryRowContext(ctx, q, m.DedupID).Scan(&first, &at)
+				if err == nil && at >= now-s.cfg.DedupWindow.Milliseconds() {
+					op.Duplicate, op.DupOf = true, uint64(first)
+					continue
+				} else if err != nil && err != sql.ErrNoRows {
+					return err
+				}
+			}
+			if m.Enqueued == 0 {
+				m.Enqueued = now
+			}
+			hbuf = encodeHeaders(hbuf[:0], m.Headers)
+			body, flags := m.Body, 0
+			if s.zip != nil && len(body) >= s.cfg.CompressMin {
+				if z, ok := s.zip.compress(body); ok {
+					body, flags = z, flagZstd
+				}
+			}
+			res, err := s.st.insert.ExecContext(ctx, q, m.Enqueued, m.Deliveries, m.NotBefore, m.Expires, m.Group, flags, m.Size(), hbuf, body)
+			if err != nil {
+				return err
+			}
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			m.ID = uint64(id)
+			if m.DedupID != "" {
+				if _, err := s.st.dedupPut.ExecContext(ctx, q, m.DedupID, id, now); err != nil {
+					return err
+				}
+			}
+		case appliance.OpDelete:
+			if _, err := s.st.delete.ExecContext(ctx, int64(op.ID)); err != nil {
+				return err
+			}
+		case appliance.OpClaim:
+			if _, err := s.st.claim.ExecContext(ctx, op.Deliveries, int64(op.ID)); err != nil {
+				return err
+			}
+		case appliance.OpRelease:
+			if _, err := s.st.release.ExecContext(ctx, op.NotBefore, int64(op.ID)); err != nil {
+				return err
+			}
+		case appliance.OpMove:
+			q, err := s.qid(ctx, op.Queue)
+			if err != nil {
+				return err
+			}
+			var hb any
+			if op.Headers != nil {
+				hbuf = encodeHeaders(hbuf[:0], op.Headers)
+				hb = hbuf
+			}
+			res, err := s.st.move.ExecContext(ctx, q, op.Deliveries, hb, int64(op.ID))
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				return fmt.Errorf("journal: move: message %d not found", op.ID)
+			}
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			op.NewID = uint64(id)
+			if _, err := s.st.delete.ExecContext(ctx, int64(op.ID)); err != nil {
+				return err
+			}
+		case appliance.OpBarrier:
+		default:
+			return fmt.Errorf("journal: unknown op kind %d", op.Kind)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,8 @@
+package journal
+
+import "errors"
+
+// Sentinel errors.
+var (
+	ErrClosed = errors.New("journal: closed")
+)

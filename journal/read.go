@@ -1,0 +1,61 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/herald-mq/herald/appliance"
+)
+
+// Queues lists every queue that holds messages.
+func (s *Store) Queues(ctx context.Context) ([]appliance.QueueState, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT q.name, count(*), coalesce(sum(m.size),0), coalesce(min(m.enqueued),0)
+		FROM messages m JOIN queues q ON q.id = m.qid GROUP BY m.qid ORDER BY q.name`)
+	if err != nil {
+		return nil, fmt.Errorf("journal: list queues: %w", err)
+	}
+	defer rows.Close()
+	var out []appliance.QueueState
+	for rows.Next() {
+		var q appliance.QueueState
+		if err := rows.Scan(&q.Name, &q.Count, &q.Bytes, &q.Oldest); err != nil {
+			return nil, fmt.Errorf("journal: list queues: %w", err)
+		}
+		out = append(out, q)
+	}
+	return out, rows.Err()
+}
+
+// Load returns up to limit messages of queue with ID > after, in ID order.
+func (s *Store) Load(ctx context.Context, queue string, after uint64, limit int) ([]*appliance.Message, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.headers, m.body
+		FROM messages m WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`, queue, int64(after), limit)
+	if err != nil {
+		return nil, fmt.Errorf("journal: load %s: %w", queue, err)
+	}
+	defer rows.Close()
+	var out []*appliance.Message
+	for rows.Next() {
+		m := &appliance.Message{Queue: queue}
+		var id int64
+		var flags int
+		var hb []byte
+		if err := rows.Scan(&id, &m.Enqueued, &m.Deliveries, &m.NotBefore, &m.Expires, &m.Group, &flags, &hb, &m.Body); err != nil {
+			return nil, fmt.Errorf("journal: load %s: %w", queue, err)
+		}
+		m.ID = uint64(id)
+		if m.Headers, err = decodeHeaders(hb); err != nil {
+			return nil, fmt.Errorf("journal: load %s message %d: %w", queue, id, err)
+		}
+		if flags&flagZstd != 0 {
+			if m.Body, err = decompress(m.Body); err != nil {
+				return nil, fmt.Errorf("journal: load %s message %d: %w", queue, id, err)
+			}
+		}
+		if v := m.Headers.Get("dedup-id"); v != "" {
+			m.DedupID = v
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}

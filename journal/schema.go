@@ -1,0 +1,94 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+const schemaVersion = 1
+
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS queues(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)`,
+	`CREATE TABLE IF NOT EXISTS messages(
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		qid INTEGER NOT NULL,
+		enqueued INTEGER NOT NULL,
+		deliveries INTEGER NOT NULL DEFAULT 0,
+		not_before INTEGER NOT NULL DEFAULT 0,
+		expires INTEGER NOT NULL DEFAULT 0,
+		grp TEXT NOT NULL DEFAULT '',
+		flags INTEGER NOT NULL DEFAULT 0,
+		size INTEGER NOT NULL,
+		headers BLOB NOT NULL,
+		body BLOB NOT NULL)`,
+	`CREATE INDEX IF NOT EXISTS messages_qid ON messages(qid, id)`,
+	`CREATE TABLE IF NOT EXISTS dedup(
+		qid INTEGER NOT NULL,
+		key TEXT NOT NULL,
+		msg_id INTEGER NOT NULL,
+		at INTEGER NOT NULL,
+		PRIMARY KEY(qid, key)) WITHOUT ROWID`,
+	`CREATE INDEX IF NOT EXISTS dedup_at ON dedup(at)`,
+}
+
+func migrate(ctx context.Context, c *sql.Conn) error {
+	for _, q := range schema {
+		if _, err := c.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+	}
+	var v int
+	err := c.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM meta WHERE key='schema_version'`).Scan(&v)
+	switch {
+	case err == sql.ErrNoRows:
+		_, err = c.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES('schema_version', ?)`, fmt.Sprint(schemaVersion))
+		return err
+	case err != nil:
+		return err
+	case v > schemaVersion:
+		return fmt.Errorf("journal schema version %d is newer than this heraldd understands (%d): upgrade herald", v, schemaVersion)
+	}
+	return nil
+}
+
+type stmts struct {
+	insertQueue, selectQueue             *sql.Stmt
+	insert, delete, claim, release, move *sql.Stmt
+	dedupGet, dedupPut                   *sql.Stmt
+}
+
+func prepare(ctx context.Context, c *sql.Conn) (*stmts, error) {
+	st := &stmts{}
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&st.insertQueue, `INSERT INTO queues(name) VALUES(?)`},
+		{&st.selectQueue, `SELECT id FROM queues WHERE name=?`},
+		{&st.insert, `INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) VALUES(?,?,?,?,?,?,?,?,?,?)`},
+		{&st.delete, `DELETE FROM messages WHERE id=?`},
+		{&st.claim, `UPDATE messages SET deliveries=? WHERE id=?`},
+		{&st.release, `UPDATE messages SET not_before=? WHERE id=?`},
+		{&st.move, `INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) SELECT ?, enqueued, ?, 0, expires, grp, flags, size, coalesce(?, headers), body FROM messages WHERE id=?`},
+		{&st.dedupGet, `SELECT msg_id, at FROM dedup WHERE qid=? AND key=?`},
+		{&st.dedupPut, `INSERT OR REPLACE INTO dedup(qid, key, msg_id, at) VALUES(?,?,?,?)`},
+	} {
+		s, err := c.PrepareContext(ctx, p.q)
+		if err != nil {
+			st.close()
+			return nil, fmt.Errorf("prepare %q: %w", p.q, err)
+		}
+		*p.dst = s
+	}
+	return st, nil
+}
+
+func (st *stmts) close() {
+	for _, s := range []*sql.Stmt{st.insertQueue, st.selectQueue, st.insert, st.delete, st.claim, st.release, st.move, st.dedupGet, st.dedupPut} {
+		if s != nil {
+			s.Close()
+		}
+	}
+}

@@ -1,0 +1,395 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	sqlite3 "github.com/mattn/go-sqlite3"
+)
+
+var _ appliance.Journal = (*Store)(nil)
+
+// Defaults for Config.
+const (
+	DefaultMaxBatchOps        = 4096
+	DefaultIntake             = 8192
+	DefaultDedupWindow        = 5 * time.Minute
+	DefaultDedupMax           = 1_000_000
+	DefaultCheckpointInterval = time.Second
+	DefaultWALLimit           = 64 << 20
+	DefaultCompressMin        = 4096
+)
+
+// Config configures a Store. Zero values take the defaults above.
+type Config struct {
+	Path               string        // database file
+	Sync               string        // "full" (fsync per group commit, default) or "normal"
+	MaxBatchOps        int           // operations per transaction
+	DedupWindow        time.Duration // how long a dedup id is remembered
+	DedupMax           int           // at most this many dedup ids are remembered
+	CheckpointInterval time.Duration // background PASSIVE checkpoint period
+	WALLimit           int64         // WAL bytes above which a TRUNCATE checkpoint runs
+	Compress           bool          // zstd-compress bodies of at least CompressMin bytes when it pays
+	CompressMin        int
+	Logger             *slog.Logger
+	Now                func() time.Time // clock, for tests
+}
+
+// Stats are the journal's counters, safe to read at any time.
+type Stats struct {
+	Commits        uint64
+	Ops            uint64
+	FailedCommits  uint64
+	LastBatchOps   int
+	LastCommitTime time.Duration
+	LastCheckpoint time.Time
+	Checkpoints    uint64
+}
+
+// Store is the SQLite journal.
+type Store struct {
+	cfg Config
+	log *slog.Logger
+	db  *sql.DB
+	wc  *sql.Conn // writer connection, owned by the writer goroutine
+
+	mu     sync.RWMutex // guards closed against Submit
+	closed bool
+	in     chan *appliance.Batch
+	done   chan completed
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	qids map[string]int64 // writer-owned cache of queue ids
+
+	commits, ops, failed, checkpoints atomic.Uint64
+	lastBatch                         atomic.Int64
+	lastCommitNs                      atomic.Int64
+	lastCheckpoint                    atomic.Int64
+	commitHook                        func(ops int, d time.Duration) // metrics, optional
+
+	st  *stmts
+	zip *compressor
+}
+
+type completed struct {
+	batches []*appliance.Batch
+	errs    []error
+}
+
+// New returns a Store for cfg with defaults applied. Open does the work.
+func New(cfg Config) *Store {
+	if cfg.Sync == "" {
+		cfg.Sync = "full"
+	}
+	if cfg.MaxBatchOps <= 0 {
+		cfg.MaxBatchOps = DefaultMaxBatchOps
+	}
+	if cfg.DedupWindow <= 0 {
+		cfg.DedupWindow = DefaultDedupWindow
+	}
+	if cfg.DedupMax <= 0 {
+		cfg.DedupMax = DefaultDedupMax
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if cfg.WALLimit <= 0 {
+		cfg.WALLimit = DefaultWALLimit
+	}
+	if cfg.CompressMin <= 0 {
+		cfg.CompressMin = DefaultCompressMin
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{cfg: cfg, log: cfg.Logger, qids: map[string]int64{}}
+}
+
+// SetCommitHook installs fn, called after each commit with its size and
+// duration (for metrics). Call before Open.
+func (s *Store) SetCommitHook(fn func(ops int, d time.Duration)) { s.commitHook = fn }
+
+// MinSQLiteVersion is the oldest SQLite Herald runs on: older releases have
+// the WAL-reset corruption bug.
+const MinSQLiteVersion = 3051003
+
+// Open opens (creating if needed) the database, checks the SQLite version,
+// and starts the writer, completion and checkpoint goroutines.
+func (s *Store) Open(ctx context.Context) error {
+	if v, _, _ := sqlite3.Version(); vnum(v) < MinSQLiteVersion {
+		return fmt.Errorf("journal: SQLite %s is too old (need 3.51.3 or newer, which fixes the WAL-reset bug): rebuild with github.com/mattn/go-sqlite3 v1.14.53 or newer", v)
+	}
+	sync := "FULL"
+	switch strings.ToLower(s.cfg.Sync) {
+	case "full":
+	case "normal":
+		sync = "NORMAL"
+	default:
+		return fmt.Errorf("journal: sync %q: want \"full\" or \"normal\"", s.cfg.Sync)
+	}
+	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_synchronous=%s&_busy_timeout=10000&_foreign_keys=0&_cache_size=-16384", s.cfg.Path, sync)
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
+	}
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(0)
+	s.db = db
+	wc, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("open journal %s: %w (is the data directory writable?)", s.cfg.Path, err)
+	}
+	s.wc = wc
+	var mode string
+	if err := wc.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		s.closeDB()
+		return fmt.Errorf("open journal %s: journal_mode is %q, not wal (%v): is the file on a filesystem without shared-memory support?", s.cfg.Path, mode, err)
+	}
+	for _, q := range []string{"PRAGMA wal_autocheckpoint=0", "PRAGMA temp_store=MEMORY"} {
+		if _, err := wc.ExecContext(ctx, q); err != nil {
+			s.closeDB()
+			return fmt.Errorf("open journal %s: %s: %w", s.cfg.Path, q, err)
+		}
+	}
+	if err := migrate(ctx, wc); err != nil {
+		s.closeDB()
+		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
+	}
+	if s.st, err = prepare(ctx, wc); err != nil {
+		s.closeDB()
+		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
+	}
+	if s.cfg.Compress {
+		if s.zip, err = newCompressor(); err != nil {
+			s.closeDB()
+			return err
+		}
+	}
+	s.in = make(chan *appliance.Batch, DefaultIntake)
+	s.done = make(chan completed, 64)
+	s.stop = make(chan struct{})
+	s.wg.Add(3)
+	go s.writer()
+	go s.completer()
+	go s.checkpointer()
+	return nil
+}
+
+func vnum(v string) int {
+	var a, b, c int
+	fmt.Sscanf(v, "%d.%d.%d", &a, &b, &c)
+	return a*1000000 + b*1000 + c
+}
+
+func (s *Store) closeDB() {
+	if s.st != nil {
+		s.st.close()
+	}
+	if s.wc != nil {
+		s.wc.Close()
+	}
+	if s.db != nil {
+		s.db.Close()
+	}
+}
+
+// Submit queues b for the next group commit.
+func (s *Store) Submit(b *appliance.Batch) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		if b.Done != nil {
+			b.Done(b, ErrClosed)
+		}
+		return
+	}
+	s.in <- b
+	s.mu.RUnlock()
+}
+
+// Close stops intake, commits everything submitted, runs a final TRUNCATE
+// checkpoint and closes the database. It is idempotent.
+func (s *Store) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.in)
+	s.mu.Unlock()
+	close(s.stop)
+	s.wg.Wait()
+	_, err := s.wc.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+	if err != nil {
+		s.log.Warn("final checkpoint failed", "err", err)
+	}
+	s.closeDB()
+	return nil
+}
+
+// Stats returns the journal's counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Commits:        s.commits.Load(),
+		Ops:            s.ops.Load(),
+		FailedCommits:  s.failed.Load(),
+		LastBatchOps:   int(s.lastBatch.Load()),
+		LastCommitTime: time.Duration(s.lastCommitNs.Load()),
+		Checkpoints:    s.checkpoints.Load(),
+	}
+	if t := s.lastCheckpoint.Load(); t != 0 {
+		st.LastCheckpoint = time.Unix(0, t)
+	}
+	return st
+}
+
+// Path returns the database file.
+func (s *Store) Path() string { return s.cfg.Path }
+
+// Sizes returns the database and WAL file sizes in bytes.
+func (s *Store) Sizes() (db, wal int64) {
+	if fi, err := os.Stat(s.cfg.Path); err == nil {
+		db = fi.Size()
+	}
+	if fi, err := os.Stat(s.cfg.Path + "-wal"); err == nil {
+		wal = fi.Size()
+	}
+	return db, wal
+}
+
+func (s *Store) writer() {
+	defer s.wg.Done()
+	defer close(s.done)
+	var batches []*appliance.Batch
+	prune := time.NewTicker(10 * time.Second)
+	defer prune.Stop()
+	for {
+		var first *appliance.Batch
+		select {
+		case b, ok := <-s.in:
+			if !ok {
+				return
+			}
+			first = b
+		case <-prune.C:
+			s.pruneDedup()
+			continue
+		}
+		batches = append(batches[:0], first)
+		n := len(first.Ops)
+	drain:
+		for n < s.cfg.MaxBatchOps {
+			select {
+			case b, ok := <-s.in:
+				if !ok {
+					break drain
+				}
+				batches = append(batches, b)
+				n += len(b.Ops)
+			default:
+				break drain
+			}
+		}
+		start := time.Now()
+		errs := s.commit(batches, n)
+		d := time.Since(start)
+		s.lastCommitNs.Store(int64(d))
+		s.lastBatch.Store(int64(n))
+		if s.commitHook != nil {
+			s.commitHook(n, d)
+		}
+		s.done <- completed{batches: append([]*appliance.Batch(nil), batches...), errs: errs}
+	}
+}
+
+func (s *Store) completer() {
+	defer s.wg.Done()
+	for c := range s.done {
+		for i, b := range c.batches {
+			if b.Done != nil {
+				b.Done(b, c.errs[i])
+			}
+		}
+	}
+}
+
+// commit applies batches in one transaction, each in a savepoint.
+func (s *Store) commit(batches []*appliance.Batch, nops int) []error {
+	ctx := context.Background()
+	errs := make([]error, len(batches))
+	fail := func(err error) []error {
+		s.failed.Add(1)
+		err = classify(err)
+		for i := range errs {
+			errs[i] = err
+		}
+		s.qids = map[string]int64{} // rolled back: created queues may be gone
+		return errs
+	}
+	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fail(err)
+	}
+	now := s.cfg.Now().UnixMilli()
+	single := len(batches) == 1
+	for i, b := range batches {
+		if !single {
+			if _, err := s.wc.ExecContext(ctx, "SAVEPOINT b"); err != nil {
+				s.wc.ExecContext(ctx, "ROLLBACK")
+				return fail(err)
+			}
+		}
+		err := s.apply(ctx, b, now)
+		if err != nil {
+			if single {
+				s.wc.ExecContext(ctx, "ROLLBACK")
+				return fail(err)
+			}
+			if _, rerr := s.wc.ExecContext(ctx, "ROLLBACK TO b"); rerr != nil {
+				s.wc.ExecContext(ctx, "ROLLBACK")
+				return fail(rerr)
+			}
+			s.qids = map[string]int64{}
+			errs[i] = classify(err)
+		}
+		if !single {
+			if _, err := s.wc.ExecContext(ctx, "RELEASE b"); err != nil {
+				s.wc.ExecContext(ctx, "ROLLBACK")
+				return fail(err)
+			}
+		}
+	}
+	if _, err := s.wc.ExecContext(ctx, "COMMIT"); err != nil {
+		s.wc.ExecContext(ctx, "ROLLBACK")
+		return fail(err)
+	}
+	s.commits.Add(1)
+	s.ops.Add(uint64(nops))
+	return errs
+}
+
+// ErrDiskFull is returned for batches that failed because the disk is full.
+var ErrDiskFull = errors.New("journal: disk full: free space in the data directory; nothing of this batch was stored")
+
+func classify(err error) error {
+	var se sqlite3.Error
+	if errors.As(err, &se) && se.Code == sqlite3.ErrFull {
+		return fmt.Errorf("%w (%v)", ErrDiskFull, err)
+	}
+	return fmt.Errorf("journal: commit: %w", err)
+}
