@@ -239,11 +239,11 @@ func (q *queue) dispatchLocked() {
 		m.Deliveries++
 		d := &delivery{msg: m, sub: sub, attempt: m.Deliveries}
 		d.token = strconv.FormatUint(m.ID, 10) + "." + strconv.Itoa(d.attempt)
+		q.inflight[m.ID] = d
 		if to := sub.ackTimeout; to > 0 && sub.ack != ackAuto {
 			d.deadline = now.Add(to)
 			q.armTimerLocked()
 		}
-		q.inflight[m.ID] = d
 		sub.inflight = append(sub.inflight, d)
 		q.delivered.Add(1)
 		if m.Deliveries > 1 {

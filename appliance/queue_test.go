@@ -1,0 +1,415 @@
+package appliance_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+func bodies(t *testing.T, sub *client.Subscription, n int) []string {
+	t.Helper()
+	out := make([]string, n)
+	for i := range out {
+		out[i] = string(recv(t, sub).Body)
+	}
+	return out
+}
+
+func seq(prefix string, from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, prefix+strconv.Itoa(i))
+	}
+	return out
+}
+
+func eq(t *testing.T, got, want []string) {
+	t.Helper()
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestQueue_AckModes(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	t.Run("auto", func(t *testing.T) {
+		p := tb.dial(t)
+		sendN(t, p, "/queue/auto", 5, "m")
+		c := tb.dial(t)
+		sub, _ := c.Subscribe("/queue/auto", "auto")
+		eq(t, bodies(t, sub, 5), seq("m", 0, 5))
+		c.Disconnect(ctxT(t))
+		c2 := tb.dial(t)
+		sub2, _ := c2.Subscribe("/queue/auto", "auto")
+		expectNone(t, sub2, 200*time.Millisecond)
+	})
+	t.Run("client-individual", func(t *testing.T) {
+		p := tb.dial(t)
+		sendN(t, p, "/queue/ci", 4, "m")
+		c := tb.dial(t)
+		sub, _ := c.Subscribe("/queue/ci", "client-individual")
+		ms := make([]*stomp.Frame, 4)
+		for i := range ms {
+			ms[i] = recv(t, sub)
+			if ms[i].Get("ack") == "" || ms[i].Get("delivery-count") != "1" || ms[i].Get("redelivered") != "" {
+				t.Fatalf("first delivery headers wrong: %v", ms[i].Headers)
+			}
+		}
+		// Ack 1 and 3 only; 0 and 2 come back after disconnect, in order.
+		for _, i := range []int{1, 3} {
+			if _, err := c.Request(ctxT(t), stomp.NewFrame("ACK", "id", ms[i].Get("ack"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Close()
+		c2 := tb.dial(t)
+		sub2, _ := c2.Subscribe("/queue/ci", "client-individual")
+		for _, want := range []string{"m0", "m2"} {
+			m := recv(t, sub2)
+			if string(m.Body) != want || m.Get("redelivered") != "true" || m.Get("delivery-count") != "2" {
+				t.Fatalf("got %q %v, want %s redelivered with delivery-count 2", m.Body, m.Headers, want)
+			}
+			c2.Ack(m)
+		}
+		expectNone(t, sub2, 200*time.Millisecond)
+	})
+	t.Run("client cumulative", func(t *testing.T) {
+		p := tb.dial(t)
+		sendN(t, p, "/queue/cum", 5, "m")
+		c := tb.dial(t)
+		sub, _ := c.Subscribe("/queue/cum", "client")
+		ms := []*stomp.Frame{}
+		for i := 0; i < 5; i++ {
+			ms = append(ms, recv(t, sub))
+		}
+		if _, err := c.Request(ctxT(t), stomp.NewFrame("ACK", "id", ms[2].Get("ack"))); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		c2 := tb.dial(t)
+		sub2, _ := c2.Subscribe("/queue/cum", "client")
+		eq(t, bodies(t, sub2, 2), []string{"m3", "m4"})
+		expectNone(t, sub2, 200*time.Millisecond)
+	})
+	t.Run("1.1 ack form", func(t *testing.T) {
+		p := tb.dial(t)
+		sendN(t, p, "/queue/v11", 2, "m")
+		c := tb.dial(t, func(o *client.Options) { o.AcceptVersion = "1.1" })
+		sub, _ := c.Subscribe("/queue/v11", "client-individual")
+		m0, m1 := recv(t, sub), recv(t, sub)
+		f := stomp.NewFrame("ACK", "message-id", m0.Get("message-id"), "subscription", m0.Get("subscription"))
+		if _, err := c.Request(ctxT(t), f); err != nil {
+			t.Fatal(err)
+		}
+		f = stomp.NewFrame("NACK", "message-id", m1.Get("message-id"), "subscription", m1.Get("subscription"))
+		if _, err := c.Request(ctxT(t), f); err != nil {
+			t.Fatal(err)
+		}
+		m := recv(t, sub)
+		if string(m.Body) != "m1" || m.Get("redelivered") != "true" {
+			t.Fatalf("got %q %v, want m1 redelivered", m.Body, m.Headers)
+		}
+	})
+}
+
+func TestQueue_NackRedeliversInOrder(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	p := tb.dial(t)
+	sendN(t, p, "/queue/nack", 3, "m")
+	c := tb.dial(t)
+	sub, _ := c.Subscribe("/queue/nack", "client-individual", hdr("prefetch-count", "1"))
+	m0 := recv(t, sub)
+	start := time.Now()
+	if _, err := c.Request(ctxT(t), stomp.NewFrame("NACK", "id", m0.Get("ack"))); err != nil {
+		t.Fatal(err)
+	}
+	// Back-off: m0 is held back; m1 comes first, then m0 again.
+	m := recv(t, sub)
+	c.Ack(m)
+	if string(m.Body) == "m0" && time.Since(start) < 10*time.Millisecond {
+		t.Fatalf("NACKed message redelivered at once (%s): no back-off", time.Since(start))
+	}
+	seen := []string{string(m.Body)}
+	for len(seen) < 3 {
+		m := recv(t, sub)
+		seen = append(seen, string(m.Body))
+		if string(m.Body) == "m0" && (m.Get("redelivered") != "true" || m.Get("delivery-count") != "2") {
+			t.Fatalf("redelivery headers wrong: %v", m.Headers)
+		}
+		c.Ack(m)
+	}
+	if !strings.Contains(strings.Join(seen, ","), "m0") {
+		t.Fatalf("m0 never redelivered: %v", seen)
+	}
+}
+
+func TestQueue_Restart(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Journal.Sync = "full" })
+	p := tb.dial(t)
+	sendN(t, p, "/queue/durable", 20, "m")
+	c := tb.dial(t)
+	sub, _ := c.Subscribe("/queue/durable", "client-individual", hdr("prefetch-count", "5"))
+	// Ack the first five (receipted: durable), hold the next five unacked.
+	for i := 0; i < 5; i++ {
+		m := recv(t, sub)
+		if _, err := c.Request(ctxT(t), stomp.NewFrame("ACK", "id", m.Get("ack"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		recv(t, sub)
+	}
+	tb.restart()
+	c2 := tb.dial(t)
+	sub2, _ := c2.Subscribe("/queue/durable", "client-individual", hdr("prefetch-count", "100"))
+	got := bodies(t, sub2, 15)
+	eq(t, got, seq("m", 5, 20))
+	expectNone(t, sub2, 200*time.Millisecond)
+}
+
+func TestQueue_CompetingConsumers(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	const n = 300
+	var subs []*client.Subscription
+	var conns []*client.Conn
+	for i := 0; i < 3; i++ {
+		c := tb.dial(t)
+		s, err := c.SubscribeReceipt(ctxT(t), "/queue/work", "client-individual")
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs, conns = append(subs, s), append(conns, c)
+	}
+	p := tb.dial(t)
+	for i := 0; i < n; i++ {
+		if err := p.Send("/queue/work", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]int{}
+	per := make([]int, 3)
+	lastSeen := make([]int, 3)
+	for i := range lastSeen {
+		lastSeen[i] = -1
+	}
+	deadline := time.After(10 * time.Second)
+	for len(seen) < n {
+		select {
+		case m := <-subs[0].C():
+			per[0]++
+			conns[0].Ack(m)
+			seen[string(m.Body)]++
+		case m := <-subs[1].C():
+			per[1]++
+			conns[1].Ack(m)
+			seen[string(m.Body)]++
+		case m := <-subs[2].C():
+			per[2]++
+			conns[2].Ack(m)
+			seen[string(m.Body)]++
+		case <-deadline:
+			t.Fatalf("got %d of %d messages", len(seen), n)
+		}
+	}
+	for k, v := range seen {
+		if v != 1 {
+			t.Fatalf("message %s delivered %d times", k, v)
+		}
+	}
+	for i, c := range per {
+		if c == 0 {
+			t.Fatalf("consumer %d got nothing: %v", i, per)
+		}
+	}
+}
+
+func TestQueue_KeptWhileNobodyListens(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	p := tb.dial(t)
+	sendN(t, p, "/queue/later", 3, "x")
+	time.Sleep(100 * time.Millisecond)
+	c := tb.dial(t)
+	sub, _ := c.Subscribe("/queue/later", "auto")
+	eq(t, bodies(t, sub, 3), seq("x", 0, 3))
+}
+
+func TestQueue_Transactions(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := tb.dial(t)
+	for _, f := range []*stomp.Frame{
+		stomp.NewFrame("BEGIN", "transaction", "t1"),
+		stomp.NewFrame("SEND", "destination", "/queue/tx", "transaction", "t1"),
+		stomp.NewFrame("SEND", "destination", "/queue/tx", "transaction", "t1"),
+	} {
+		f.Body = []byte("in-t1")
+		if _, err := c.Request(ctxT(t), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons := tb.dial(t)
+	sub, _ := cons.Subscribe("/queue/tx", "client-individual")
+	expectNone(t, sub, 150*time.Millisecond) // not visible before COMMIT
+	if _, err := c.Request(ctxT(t), stomp.NewFrame("COMMIT", "transaction", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	m1, m2 := recv(t, sub), recv(t, sub)
+	// Abort: nothing of t2 lands; its ACK is not applied.
+	c.Request(ctxT(t), stomp.NewFrame("BEGIN", "transaction", "t2"))
+	c.Request(ctxT(t), &stomp.Frame{Command: "SEND", Headers: stomp.Headers{hdr("destination", "/queue/tx"), hdr("transaction", "t2")}, Body: []byte("aborted")})
+	if _, err := c.Request(ctxT(t), stomp.NewFrame("ABORT", "transaction", "t2")); err != nil {
+		t.Fatal(err)
+	}
+	// ACKs in a transaction are applied at COMMIT.
+	cons.Request(ctxT(t), stomp.NewFrame("BEGIN", "transaction", "a"))
+	cons.Request(ctxT(t), stomp.NewFrame("ACK", "id", m1.Get("ack"), "transaction", "a"))
+	cons.Request(ctxT(t), stomp.NewFrame("ACK", "id", m2.Get("ack"), "transaction", "a"))
+	if _, err := cons.Request(ctxT(t), stomp.NewFrame("COMMIT", "transaction", "a")); err != nil {
+		t.Fatal(err)
+	}
+	cons.Close()
+	c3 := tb.dial(t)
+	sub3, _ := c3.Subscribe("/queue/tx", "auto")
+	expectNone(t, sub3, 200*time.Millisecond)
+}
+
+func TestQueue_DeadLetterAfterMaxDeliveries(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Queues.MaxDeliveries = 3
+		c.Queues.RedeliveryMin = appliance.Duration{Duration: time.Millisecond}
+		c.Queues.RedeliveryMax = appliance.Duration{Duration: 5 * time.Millisecond}
+	})
+	p := tb.dial(t)
+	sendN(t, p, "/queue/poison", 1, "bad")
+	c := tb.dial(t)
+	sub, _ := c.Subscribe("/queue/poison", "client-individual")
+	for i := 1; i <= 3; i++ {
+		m := recv(t, sub)
+		if m.Get("delivery-count") != strconv.Itoa(i) {
+			t.Fatalf("delivery %d has delivery-count %s", i, m.Get("delivery-count"))
+		}
+		c.Nack(m)
+	}
+	expectNone(t, sub, 100*time.Millisecond)
+	dsub, _ := c.Subscribe("/queue/DLQ.poison", "auto")
+	m := recv(t, dsub)
+	if string(m.Body) != "bad0" || m.Get("dlq-reason") != "max-deliveries" || m.Get("dlq-original-destination") != "/queue/poison" || m.Get("dlq-delivery-count") != "3" {
+		t.Fatalf("DLQ message %q %v", m.Body, m.Headers)
+	}
+	t.Run("requeue false", func(t *testing.T) {
+		sendN(t, p, "/queue/rq", 1, "x")
+		s, _ := c.Subscribe("/queue/rq", "client-individual")
+		m := recv(t, s)
+		c.Nack(m, hdr("requeue", "false"))
+		ds, _ := c.Subscribe("/queue/DLQ.rq", "auto")
+		if d := recv(t, ds); d.Get("dlq-reason") != "nack" {
+			t.Fatalf("reason %q, want nack", d.Get("dlq-reason"))
+		}
+	})
+}
+
+func TestQueue_Dedup(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	p := tb.dial(t)
+	for i, alias := range []string{"dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id", "dedup-id"} {
+		r, err := p.SendReceipt(ctxT(t), "/queue/dd", []byte(fmt.Sprint(i)), hdr(alias, "vote-42"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dup := r.Get("duplicate") == "true"; dup != (i > 0) {
+			t.Fatalf("send %d: duplicate=%v", i, dup)
+		}
+	}
+	c := tb.dial(t)
+	sub, _ := c.Subscribe("/queue/dd", "auto")
+	eq(t, bodies(t, sub, 1), []string{"0"})
+	expectNone(t, sub, 150*time.Millisecond)
+}
+
+func TestQueue_StaleAckIgnored(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	p := tb.dial(t)
+	sendN(t, p, "/queue/stale", 1, "s")
+	c := tb.dial(t)
+	sub, _ := c.Subscribe("/queue/stale", "client-individual", hdr("ack-timeout", "100"))
+	m1 := recv(t, sub)
+	// Held past the ack timeout: it comes back as a new attempt.
+	m2 := recv(t, sub)
+	if m1.Get("ack") == m2.Get("ack") || m2.Get("delivery-count") != "2" {
+		t.Fatalf("redelivery after timeout: ack %q then %q, delivery-count %s", m1.Get("ack"), m2.Get("ack"), m2.Get("delivery-count"))
+	}
+	// The stale token is ignored (RECEIPT, no ERROR) and must not ack m2.
+	if _, err := c.Request(ctxT(t), stomp.NewFrame("ACK", "id", m1.Get("ack"))); err != nil {
+		t.Fatalf("stale ack: %v", err)
+	}
+	c.Close()
+	c2 := tb.dial(t)
+	sub2, _ := c2.Subscribe("/queue/stale", "auto")
+	if m := recv(t, sub2); string(m.Body) != "s0" {
+		t.Fatalf("got %q", m.Body)
+	}
+}
+
+func TestQueue_DelayedDelivery(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	p := tb.dial(t)
+	start := time.Now()
+	if _, err := p.SendReceipt(ctxT(t), "/queue/later2", []byte("late"), hdr("AMQ_SCHEDULED_DELAY", "300")); err != nil {
+		t.Fatal(err)
+	}
+	sendN(t, p, "/queue/later2", 1, "now")
+	c := tb.dial(t)
+	sub, _ := c.Subscribe("/queue/later2", "auto")
+	if m := recv(t, sub); string(m.Body) != "now0" {
+		t.Fatalf("got %q first, want now0", m.Body)
+	}
+	if m := recv(t, sub); string(m.Body) != "late" || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("got %q after %s, want late after 300ms", m.Body, time.Since(start))
+	}
+}
+
+func TestQueue_FullPolicies(t *testing.T) {
+	t.Run("reject", func(t *testing.T) {
+		tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MaxMessages = 2; c.Queues.FullPolicy = "reject" })
+		p := tb.dial(t)
+		sendN(t, p, "/queue/full", 2, "x")
+		_, err := p.SendReceipt(ctxT(t), "/queue/full", []byte("over"))
+		if err == nil || !strings.Contains(err.Error(), "queue full") || !strings.Contains(err.Error(), "max_messages=2") {
+			t.Fatalf("got %v, want ERROR queue full naming max_messages=2", err)
+		}
+	})
+	t.Run("block", func(t *testing.T) {
+		tb := mustStartBroker(t, func(c *appliance.Config) {
+			c.Queues.MaxMessages = 2
+			c.Queues.BlockTimeout = appliance.Duration{Duration: 5 * time.Second}
+		})
+		p := tb.dial(t)
+		sendN(t, p, "/queue/blk", 2, "x")
+		res, err := p.SendAsync("/queue/blk", []byte("third"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-res:
+			t.Fatalf("third send completed while full: %+v", r)
+		case <-time.After(200 * time.Millisecond):
+		}
+		c := tb.dial(t)
+		sub, _ := c.Subscribe("/queue/blk", "client-individual")
+		m := recv(t, sub)
+		c.Ack(m)
+		select {
+		case r := <-res:
+			if r.Err != nil {
+				t.Fatalf("blocked send failed: %v", r.Err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("blocked send not released after space freed")
+		}
+	})
+}

@@ -1,0 +1,324 @@
+package appliance_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+func TestConnect_Versions(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	for _, tc := range []struct {
+		accept, want string
+	}{
+		{"", "1.0"},
+		{"1.0", "1.0"},
+		{"1.1", "1.1"},
+		{"1.0,1.1,1.2", "1.2"},
+		{"1.2,2.0", "1.2"},
+	} {
+		t.Run("accept="+tc.accept, func(t *testing.T) {
+			r := tb.raw(t)
+			hdrs := "host:x\n"
+			if tc.accept != "" {
+				hdrs += "accept-version:" + tc.accept + "\n"
+			}
+			r.write("CONNECT\n" + hdrs + "\n\x00")
+			f := r.frame()
+			if f.Command != "CONNECTED" || f.Get("version") != tc.want {
+				t.Fatalf("got %s version %q, want CONNECTED version %q", f.Command, f.Get("version"), tc.want)
+			}
+			if !strings.HasPrefix(f.Get("server"), "herald/") || f.Get("session") == "" {
+				t.Fatalf("CONNECTED lacks server or session: %v", f.Headers)
+			}
+			if tc.want != "1.0" && f.Get("heart-beat") == "" {
+				t.Fatalf("CONNECTED lacks heart-beat: %v", f.Headers)
+			}
+		})
+	}
+	t.Run("unsupported", func(t *testing.T) {
+		r := tb.raw(t)
+		r.write("CONNECT\naccept-version:2.0\nhost:x\n\n\x00")
+		f := r.frame()
+		if f.Command != "ERROR" || f.Get("version") != "1.0,1.1,1.2" {
+			t.Fatalf("got %s %v, want ERROR with version 1.0,1.1,1.2", f.Command, f.Headers)
+		}
+		r.closed()
+	})
+	t.Run("STOMP frame", func(t *testing.T) {
+		r := tb.raw(t)
+		r.write("STOMP\naccept-version:1.2\nhost:x\n\n\x00")
+		if f := r.frame(); f.Command != "CONNECTED" {
+			t.Fatalf("got %s, want CONNECTED", f.Command)
+		}
+	})
+	t.Run("frame before CONNECT", func(t *testing.T) {
+		r := tb.raw(t)
+		r.write("SEND\ndestination:/queue/x\n\nhi\x00")
+		f := r.frame()
+		if f.Command != "ERROR" || !strings.Contains(f.Get("message"), "CONNECT") {
+			t.Fatalf("got %s %v, want ERROR about CONNECT", f.Command, f.Headers)
+		}
+		r.closed()
+	})
+}
+
+func TestReceipts_EveryFrame(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	r := tb.raw(t)
+	r.connect("1.2")
+	frames := []string{
+		"SUBSCRIBE\nid:s1\ndestination:/topic/t\nreceipt:r1\n\n\x00",
+		"SEND\ndestination:/topic/t\nreceipt:r2\n\nhello\x00",
+		"BEGIN\ntransaction:tx1\nreceipt:r3\n\n\x00",
+		"SEND\ndestination:/queue/q\ntransaction:tx1\nreceipt:r4\n\nq\x00",
+		"ABORT\ntransaction:tx1\nreceipt:r5\n\n\x00",
+		"UNSUBSCRIBE\nid:s1\nreceipt:r6\n\n\x00",
+		"DISCONNECT\nreceipt:r7\n\n\x00",
+	}
+	for _, f := range frames {
+		r.write(f)
+	}
+	var got []string
+	for len(got) < 7 {
+		f := r.frame()
+		switch f.Command {
+		case "RECEIPT":
+			got = append(got, f.Get("receipt-id"))
+		case "MESSAGE":
+			if string(f.Body) != "hello" || f.Get("subscription") != "s1" || f.Get("destination") != "/topic/t" {
+				t.Fatalf("bad MESSAGE %v %q", f.Headers, f.Body)
+			}
+		default:
+			t.Fatalf("unexpected %s %v", f.Command, f.Headers)
+		}
+	}
+	if strings.Join(got, ",") != "r1,r2,r3,r4,r5,r6,r7" {
+		t.Fatalf("receipts %v, want r1..r7 in order", got)
+	}
+	r.closed()
+}
+
+func TestFrames_EscapingAndBodies(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	for _, v := range []string{"1.0", "1.1", "1.2"} {
+		t.Run(v, func(t *testing.T) {
+			c := tb.dial(t, func(o *client.Options) { o.AcceptVersion = v })
+			if c.Version() != v {
+				t.Fatalf("version %s, want %s", c.Version(), v)
+			}
+			sub, err := c.SubscribeReceipt(ctxT(t), "/queue/esc"+v, "auto")
+			if err != nil {
+				t.Fatal(err)
+			}
+			value := "a:b\\c"
+			if v != "1.0" {
+				value += "\nd"
+				if v == "1.2" {
+					value += "\re"
+				}
+			}
+			body := []byte("bin\x00ary\x00\n")
+			if _, err := c.SendReceipt(ctxT(t), "/queue/esc"+v, body, hdr("x-weird", value), hdr("x-rep", "first"), hdr("x-rep", "second")); err != nil {
+				t.Fatal(err)
+			}
+			m := recv(t, sub)
+			if string(m.Body) != string(body) {
+				t.Fatalf("body %q, want %q", m.Body, body)
+			}
+			if got := m.Get("x-weird"); got != value {
+				t.Fatalf("header %q, want %q", got, value)
+			}
+			if got := m.Get("x-rep"); got != "first" {
+				t.Fatalf("repeated header: got %q, want first", got)
+			}
+		})
+	}
+	t.Run("CRLF", func(t *testing.T) {
+		r := tb.raw(t)
+		r.write("CONNECT\r\naccept-version:1.2\r\nhost:x\r\n\r\n\x00\r\n")
+		if f := r.frame(); f.Command != "CONNECTED" {
+			t.Fatalf("got %s", f.Command)
+		}
+		r.r.SetVersion("1.2")
+		r.write("SUBSCRIBE\r\nid:1\r\ndestination:/topic/crlf\r\nreceipt:s\r\n\r\n\x00")
+		if f := r.frame(); f.Command != "RECEIPT" {
+			t.Fatalf("got %s", f.Command)
+		}
+		r.write("SEND\r\ndestination:/topic/crlf\r\n\r\nx\x00\r\n")
+		if f := r.frame(); f.Command != "MESSAGE" || string(f.Body) != "x" {
+			t.Fatalf("got %s %q", f.Command, f.Body)
+		}
+	})
+}
+
+func TestMalformedInput(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.MaxBodyBytes = 1024
+		c.Stomp.MaxHeaders = 8
+	})
+	// A healthy connection that must carry on through every bad one.
+	good := tb.dial(t)
+	sub, err := good.SubscribeReceipt(ctxT(t), "/topic/alive", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, input, want string
+		connect             bool
+	}{
+		{"garbage", "\x01\x02garbage\n\n\x00", "malformed command line", false},
+		{"unknown command", "FLY\n\n\x00", "unknown command", true},
+		{"bad escape", "SEND\ndestination:/queue/x\nh:\\t\n\nb\x00", "undefined escape", true},
+		{"oversized body", "SEND\ndestination:/queue/x\ncontent-length:5000\n\n", "exceeds the limit", true},
+		{"oversized body without length", "SEND\ndestination:/queue/x\n\n" + strings.Repeat("x", 3000) + "\x00", "exceeds the limit", true},
+		{"too many headers", "SEND\ndestination:/queue/x\n" + strings.Repeat("a:b\n", 10) + "\nb\x00", "too many headers", true},
+		{"header without colon", "SEND\ndestination:/queue/x\nnocolon\n\nb\x00", "without colon", true},
+		{"bad content-length", "SEND\ndestination:/queue/x\ncontent-length:-1\n\nb\x00", "content-length", true},
+		{"missing destination", "SEND\n\nb\x00", "missing destination", true},
+		{"bad destination", "SEND\ndestination:/nowhere/x\n\nb\x00", "invalid destination", true},
+		{"wildcard send", "SEND\ndestination:/topic/a.*\n\nb\x00", "invalid destination", true},
+		{"bad ack mode", "SUBSCRIBE\nid:1\ndestination:/queue/x\nack:sometimes\n\n\x00", "invalid ack mode", true},
+		{"missing subscription id", "SUBSCRIBE\ndestination:/queue/x\n\n\x00", "missing id", true},
+		{"commit unknown tx", "COMMIT\ntransaction:nope\nreceipt:r\n\n\x00", "no such transaction", true},
+		{"second CONNECT", "CONNECT\naccept-version:1.2\n\n\x00", "already connected", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tb.raw(t)
+			if tc.connect {
+				r.connect("1.2")
+			}
+			r.write(tc.input)
+			f := r.frame()
+			if f.Command != "ERROR" || !strings.Contains(f.Get("message"), tc.want) {
+				t.Fatalf("got %s message %q, want ERROR containing %q", f.Command, f.Get("message"), tc.want)
+			}
+			if strings.Contains(tc.input, "receipt:r") && f.Get("receipt-id") != "r" {
+				t.Fatalf("ERROR lacks receipt-id r: %v", f.Headers)
+			}
+			r.closed()
+			// The daemon and the other connection carry on.
+			if _, err := good.SendReceipt(ctxT(t), "/topic/alive", []byte(tc.name)); err != nil {
+				t.Fatalf("healthy connection broken: %v", err)
+			}
+			if m := recv(t, sub); string(m.Body) != tc.name {
+				t.Fatalf("got %q, want %q", m.Body, tc.name)
+			}
+		})
+	}
+}
+
+func TestFramesBeforeClose(t *testing.T) {
+	// catstomp writes its SENDs and closes the socket without DISCONNECT:
+	// every frame that arrived must still be processed.
+	tb := mustStartBroker(t, nil)
+	r := tb.raw(t)
+	r.connect("1.1")
+	var sb strings.Builder
+	for i := 0; i < 50; i++ {
+		sb.WriteString("SEND\ndestination:/queue/catstomp\n\nline" + string(rune('A'+i%26)) + "\x00")
+	}
+	r.write(sb.String())
+	r.c.Close()
+	c := tb.dial(t)
+	sub, err := c.Subscribe("/queue/catstomp", "client-individual", hdr("prefetch-count", "100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		m := recv(t, sub)
+		if want := "line" + string(rune('A'+i%26)); string(m.Body) != want {
+			t.Fatalf("message %d: got %q, want %q", i, m.Body, want)
+		}
+	}
+}
+
+func TestHeartBeats(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.HeartbeatSend = appliance.Duration{Duration: 100 * time.Millisecond}
+		c.Stomp.HeartbeatReceive = appliance.Duration{Duration: 100 * time.Millisecond}
+	})
+	t.Run("server beats", func(t *testing.T) {
+		r := tb.raw(t)
+		r.write("CONNECT\naccept-version:1.2\nhost:x\nheart-beat:0,100\n\n\x00")
+		if f := r.frame(); f.Command != "CONNECTED" || f.Get("heart-beat") != "100,100" {
+			t.Fatalf("got %s %v", f.Command, f.Headers)
+		}
+		r.c.SetReadDeadline(time.Now().Add(time.Second))
+		buf := make([]byte, 1)
+		n, err := r.c.Read(buf)
+		if err != nil || n != 1 || buf[0] != '\n' {
+			t.Fatalf("no heart-beat within 1s: n=%d err=%v byte=%q", n, err, buf[:n])
+		}
+	})
+	t.Run("silent client closed", func(t *testing.T) {
+		r := tb.raw(t)
+		r.write("CONNECT\naccept-version:1.2\nhost:x\nheart-beat:100,0\n\n\x00")
+		r.frame()
+		start := time.Now()
+		r.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for {
+			f, err := r.r.ReadFrame()
+			if err != nil {
+				break
+			}
+			if f != nil && f.Command == "ERROR" {
+				if !strings.Contains(f.Get("message"), "heart-beat") {
+					t.Fatalf("ERROR %q, want heart-beat timeout", f.Get("message"))
+				}
+			}
+		}
+		if d := time.Since(start); d < 200*time.Millisecond || d > 4*time.Second {
+			t.Fatalf("closed after %s, want after 2x100ms+1s grace", d)
+		}
+	})
+	t.Run("late beats tolerated", func(t *testing.T) {
+		r := tb.raw(t)
+		r.write("CONNECT\naccept-version:1.2\nhost:x\nheart-beat:100,0\n\n\x00")
+		r.frame()
+		for i := 0; i < 5; i++ {
+			time.Sleep(180 * time.Millisecond) // late, but within tolerance
+			r.write("\n")
+		}
+		r.write("SUBSCRIBE\nid:1\ndestination:/topic/x\nreceipt:ok\n\n\x00")
+		if f := r.frame(); f.Command != "RECEIPT" {
+			t.Fatalf("got %s %v, want RECEIPT", f.Command, f.Headers)
+		}
+	})
+}
+
+func TestLimits(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.MaxConnections = 3
+		c.Stomp.MaxSubscriptions = 2
+	})
+	c1 := tb.dial(t)
+	for i := 0; i < 2; i++ {
+		if _, err := c1.SubscribeReceipt(ctxT(t), "/topic/l", "auto"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := c1.SubscribeReceipt(ctxT(t), "/topic/l", "auto")
+	if err == nil || !strings.Contains(err.Error(), "too many subscriptions") {
+		t.Fatalf("third subscription: got %v, want too many subscriptions", err)
+	}
+	// c1 is gone now; fill up to the connection limit.
+	select {
+	case <-c1.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection not closed after ERROR")
+	}
+	tb.dial(t)
+	tb.dial(t)
+	tb.dial(t)
+	r := tb.raw(t)
+	f := r.frame()
+	if f.Command != stomp.CmdError || !strings.Contains(f.Get("message"), "too many connections") {
+		t.Fatalf("got %s %v, want ERROR too many connections", f.Command, f.Headers)
+	}
+}

@@ -1,0 +1,112 @@
+package appliance_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+func TestMatchTopic(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"a.b", "a.b", true},
+		{"a.b", "a.c", false},
+		{"a.*", "a.b", true},
+		{"a.*", "a.b.c", false},
+		{"a.*.c", "a.b.c", true},
+		{"a.>", "a.b", true},
+		{"a.>", "a.b.c.d", true},
+		{"a.>", "a", false},
+		{">", "x", true},
+		{"*", "x.y", false},
+		{"*.*", "x.y", true},
+	} {
+		if got := appliance.MatchTopic(tc.pattern, tc.name); got != tc.want {
+			t.Errorf("MatchTopic(%q, %q) = %v, want %v", tc.pattern, tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestTopic_FanOutAndWildcards(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := tb.dial(t)
+	exact, _ := c.SubscribeReceipt(ctxT(t), "/topic/metrics.cpu", "auto")
+	star, _ := c.SubscribeReceipt(ctxT(t), "/topic/metrics.*", "auto")
+	rest, _ := c.SubscribeReceipt(ctxT(t), "/topic/metrics.>", "auto")
+	other := tb.dial(t)
+	none, _ := other.SubscribeReceipt(ctxT(t), "/topic/logs.>", "auto")
+	p := tb.dial(t)
+	p.SendReceipt(ctxT(t), "/topic/metrics.cpu", []byte("cpu 1"), hdr("x-h", "v"))
+	p.SendReceipt(ctxT(t), "/topic/metrics.disk.sda", []byte("disk 2"))
+	if m := recv(t, exact); string(m.Body) != "cpu 1" || m.Get("x-h") != "v" || m.Get("destination") != "/topic/metrics.cpu" {
+		t.Fatalf("exact got %q %v", m.Body, m.Headers)
+	}
+	if m := recv(t, star); string(m.Body) != "cpu 1" {
+		t.Fatalf("star got %q", m.Body)
+	}
+	eq(t, bodies(t, rest, 2), []string{"cpu 1", "disk 2"})
+	expectNone(t, star, 100*time.Millisecond)
+	expectNone(t, none, 50*time.Millisecond)
+}
+
+func TestTopic_NoSubscriberIsGone(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	p := tb.dial(t)
+	p.SendReceipt(ctxT(t), "/topic/void", []byte("lost"))
+	c := tb.dial(t)
+	sub, _ := c.SubscribeReceipt(ctxT(t), "/topic/void", "auto")
+	p.SendReceipt(ctxT(t), "/topic/void", []byte("seen"))
+	if m := recv(t, sub); string(m.Body) != "seen" {
+		t.Fatalf("got %q, want seen", m.Body)
+	}
+}
+
+func TestTopic_SlowSubscriberDropped(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Topics.SubscriberBuffer = 64 })
+	// A subscriber that never reads its socket.
+	slow := tb.raw(t)
+	slow.connect("1.2")
+	slow.write("SUBSCRIBE\nid:1\ndestination:/topic/firehose\nreceipt:ok\n\n\x00")
+	if f := slow.frame(); f.Command != "RECEIPT" {
+		t.Fatalf("got %s", f.Command)
+	}
+	fast := tb.dial(t)
+	sub, _ := fast.SubscribeReceipt(ctxT(t), "/topic/firehose", "auto")
+	p := tb.dial(t)
+	body := []byte(strings.Repeat("x", 8192))
+	const n = 2000
+	// Paced in bursts of 16 so that the fast subscriber never lags more than
+	// its buffer; the slow one falls behind for good.
+	for i := 0; i < n; i += 16 {
+		for j := i; j < i+16; j++ {
+			p.Send("/topic/firehose", append([]byte(strconv.Itoa(j)+" "), body...))
+		}
+		for j := i; j < i+16; j++ {
+			if m := recv(t, sub); !strings.HasPrefix(string(m.Body), strconv.Itoa(j)+" ") {
+				t.Fatalf("fast subscriber got %.10q, want %d", m.Body, j)
+			}
+		}
+	}
+	// The slow one: an ERROR naming the reason arrives among its messages,
+	// then the connection closes.
+	slow.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := slow.r.ReadFrame()
+		if err != nil {
+			t.Fatalf("slow subscriber closed without ERROR: %v", err)
+		}
+		if f != nil && f.Command == stomp.CmdError {
+			if !strings.Contains(f.Get("message"), "slow consumer") {
+				t.Fatalf("ERROR %q, want slow consumer", f.Get("message"))
+			}
+			break
+		}
+	}
+	slow.closed()
+}
