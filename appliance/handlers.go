@@ -47,7 +47,11 @@ func (s *session) handle(f *stomp.Frame) bool {
 	case stomp.CmdAbort:
 		return s.onAbort(f)
 	case stomp.CmdDisconnect:
-		s.receipt(f)
+		// The RECEIPT promises that everything sent before is durable.
+		s.drainJournal()
+		if r := f.Get("receipt"); r != "" {
+			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", r))
+		}
 		s.log.Debug("client disconnected")
 		return false
 	case stomp.CmdConnect, stomp.CmdStomp:

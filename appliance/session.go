@@ -375,6 +375,17 @@ func (s *session) submit(b *Batch) {
 	s.b.j.Submit(b)
 }
 
+// drainJournal waits until every journal batch this session submitted has
+// completed.
+func (s *session) drainJournal() {
+	if s.jpending.Load() == 0 {
+		return
+	}
+	done := make(chan struct{})
+	s.submit(&Batch{Ops: []Op{{Kind: OpBarrier}}, Done: func(*Batch, error) { close(done) }})
+	<-done
+}
+
 // receipt answers f's receipt header, after every journal batch this
 // session submitted before it has completed.
 func (s *session) receipt(f *stomp.Frame, extra ...stomp.Header) {

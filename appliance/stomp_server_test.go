@@ -322,3 +322,28 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("got %s %v, want ERROR too many connections", f.Command, f.Headers)
 	}
 }
+
+func TestDisconnect_ReceiptAfterPendingWork(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Journal.Sync = "full" })
+	for i := 0; i < 20; i++ {
+		r := tb.raw(t)
+		r.connect("1.2")
+		// SENDs without receipts, then DISCONNECT with one: the RECEIPT must
+		// come, and only once the SENDs are durable.
+		var sb strings.Builder
+		for j := 0; j < 10; j++ {
+			sb.WriteString("SEND\ndestination:/queue/disc\n\nx\x00")
+		}
+		sb.WriteString("DISCONNECT\nreceipt:bye\n\n\x00")
+		r.write(sb.String())
+		if f := r.frame(); f.Command != "RECEIPT" || f.Get("receipt-id") != "bye" {
+			t.Fatalf("round %d: got %s %v, want RECEIPT bye", i, f.Command, f.Headers)
+		}
+		r.closed()
+	}
+	tb.restart()
+	c := tb.dial(t)
+	sub, _ := c.Subscribe("/queue/disc", "auto", hdr("prefetch-count", "1000"))
+	bodies(t, sub, 200)
+	expectNone(t, sub, 100*time.Millisecond)
+}

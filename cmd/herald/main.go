@@ -1,0 +1,195 @@
+// Command herald is Herald's command-line tool: STOMP client commands (send,
+// receive), the multicast listener (listen) and, later, admin commands.
+//
+// Exit codes: 0 success, 64 usage error, 69 server unavailable, 75 timeout,
+// 1 anything else. Errors are printed to stderr as "herald: ..." with what
+// to do next.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+// Exit codes (sysexits.h).
+const (
+	exitOK          = 0
+	exitOther       = 1
+	exitUsage       = 64
+	exitUnavailable = 69
+	exitTimeout     = 75
+)
+
+// DefaultServer is the STOMP address used without --server or HERALD_SERVER.
+const DefaultServer = "127.0.0.1:61613"
+
+func main() {
+	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes the CLI and returns the process exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := newApp(stdin, stdout, stderr).Run(args)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "herald: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitOther
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:      "herald",
+		Usage:     "send, receive and inspect messages of a Herald appliance",
+		Reader:    stdin,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "server", Value: DefaultServer, EnvVars: []string{"HERALD_SERVER"}, Usage: "STOMP `host:port` of heraldd"},
+			&cli.StringFlag{Name: "login", EnvVars: []string{"HERALD_LOGIN"}, Usage: "STOMP login"},
+			&cli.StringFlag{Name: "passcode", EnvVars: []string{"HERALD_PASSCODE"}, Usage: "STOMP passcode (prefer HERALD_PASSCODE: arguments are visible to other users)"},
+			&cli.DurationFlag{Name: "connect-timeout", Value: 5 * time.Second, Usage: "give up connecting after this long"},
+		},
+		Commands:        []*cli.Command{sendCommand(), receiveCommand(), listenCommand()},
+		HideHelpCommand: true,
+		// Exit codes are decided by run, never by os.Exit inside the library.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError:   onUsageError,
+		Action: func(cCtx *cli.Context) error {
+			if cCtx.Args().Present() {
+				return usageErrorf("unknown command %q; see: herald --help", cCtx.Args().First())
+			}
+			cli.ShowAppHelp(cCtx)
+			return usageErrorf("no command given; see the list above")
+		},
+	}
+	for _, c := range app.Commands {
+		if c.OnUsageError == nil {
+			c.OnUsageError = onUsageError
+		}
+	}
+	return app
+}
+
+// exitError carries the exit code of an error.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+func onUsageError(cCtx *cli.Context, err error, isSubcommand bool) error {
+	if isSubcommand {
+		return usageErrorf("%v; see: herald %s --help", err, cCtx.Command.Name)
+	}
+	return usageErrorf("%v; see: herald --help", err)
+}
+
+// checkArgs validates the positional arguments of a command: between min and
+// max of them, and no flag after them (flags must come first).
+func checkArgs(cCtx *cli.Context, min, max int, usage string) error {
+	args := cCtx.Args().Slice()
+	for _, a := range args {
+		name := strings.SplitN(strings.TrimLeft(a, "-"), "=", 2)[0]
+		if strings.HasPrefix(a, "-") && len(a) > 1 && flagDefined(cCtx.Command, name) {
+			return usageErrorf("flag %s must come before the arguments: herald %s", a, usage)
+		}
+	}
+	if len(args) < min || len(args) > max {
+		return usageErrorf("wrong number of arguments: herald %s", usage)
+	}
+	return nil
+}
+
+func flagDefined(cmd *cli.Command, name string) bool {
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// dial connects to the server named by the global flags, turning failures
+// into exit codes with a hint.
+func dial(ctx context.Context, cCtx *cli.Context, heartBeat [2]time.Duration) (*client.Conn, error) {
+	server := cCtx.String("server")
+	c, err := client.Dial(ctx, server, client.Options{
+		Login:       cCtx.String("login"),
+		Passcode:    cCtx.String("passcode"),
+		HeartBeat:   heartBeat,
+		DialTimeout: cCtx.Duration("connect-timeout"),
+	})
+	if err == nil {
+		return c, nil
+	}
+	var se *client.ServerError
+	if errors.As(err, &se) {
+		return nil, &exitError{code: exitOther, err: fmt.Errorf(
+			"server %s refused the connection: %s; check --login and --passcode (or HERALD_LOGIN and HERALD_PASSCODE)",
+			server, strings.TrimPrefix(se.Error(), "stomp server error: "))}
+	}
+	if ctx.Err() != nil {
+		return nil, &exitError{code: exitOther, err: ctx.Err()}
+	}
+	return nil, &exitError{code: exitUnavailable, err: fmt.Errorf(
+		"cannot reach the STOMP server at %s: %w; is heraldd running? start it with: heraldd (or point --server / HERALD_SERVER at it)",
+		server, unwrapClient(err))}
+}
+
+// failure classifies an error met after connecting.
+func failure(server, doing string, err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	var se *client.ServerError
+	var ne net.Error
+	switch {
+	case errors.As(err, &se):
+		return &exitError{code: exitOther, err: fmt.Errorf("%s: server said: %s", doing, strings.TrimPrefix(se.Error(), "stomp server error: "))}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrHeartbeatTimeout), errors.As(err, &ne) && ne.Timeout():
+		return &exitError{code: exitTimeout, err: fmt.Errorf("%s: %w", doing, unwrapClient(err))}
+	case errors.Is(err, client.ErrConnectionLost), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return &exitError{code: exitUnavailable, err: fmt.Errorf(
+			"%s: lost the connection to %s; check that heraldd is still running (journalctl -u heraldd)", doing, server)}
+	}
+	return &exitError{code: exitOther, err: fmt.Errorf("%s: %w", doing, err)}
+}
+
+// unwrapClient drops the "stomp client: " prefixes for a shorter message.
+func unwrapClient(err error) error {
+	msg := strings.ReplaceAll(err.Error(), "stomp client: ", "")
+	return &prefixless{msg: msg, err: err}
+}
+
+type prefixless struct {
+	msg string
+	err error
+}
+
+func (p *prefixless) Error() string { return p.msg }
+func (p *prefixless) Unwrap() error { return p.err }

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+// sendWindow bounds the receipts outstanding with --receipt.
+const sendWindow = 64
+
+func sendCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "send",
+		Usage:     "send a message, or each line of stdin as a message",
+		ArgsUsage: "DEST [BODY]",
+		Description: `With BODY, sends one message to DEST (for example /queue/orders or /topic/prices).
+Without BODY, sends each line of stdin as a message (without its line ending).
+With --receipt, waits until the server confirms each message (for a queue:
+stored on disk), pipelining up to 64 at a time in order.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "receipt", Usage: "wait for the server's receipt of each message"},
+			&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "extra header `key=value` (repeatable)"},
+			&cli.StringFlag{Name: "content-type", Usage: "content-type header of the messages"},
+			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "with --receipt: give up waiting for a receipt after this long (exit 75)"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "report what was sent on stderr"},
+		},
+		Action: runSend,
+	}
+}
+
+func runSend(cCtx *cli.Context) error {
+	const usage = "send [flags] DEST [BODY]"
+	if err := checkArgs(cCtx, 1, 2, usage); err != nil {
+		return err
+	}
+	dest := cCtx.Args().Get(0)
+	if dest == "" {
+		return usageErrorf("empty destination: herald %s", usage)
+	}
+	hdrs, err := parseHeaders(cCtx.StringSlice("header"))
+	if err != nil {
+		return err
+	}
+	if ct := cCtx.String("content-type"); ct != "" {
+		hdrs = append(hdrs, stomp.Header{Key: "content-type", Value: ct})
+	}
+
+	ctx := cCtx.Context
+	c, err := dial(ctx, cCtx, [2]time.Duration{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	s := &sender{
+		c:       c,
+		dest:    dest,
+		hdrs:    hdrs,
+		receipt: cCtx.Bool("receipt"),
+		timeout: cCtx.Duration("timeout"),
+		server:  cCtx.String("server"),
+	}
+	if cCtx.Args().Len() == 2 {
+		err = s.send([]byte(cCtx.Args().Get(1)))
+	} else {
+		err = s.sendLines(cCtx.App.Reader)
+	}
+	if err == nil {
+		err = s.drain()
+	}
+	if err != nil {
+		return err
+	}
+	// DISCONNECT with a receipt: the server has processed every frame we sent.
+	dctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := c.Disconnect(dctx); err != nil {
+		return failure(s.server, "disconnect", err)
+	}
+	if cCtx.Bool("verbose") {
+		how := "without receipts"
+		if s.receipt {
+			how = "each confirmed by a receipt"
+		}
+		fmt.Fprintf(cCtx.App.ErrWriter, "herald: sent %d message(s) to %s, %s\n", s.sent, dest, how)
+	}
+	return nil
+}
+
+func parseHeaders(kvs []string) ([]stomp.Header, error) {
+	hdrs := make([]stomp.Header, 0, len(kvs)+1)
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageErrorf("--header %q: want key=value", kv)
+		}
+		if k == "content-length" || k == "receipt" || k == "destination" {
+			return nil, usageErrorf("--header %q: %s is set by herald itself", kv, k)
+		}
+		hdrs = append(hdrs, stomp.Header{Key: k, Value: v})
+	}
+	return hdrs, nil
+}
+
+// sender sends messages, keeping at most sendWindow receipts outstanding
+// and checking them in the order the messages were sent.
+type sender struct {
+	c       *client.Conn
+	dest    string
+	hdrs    []stomp.Header
+	receipt bool
+	timeout time.Duration
+	server  string
+
+	sent    int
+	pending []pendingSend
+}
+
+type pendingSend struct {
+	n  int // 1-based message number
+	ch <-chan client.Result
+}
+
+func (s *sender) send(body []byte) error {
+	s.sent++
+	if !s.receipt {
+		if err := s.c.Send(s.dest, body, s.hdrs...); err != nil {
+			return failure(s.server, fmt.Sprintf("send message %d to %s", s.sent, s.dest), err)
+		}
+		return nil
+	}
+	if len(s.pending) == sendWindow {
+		if err := s.waitOldest(); err != nil {
+			return err
+		}
+	}
+	ch, err := s.c.SendAsync(s.dest, body, s.hdrs...)
+	if err != nil {
+		return failure(s.server, fmt.Sprintf("send message %d to %s", s.sent, s.dest), err)
+	}
+	s.pending = append(s.pending, pendingSend{n: s.sent, ch: ch})
+	return nil
+}
+
+func (s *sender) waitOldest() error {
+	p := s.pending[0]
+	s.pending = s.pending[1:]
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case r := <-p.ch:
+		if r.Err != nil {
+			return failure(s.server, fmt.Sprintf("message %d to %s not accepted", p.n, s.dest), r.Err)
+		}
+		return nil
+	case <-t.C:
+		return &exitError{code: exitTimeout, err: fmt.Errorf(
+			"no receipt for message %d to %s within %v; the server may be overloaded or stalled (see heraldd's log), or raise --timeout",
+			p.n, s.dest, s.timeout)}
+	}
+}
+
+// drain waits for every outstanding receipt.
+func (s *sender) drain() error {
+	for len(s.pending) > 0 {
+		if err := s.waitOldest(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendLines sends each line of r, without its LF or CRLF, as a message.
+func (s *sender) sendLines(r io.Reader) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return &exitError{code: exitOther, err: fmt.Errorf("read stdin: %w", err)}
+		}
+		if len(line) > 0 {
+			body := strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r")
+			if serr := s.send([]byte(body)); serr != nil {
+				return serr
+			}
+		}
+		if err != nil { // io.EOF
+			return nil
+		}
+		line = line[:0]
+	}
+}
