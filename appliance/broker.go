@@ -107,7 +107,7 @@ func (b *Broker) Open(ctx context.Context) error {
 	for _, st := range states {
 		q := b.queue(st.Name)
 		q.mu.Lock()
-		q.count, q.bytes, q.spilled = st.Count, st.Bytes, true
+		q.count, q.bytes, q.spilled, q.lastID = st.Count, st.Bytes, true, st.MaxID
 		q.mu.Unlock()
 		if err := q.pageIn(ctx); err != nil {
 			return fmt.Errorf("recover queue %s: %w", st.Name, err)

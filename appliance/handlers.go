@@ -319,6 +319,7 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 	}
 	if kind == destTopic {
 		s.subs[id] = sub
+		s.nsubs.Add(1)
 		s.b.topics.add(sub)
 		s.receipt(f)
 		return true
@@ -349,6 +350,7 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 	}
 	sub.q = s.b.queue(name)
 	s.subs[id] = sub
+	s.nsubs.Add(1)
 	// Receipt first, so a client waiting for it sees it before messages.
 	s.receipt(f)
 	sub.q.addConsumer(sub)
@@ -370,6 +372,7 @@ func (s *session) onUnsubscribe(f *stomp.Frame) bool {
 		return false
 	}
 	delete(s.subs, id)
+	s.nsubs.Add(-1)
 	s.endSubscription(sub)
 	s.receipt(f)
 	return true

@@ -25,6 +25,10 @@ const (
 	// kept) and deliveries set to Deliveries, under a new ID (NewID):
 	// dead-lettering, requeue from a DLQ.
 	OpMove
+	// OpPurge deletes every message of queue Queue with an ID up to ID,
+	// except those listed in Keep (in flight). Affected is set to the number
+	// deleted and Bytes to their size.
+	OpPurge
 	// OpBarrier does nothing; its batch completes after every batch submitted
 	// before it.
 	OpBarrier
@@ -43,7 +47,10 @@ type Op struct {
 
 	Duplicate bool // out, OpEnqueue: dedup id seen before; DupOf holds the first ID
 	DupOf     uint64
-	NewID     uint64 // out, OpMove
+	NewID     uint64   // out, OpMove
+	Keep      []uint64 // OpPurge
+	Affected  int      // out, OpPurge
+	Bytes     int64    // out, OpPurge
 }
 
 // Batch is a set of operations applied atomically, in order.
@@ -60,7 +67,8 @@ type QueueState struct {
 	Name   string
 	Count  int
 	Bytes  int64
-	Oldest int64 // ms since epoch of the oldest message's enqueue, 0 if empty
+	Oldest int64  // ms since epoch of the oldest message's enqueue, 0 if empty
+	MaxID  uint64 // highest message ID in the queue
 }
 
 // Journal is the durable store behind queues. Implementations batch every

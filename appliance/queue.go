@@ -39,6 +39,7 @@ type queue struct {
 
 	// paging: messages with ID > memTail may be in the journal only.
 	memTail  uint64
+	lastID   uint64 // highest committed message ID known to this queue
 	spilled  bool
 	spillSeq uint64
 	paging   bool
@@ -115,6 +116,7 @@ func (q *queue) committed(m *Message, reserved bool) {
 	}
 	q.count++
 	q.bytes += int64(m.Size())
+	q.lastID = max(q.lastID, m.ID)
 	if m.ID <= q.memTail {
 		// already paged in by a reader that saw the commit first
 	} else if q.spilled || q.memLocked() >= q.b.cfg.Queues.MemoryWindow {

@@ -230,3 +230,5 @@ func (h *delayHeap) Pop() any {
 	*h = old[:n-1]
 	return x
 }
+
+func initHeap(h *delayHeap) { heap.Init(h) }

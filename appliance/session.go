@@ -53,6 +53,7 @@ type session struct {
 	txs  map[string]*transaction
 
 	jpending atomic.Int64 // journal batches submitted, not completed
+	nsubs    atomic.Int32 // len(subs), readable by admin
 	done     chan struct{}
 
 	started                              time.Time

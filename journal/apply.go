@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 
 	"github.com/herald-mq/herald/appliance"
 )
@@ -115,10 +116,32 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 			if _, err := s.st.delete.ExecContext(ctx, int64(op.ID)); err != nil {
 				return err
 			}
+		case appliance.OpPurge:
+			if err := s.purge(ctx, op); err != nil {
+				return err
+			}
 		case appliance.OpBarrier:
 		default:
 			return fmt.Errorf("journal: unknown op kind %d", op.Kind)
 		}
 	}
 	return nil
+}
+
+// purge deletes the messages of op.Queue up to op.ID except op.Keep.
+func (s *Store) purge(ctx context.Context, op *appliance.Op) error {
+	q, err := s.qid(ctx, op.Queue)
+	if err != nil {
+		return err
+	}
+	keep := "-1"
+	for _, id := range op.Keep {
+		keep += "," + strconv.FormatUint(id, 10)
+	}
+	where := "qid=? AND id<=? AND id NOT IN (" + keep + ")"
+	if err := s.wc.QueryRowContext(ctx, "SELECT count(*), coalesce(sum(size),0) FROM messages WHERE "+where, q, int64(op.ID)).Scan(&op.Affected, &op.Bytes); err != nil {
+		return err
+	}
+	_, err = s.wc.ExecContext(ctx, "DELETE FROM messages WHERE "+where, q, int64(op.ID))
+	return err
 }

@@ -9,7 +9,7 @@ import (
 
 // Queues lists every queue that holds messages.
 func (s *Store) Queues(ctx context.Context) ([]appliance.QueueState, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT q.name, count(*), coalesce(sum(m.size),0), coalesce(min(m.enqueued),0)
+	rows, err := s.db.QueryContext(ctx, `SELECT q.name, count(*), coalesce(sum(m.size),0), coalesce(min(m.enqueued),0), max(m.id)
 		FROM messages m JOIN queues q ON q.id = m.qid GROUP BY m.qid ORDER BY q.name`)
 	if err != nil {
 		return nil, fmt.Errorf("journal: list queues: %w", err)
@@ -18,9 +18,11 @@ func (s *Store) Queues(ctx context.Context) ([]appliance.QueueState, error) {
 	var out []appliance.QueueState
 	for rows.Next() {
 		var q appliance.QueueState
-		if err := rows.Scan(&q.Name, &q.Count, &q.Bytes, &q.Oldest); err != nil {
+		var maxID int64
+		if err := rows.Scan(&q.Name, &q.Count, &q.Bytes, &q.Oldest, &maxID); err != nil {
 			return nil, fmt.Errorf("journal: list queues: %w", err)
 		}
+		q.MaxID = uint64(maxID)
 		out = append(out, q)
 	}
 	return out, rows.Err()

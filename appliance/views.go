@@ -1,0 +1,258 @@
+package appliance
+
+import (
+	"sort"
+	"strings"
+	"time"
+)
+
+// Views are read-only snapshots of the broker for the admin API and
+// metrics. Their JSON is part of the admin contract (docs/admin-api.md).
+
+// QueueView is one queue.
+type QueueView struct {
+	Name           string  `json:"name"`
+	Messages       int     `json:"messages"` // every committed message: ready + in flight + delayed + paged out
+	Bytes          int64   `json:"bytes"`
+	Ready          int     `json:"ready"` // Messages - InFlight - Delayed
+	InFlight       int     `json:"in_flight"`
+	Delayed        int     `json:"delayed"`
+	Consumers      int     `json:"consumers"`
+	OldestAgeSec   float64 `json:"oldest_age_seconds"` // of the oldest message in memory; 0 if empty
+	DLQ            string  `json:"dlq"`
+	DLQDepth       int     `json:"dlq_depth"`
+	Enqueued       uint64  `json:"enqueued_total"`
+	Delivered      uint64  `json:"delivered_total"`
+	Redelivered    uint64  `json:"redelivered_total"`
+	Acked          uint64  `json:"acked_total"`
+	Expired        uint64  `json:"expired_total"`
+	DeadLettered   uint64  `json:"dead_lettered_total"`
+	StaleAcks      uint64  `json:"stale_acks_total"`
+	AckTimeouts    uint64  `json:"ack_timeouts_total"`
+	BlockedSends   uint64  `json:"blocked_sends_total"`
+	BlockedSeconds float64 `json:"blocked_seconds_total"`
+}
+
+// TopicView is one topic that saw traffic or has subscribers.
+type TopicView struct {
+	Name        string `json:"name"`
+	Subscribers int    `json:"subscribers"`
+	In          uint64 `json:"in_total"`
+	Out         uint64 `json:"out_total"`
+	Dropped     uint64 `json:"dropped_total"`
+}
+
+// ConnView is one STOMP connection.
+type ConnView struct {
+	ID            uint64    `json:"id"`
+	Peer          string    `json:"peer"`
+	Login         string    `json:"login"`
+	Version       string    `json:"version"`
+	Connected     time.Time `json:"connected_at"`
+	Subscriptions int       `json:"subscriptions"`
+	FramesIn      uint64    `json:"frames_in"`
+	FramesOut     uint64    `json:"frames_out"`
+	BytesIn       uint64    `json:"bytes_in"`
+	MessagesIn    uint64    `json:"messages_in"`
+	MessagesOut   uint64    `json:"messages_out"`
+	SlowDrops     uint64    `json:"slow_drops"`
+}
+
+// StatsView holds broker-wide totals.
+type StatsView struct {
+	Connections      int      `json:"connections"`
+	ConnectionsTotal uint64   `json:"connections_total"`
+	Refused          uint64   `json:"connections_refused_total"`
+	SlowDrops        uint64   `json:"slow_subscriber_drops_total"`
+	StaleAcks        uint64   `json:"stale_acks_total"`
+	DedupHits        uint64   `json:"dedup_hits_total"`
+	DeadLettered     uint64   `json:"dead_lettered_total"`
+	TopicIn          uint64   `json:"topic_messages_in_total"`
+	TopicOut         uint64   `json:"topic_messages_out_total"`
+	DiskLow          bool     `json:"disk_low"`
+	Listeners        []string `json:"listeners"`
+}
+
+// Stats returns broker-wide totals.
+func (b *Broker) Stats() StatsView {
+	b.mu.Lock()
+	n := len(b.sessions)
+	var ls []string
+	for _, l := range b.listeners {
+		ls = append(ls, l.Addr().String())
+	}
+	b.mu.Unlock()
+	return StatsView{
+		Connections:      n,
+		ConnectionsTotal: b.stats.connections.Load(),
+		Refused:          b.stats.refused.Load(),
+		SlowDrops:        b.stats.slowDrops.Load(),
+		StaleAcks:        b.stats.staleAcks.Load(),
+		DedupHits:        b.stats.dedupHits.Load(),
+		DeadLettered:     b.stats.deadLettered.Load(),
+		TopicIn:          b.stats.topicIn.Load(),
+		TopicOut:         b.stats.topicOut.Load(),
+		DiskLow:          b.diskLow.Load(),
+		Listeners:        ls,
+	}
+}
+
+// Queues returns every queue, sorted by name.
+func (b *Broker) Queues() []QueueView {
+	b.mu.Lock()
+	qs := make([]*queue, 0, len(b.queues))
+	for _, q := range b.queues {
+		qs = append(qs, q)
+	}
+	b.mu.Unlock()
+	out := make([]QueueView, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, q.view())
+	}
+	depth := map[string]int{}
+	for _, v := range out {
+		depth[v.Name] = v.Messages
+	}
+	for i := range out {
+		out[i].DLQDepth = depth[out[i].DLQ]
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Queue returns one queue's view.
+func (b *Broker) Queue(name string) (QueueView, bool) {
+	q := b.lookupQueue(name)
+	if q == nil {
+		return QueueView{}, false
+	}
+	v := q.view()
+	if d := b.lookupQueue(v.DLQ); d != nil {
+		d.mu.Lock()
+		v.DLQDepth = d.count
+		d.mu.Unlock()
+	}
+	return v, true
+}
+
+func (q *queue) view() QueueView {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	v := QueueView{
+		Name:           q.name,
+		Messages:       q.count,
+		Bytes:          q.bytes,
+		InFlight:       len(q.inflight),
+		Delayed:        len(q.delayed),
+		Consumers:      len(q.consumers),
+		Enqueued:       q.enqueued.Load(),
+		Delivered:      q.delivered.Load(),
+		Redelivered:    q.redelivered.Load(),
+		Acked:          q.acked.Load(),
+		Expired:        q.expired.Load(),
+		DeadLettered:   q.dlqMoved.Load(),
+		StaleAcks:      q.staleAcks.Load(),
+		AckTimeouts:    q.ackTimeouts.Load(),
+		BlockedSends:   q.blocked.Load(),
+		BlockedSeconds: time.Duration(q.blockedNs.Load()).Seconds(),
+	}
+	if !strings.HasPrefix(q.name, q.b.cfg.Queues.DeadLetterQueue) {
+		v.DLQ = q.deadLetterQueue()
+	}
+	v.Ready = max(v.Messages-v.InFlight-v.Delayed, 0)
+	oldest := int64(0)
+	consider := func(m *Message) {
+		if m.Enqueued > 0 && (oldest == 0 || m.Enqueued < oldest) {
+			oldest = m.Enqueued
+		}
+	}
+	if len(q.ready) > 0 {
+		consider(q.ready[0])
+	}
+	for _, d := range q.inflight {
+		consider(d.msg)
+	}
+	for _, m := range q.delayed {
+		consider(m)
+	}
+	if oldest > 0 {
+		v.OldestAgeSec = q.b.now().Sub(time.UnixMilli(oldest)).Seconds()
+	}
+	return v
+}
+
+// Topics returns every topic with traffic or subscribers, sorted by name.
+// Wildcard subscriptions are listed under their pattern.
+func (b *Broker) Topics() []TopicView {
+	snap := b.topics.snap.Load()
+	views := map[string]*TopicView{}
+	get := func(name string) *TopicView {
+		v := views[name]
+		if v == nil {
+			v = &TopicView{Name: name}
+			views[name] = v
+		}
+		return v
+	}
+	for name, subs := range snap.exact {
+		get(name).Subscribers += len(subs)
+	}
+	for _, s := range snap.wild {
+		get(s.name).Subscribers++
+	}
+	b.topics.stats.Range(func(k, v any) bool {
+		st := v.(*topicStats)
+		tv := get(k.(string))
+		tv.In, tv.Out, tv.Dropped = st.in.Load(), st.out.Load(), st.dropped.Load()
+		return true
+	})
+	out := make([]TopicView, 0, len(views))
+	for _, v := range views {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Connections returns every STOMP connection, by id.
+func (b *Broker) Connections() []ConnView {
+	b.mu.Lock()
+	ss := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		ss = append(ss, s)
+	}
+	b.mu.Unlock()
+	out := make([]ConnView, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, ConnView{
+			ID:            s.id,
+			Peer:          s.peer,
+			Login:         s.login,
+			Version:       s.version,
+			Connected:     s.started,
+			Subscriptions: int(s.nsubs.Load()),
+			FramesIn:      s.framesIn.Load(),
+			FramesOut:     s.framesOut.Load(),
+			BytesIn:       s.bytesIn.Load(),
+			MessagesIn:    s.msgsIn.Load(),
+			MessagesOut:   s.msgsOut.Load(),
+			SlowDrops:     s.slowDrops.Load(),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// CloseConnection ends connection id with an ERROR saying why; false if
+// there is no such connection.
+func (b *Broker) CloseConnection(id uint64, reason string) bool {
+	b.mu.Lock()
+	s := b.sessions[id]
+	b.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	s.log.Info("connection closed by the operator", "reason", reason)
+	s.shutdown(reason)
+	return true
+}
