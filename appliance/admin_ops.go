@@ -65,6 +65,12 @@ func (q *queue) purge(ctx context.Context) (int, error) {
 	// Nothing up to upTo may come back into memory: clear the window and
 	// move the paging cursor past it. In-flight messages stay; a NACK
 	// returns them as usual.
+	for _, m := range q.delayed {
+		if m.holdsGroup {
+			m.holdsGroup = false
+			q.releaseGroupLocked(m.Group)
+		}
+	}
 	q.ready, q.delayed = nil, nil
 	q.memTail = max(q.memTail, upTo)
 	q.spilled = false

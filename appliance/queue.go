@@ -39,7 +39,8 @@ type queue struct {
 
 	// paging: messages with ID > memTail may be in the journal only.
 	memTail  uint64
-	lastID   uint64 // highest committed message ID known to this queue
+	groups   map[string]int // message groups with a message in flight (or in NACK back-off)
+	lastID   uint64         // highest committed message ID known to this queue
 	spilled  bool
 	spillSeq uint64
 	paging   bool
@@ -72,7 +73,7 @@ type delivery struct {
 }
 
 func newQueue(b *Broker, name string) *queue {
-	return &queue{b: b, name: name, inflight: map[uint64]*delivery{}, space: make(chan struct{})}
+	return &queue{b: b, name: name, inflight: map[uint64]*delivery{}, groups: map[string]int{}, space: make(chan struct{})}
 }
 
 // --- ready list ---------------------------------------------------------
@@ -231,9 +232,17 @@ func (q *queue) dispatchLocked() {
 		if sub == nil {
 			break
 		}
-		m := q.ready[0]
-		q.ready[0] = nil
-		q.ready = q.ready[1:]
+		i := q.nextReadyLocked()
+		if i < 0 {
+			break
+		}
+		m := q.ready[i]
+		if i == 0 {
+			q.ready[0] = nil
+			q.ready = q.ready[1:]
+		} else {
+			q.ready = append(q.ready[:i], q.ready[i+1:]...)
+		}
 		if m.Expires != 0 && m.Expires <= now.UnixMilli() {
 			q.expireLocked(m)
 			continue
@@ -242,6 +251,9 @@ func (q *queue) dispatchLocked() {
 		d := &delivery{msg: m, sub: sub, attempt: m.Deliveries}
 		d.token = strconv.FormatUint(m.ID, 10) + "." + strconv.Itoa(d.attempt)
 		q.inflight[m.ID] = d
+		if m.Group != "" {
+			q.groups[m.Group]++
+		}
 		if to := sub.ackTimeout; to > 0 && sub.ack != ackAuto {
 			d.deadline = now.Add(to)
 			q.armTimerLocked()
@@ -260,6 +272,41 @@ func (q *queue) dispatchLocked() {
 		q.claims = append(q.claims, claim{d: d, frame: f})
 	}
 	q.maybePageLocked()
+}
+
+// maxGroupScan bounds how far past blocked groups dispatch looks for a
+// deliverable message.
+const maxGroupScan = 4096
+
+// nextReadyLocked returns the index of the first ready message whose group
+// (if any) has nothing in flight, or -1.
+func (q *queue) nextReadyLocked() int {
+	for i, m := range q.ready {
+		if i >= maxGroupScan {
+			break
+		}
+		if m.Group == "" || q.groups[m.Group] == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// endLocked ends a delivery: no longer held by its consumer. A NACKed
+// grouped message waiting out its back-off keeps blocking its group (see
+// releaseGroupLocked), so that the group's order holds.
+func (q *queue) endLocked(d *delivery) {
+	d.released = true
+	delete(q.inflight, d.msg.ID)
+	if g := d.msg.Group; g != "" {
+		q.releaseGroupLocked(g)
+	}
+}
+
+func (q *queue) releaseGroupLocked(g string) {
+	if q.groups[g]--; q.groups[g] <= 0 {
+		delete(q.groups, g)
+	}
 }
 
 func (q *queue) nextConsumerLocked() *subscription {
@@ -408,8 +455,7 @@ func (q *queue) takeLocked(sub *subscription, token string, byID bool) []*delive
 		sub.inflight = append(sub.inflight[:idx:idx], sub.inflight[idx+1:]...)
 	}
 	for _, d := range taken {
-		d.released = true
-		delete(q.inflight, d.msg.ID)
+		q.endLocked(d)
 	}
 	return taken
 }
@@ -469,8 +515,7 @@ func (q *queue) autoAcked(d *delivery) {
 		q.mu.Unlock()
 		return
 	}
-	d.released = true
-	delete(q.inflight, d.msg.ID)
+	q.endLocked(d)
 	sub := d.sub
 	for i, x := range sub.inflight {
 		if x == d {
@@ -510,6 +555,11 @@ func (q *queue) nack(sub *subscription, token string, byID, requeue bool) ackRes
 			dead = append(dead, pendingDead{d: d, idx: len(ops), reason: "max-deliveries"})
 			ops = append(ops, q.deadLetterOp(m, "max-deliveries"))
 		default:
+			if m.Group != "" {
+				// Still blocks its group until it is ready again.
+				q.groups[m.Group]++
+				m.holdsGroup = true
+			}
 			m.NotBefore = now.Add(q.backoff(m.Deliveries)).UnixMilli()
 			ops = append(ops, Op{Kind: OpRelease, ID: m.ID, NotBefore: m.NotBefore})
 			q.placeLocked(m, now)

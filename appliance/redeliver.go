@@ -77,8 +77,7 @@ func (pd pendingDead) msg() *Message {
 // timeout, failed claim). A claimed message that reached max_deliveries is
 // dead-lettered instead, through flushReleases.
 func (q *queue) releaseLocked(d *delivery, reason string) {
-	d.released = true
-	delete(q.inflight, d.msg.ID)
+	q.endLocked(d)
 	q.b.log.Debug("message released", "queue", q.name, "id", d.msg.ID, "reason", reason)
 	if d.claimed && d.msg.Deliveries >= q.b.cfg.Queues.MaxDeliveries {
 		q.dead = append(q.dead, pendingDead{d: d, reason: "max-deliveries"})
@@ -130,7 +129,12 @@ func (q *queue) flushReleases() {
 func (q *queue) promoteLocked(now time.Time) {
 	ms := now.UnixMilli()
 	for len(q.delayed) > 0 && q.delayed[0].NotBefore <= ms {
-		q.insertReadyLocked(heap.Pop(&q.delayed).(*Message))
+		m := heap.Pop(&q.delayed).(*Message)
+		if m.holdsGroup {
+			m.holdsGroup = false
+			q.releaseGroupLocked(m.Group)
+		}
+		q.insertReadyLocked(m)
 	}
 	if q.timeouts > 0 {
 		q.timeouts = 0
