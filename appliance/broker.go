@@ -52,6 +52,7 @@ type Broker struct {
 
 	nextSession atomic.Uint64
 	diskLow     atomic.Bool
+	diskChecked atomic.Int64 // unix ns of the last statfs
 	stats       brokerStats
 
 	wg   sync.WaitGroup // accept loops, sessions, disk watcher
@@ -257,7 +258,8 @@ func (b *Broker) lookupQueue(name string) *queue {
 	return b.queues[name]
 }
 
-// watchDisk keeps diskLow current for the data directory.
+// watchDisk keeps diskLow current for the data directory, so that space
+// coming back is noticed even when no SEND arrives.
 func (b *Broker) watchDisk() {
 	defer b.wg.Done()
 	if b.cfg.Journal.MinFreeBytes <= 0 {
@@ -266,22 +268,41 @@ func (b *Broker) watchDisk() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(b.cfg.DataDir, &st); err == nil {
-			free := int64(st.Bavail) * int64(st.Bsize)
-			low := free < b.cfg.Journal.MinFreeBytes
-			if low != b.diskLow.Swap(low) {
-				if low {
-					b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg.DataDir, "free_bytes", free, "floor_bytes", b.cfg.Journal.MinFreeBytes)
-				} else {
-					b.log.Info("free disk space back above the floor: accepting queue SENDs", "dir", b.cfg.DataDir, "free_bytes", free)
-				}
-			}
-		}
+		b.checkDisk(true)
 		select {
 		case <-t.C:
 		case <-b.stop:
 			return
 		}
 	}
+}
+
+// diskCheckEvery bounds how often SENDs re-read the free space.
+const diskCheckEvery = 20 * time.Millisecond
+
+// checkDisk refreshes diskLow from statfs (at most every diskCheckEvery
+// unless force) and returns it.
+func (b *Broker) checkDisk(force bool) bool {
+	if b.cfg.Journal.MinFreeBytes <= 0 {
+		return false
+	}
+	now := time.Now().UnixNano()
+	if last := b.diskChecked.Load(); !force && now-last < int64(diskCheckEvery) {
+		return b.diskLow.Load()
+	}
+	b.diskChecked.Store(now)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(b.cfg.DataDir, &st); err != nil {
+		return b.diskLow.Load()
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	low := free < b.cfg.Journal.MinFreeBytes
+	if low != b.diskLow.Swap(low) {
+		if low {
+			b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg.DataDir, "free_bytes", free, "floor_bytes", b.cfg.Journal.MinFreeBytes)
+		} else {
+			b.log.Info("free disk space back above the floor: accepting queue SENDs", "dir", b.cfg.DataDir, "free_bytes", free)
+		}
+	}
+	return low
 }

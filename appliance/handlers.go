@@ -191,7 +191,7 @@ func (s *session) onSend(f *stomp.Frame) bool {
 // with policy block it waits (the socket is not read meanwhile: TCP
 // backpressure) up to block_timeout. False: the session was failed.
 func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
-	if s.b.diskLow.Load() {
+	if s.b.checkDisk(false) {
 		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below journal.min_free_bytes (%d); queue %s accepts no messages until space is freed. Nothing was stored.", s.b.cfg.DataDir, s.b.cfg.Journal.MinFreeBytes, q.name))
 		return false
 	}

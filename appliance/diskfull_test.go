@@ -1,0 +1,125 @@
+package appliance_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/internal/testenv"
+)
+
+// mountTmpfs mounts a tmpfs of size (like "4m") on a new directory.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	testenv.RequireRoot(t, "mount", "umount")
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+func remount(t *testing.T, dir, size string) {
+	t.Helper()
+	if out, err := exec.Command("mount", "-o", "remount,size="+size, dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount: %v: %s", err, out)
+	}
+}
+
+// fill sends 4 KiB messages with receipts until the broker refuses one; it
+// returns the bodies receipted and the refusal.
+func fill(t *testing.T, tb *testBroker, dest string) ([]string, error) {
+	t.Helper()
+	var ok []string
+	body := strings.Repeat("x", 4000)
+	for i := 0; i < 100000; i++ {
+		c, err := client.Dial(ctxT(t), tb.addr, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			b := body + string(rune('a'+len(ok)%26))
+			if _, err := c.SendReceipt(ctxT(t), dest, []byte(b)); err != nil {
+				c.Close()
+				return ok, err
+			}
+			ok = append(ok, b)
+		}
+	}
+	return ok, nil
+}
+
+func TestDiskFull_Floor(t *testing.T) {
+	dir := mountTmpfs(t, "24m")
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.DataDir = dir
+		c.Journal.MinFreeBytes = 12 << 20
+	})
+	ok, err := fill(t, tb, "/queue/floor")
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("after %d messages: got %v, want ERROR disk full", len(ok), err)
+	}
+	if !strings.Contains(err.Error(), "min_free_bytes") {
+		t.Fatalf("error does not say what to do: %v", err)
+	}
+	remount(t, dir, "256m")
+	// It recovers by itself once space returns.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := tb.dial(t)
+		_, err := c.SendReceipt(ctxT(t), "/queue/floor", []byte("after"))
+		c.Close()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refused 10s after space returned: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	checkAll(t, tb, "/queue/floor", append(ok, "after"))
+}
+
+func TestDiskFull_ENOSPC(t *testing.T) {
+	dir := mountTmpfs(t, "3m")
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.DataDir = dir
+		c.Journal.MinFreeBytes = 0 // no floor: hit the real ENOSPC
+	})
+	ok, err := fill(t, tb, "/queue/enospc")
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("after %d messages: got %v, want ERROR naming disk full", len(ok), err)
+	}
+	if len(ok) == 0 {
+		t.Fatal("nothing stored before the disk filled")
+	}
+	// The daemon is alive; with space back, sends succeed again and
+	// nothing receipted was lost, also across a restart.
+	remount(t, dir, "64m")
+	c := tb.dial(t)
+	if _, err := c.SendReceipt(ctxT(t), "/queue/enospc", []byte("after")); err != nil {
+		t.Fatalf("send after space returned: %v", err)
+	}
+	c.Close()
+	tb.restart()
+	checkAll(t, tb, "/queue/enospc", append(ok, "after"))
+}
+
+func checkAll(t *testing.T, tb *testBroker, dest string, want []string) {
+	t.Helper()
+	c := tb.dial(t)
+	sub, err := c.Subscribe(dest, "auto", hdr("prefetch-count", "1000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		if m := recv(t, sub); string(m.Body) != w {
+			t.Fatalf("message %d: got %.8q..., want %.8q...", i, m.Body, w)
+		}
+	}
+	expectNone(t, sub, 100*time.Millisecond)
+}
