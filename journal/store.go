@@ -329,58 +329,82 @@ func (s *Store) completer() {
 	}
 }
 
-// commit applies batches in one transaction, each in a savepoint.
+// commit applies batches in one transaction. The fast path runs them
+// without savepoints; if one fails, the transaction is rolled back and
+// redone with a savepoint per batch so that the failing batch fails alone.
 func (s *Store) commit(batches []*appliance.Batch, nops int) []error {
+	errs, retry := s.commitTx(batches, false)
+	if retry {
+		errs, _ = s.commitTx(batches, true)
+	}
+	if errs == nil {
+		errs = make([]error, len(batches))
+	}
+	return errs
+}
+
+// commitTx runs one transaction. Without savepoints, a failing batch makes
+// it return retry=true after rolling back.
+func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []error, retry bool) {
 	ctx := context.Background()
-	errs := make([]error, len(batches))
-	fail := func(err error) []error {
+	fail := func(err error) ([]error, bool) {
 		s.failed.Add(1)
 		err = classify(err)
+		errs := make([]error, len(batches))
 		for i := range errs {
 			errs[i] = err
 		}
 		s.qids = map[string]int64{} // rolled back: created queues may be gone
-		return errs
+		return errs, false
+	}
+	rollback := func() {
+		s.wc.ExecContext(ctx, "ROLLBACK")
+		s.qids = map[string]int64{}
 	}
 	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fail(err)
 	}
 	now := s.cfg.Now().UnixMilli()
-	single := len(batches) == 1
+	nops := 0
 	for i, b := range batches {
-		if !single {
-			if _, err := s.wc.ExecContext(ctx, "SAVEPOINT b"); err != nil {
-				s.wc.ExecContext(ctx, "ROLLBACK")
-				return fail(err)
+		nops += len(b.Ops)
+		if !savepoints {
+			if err := s.apply(ctx, b, now); err != nil {
+				rollback()
+				if len(batches) == 1 {
+					return fail(err)
+				}
+				return nil, true
 			}
+			continue
 		}
-		err := s.apply(ctx, b, now)
-		if err != nil {
-			if single {
-				s.wc.ExecContext(ctx, "ROLLBACK")
-				return fail(err)
-			}
+		if _, err := s.wc.ExecContext(ctx, "SAVEPOINT b"); err != nil {
+			rollback()
+			return fail(err)
+		}
+		if err := s.apply(ctx, b, now); err != nil {
 			if _, rerr := s.wc.ExecContext(ctx, "ROLLBACK TO b"); rerr != nil {
-				s.wc.ExecContext(ctx, "ROLLBACK")
+				rollback()
 				return fail(rerr)
 			}
 			s.qids = map[string]int64{}
+			if errs == nil {
+				errs = make([]error, len(batches))
+			}
 			errs[i] = classify(err)
 		}
-		if !single {
-			if _, err := s.wc.ExecContext(ctx, "RELEASE b"); err != nil {
-				s.wc.ExecContext(ctx, "ROLLBACK")
-				return fail(err)
-			}
+		if _, err := s.wc.ExecContext(ctx, "RELEASE b"); err != nil {
+			rollback()
+			return fail(err)
 		}
 	}
 	if _, err := s.wc.ExecContext(ctx, "COMMIT"); err != nil {
-		s.wc.ExecContext(ctx, "ROLLBACK")
+		rollback()
 		return fail(err)
 	}
 	s.commits.Add(1)
 	s.ops.Add(uint64(nops))
-	return errs
+	return errs, false
 }
 
 // ErrDiskFull is returned for batches that failed because the disk is full.
