@@ -18,6 +18,7 @@ type QueueView struct {
 	InFlight       int     `json:"in_flight"`
 	Delayed        int     `json:"delayed"`
 	Consumers      int     `json:"consumers"`
+	InMemory       int     `json:"in_memory"` // messages held in memory (the paged-in window and in flight)
 	OldestAgeSec   float64 `json:"oldest_age_seconds"` // of the oldest message in memory; 0 if empty
 	DLQ            string  `json:"dlq"`
 	DLQDepth       int     `json:"dlq_depth"`
@@ -145,6 +146,7 @@ func (q *queue) view() QueueView {
 		InFlight:       len(q.inflight),
 		Delayed:        len(q.delayed),
 		Consumers:      len(q.consumers),
+		InMemory:       q.memLocked() + len(q.inflight),
 		Enqueued:       q.enqueued.Load(),
 		Delivered:      q.delivered.Load(),
 		Redelivered:    q.redelivered.Load(),
