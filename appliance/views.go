@@ -18,7 +18,7 @@ type QueueView struct {
 	InFlight       int     `json:"in_flight"`
 	Delayed        int     `json:"delayed"`
 	Consumers      int     `json:"consumers"`
-	InMemory       int     `json:"in_memory"` // messages held in memory (the paged-in window and in flight)
+	InMemory       int     `json:"in_memory"`          // messages held in memory (the paged-in window and in flight)
 	OldestAgeSec   float64 `json:"oldest_age_seconds"` // of the oldest message in memory; 0 if empty
 	DLQ            string  `json:"dlq"`
 	DLQDepth       int     `json:"dlq_depth"`
