@@ -157,6 +157,9 @@ func (q *queue) reserve(size int) (bool, string, <-chan struct{}) {
 }
 
 func (q *queue) signalSpaceLocked() {
+	if c := q.b.cfg.Queues; c.MaxMessages == 0 && c.MaxBytes == 0 {
+		return // no limits: nobody waits for space
+	}
 	close(q.space)
 	q.space = make(chan struct{})
 }
@@ -266,7 +269,7 @@ func (q *queue) dispatchLocked() {
 		f := q.frameFor(d)
 		if sub.ack == ackAuto {
 			d.claimed = true
-			sub.s.deliverQueue(f, func() { q.autoAcked(d) })
+			sub.s.deliverQueue(f, d)
 			continue
 		}
 		q.claims = append(q.claims, claim{d: d, frame: f})
@@ -508,27 +511,43 @@ func (q *queue) deleted(ds []*delivery, err error) {
 	q.flush()
 }
 
-// autoAcked deletes an auto-ack delivery once its MESSAGE was written.
-func (q *queue) autoAcked(d *delivery) {
-	q.mu.Lock()
-	if d.released {
-		q.mu.Unlock()
-		return
-	}
-	q.endLocked(d)
-	sub := d.sub
-	for i, x := range sub.inflight {
-		if x == d {
-			sub.inflight = append(sub.inflight[:i], sub.inflight[i+1:]...)
-			break
+// autoAcked deletes auto-ack deliveries once their MESSAGEs were written:
+// one journal batch per queue.
+func autoAcked(ds []*delivery) {
+	for len(ds) > 0 {
+		q := ds[0].sub.q
+		var mine, rest []*delivery
+		for _, d := range ds {
+			if d.sub.q == q {
+				mine = append(mine, d)
+			} else {
+				rest = append(rest, d)
+			}
 		}
+		q.autoAcked(mine)
+		ds = rest
+	}
+}
+
+func (q *queue) autoAcked(ds []*delivery) {
+	q.mu.Lock()
+	ops := make([]Op, 0, len(ds))
+	taken := ds[:0:0]
+	for _, d := range ds {
+		if d.released {
+			continue
+		}
+		q.endLocked(d)
+		q.removeFromSubLocked(d)
+		ops = append(ops, Op{Kind: OpDelete, ID: d.msg.ID})
+		taken = append(taken, d)
 	}
 	q.dispatchLocked()
 	q.mu.Unlock()
 	q.flush()
-	q.b.j.Submit(&Batch{Ops: []Op{{Kind: OpDelete, ID: d.msg.ID}}, Done: func(_ *Batch, err error) {
-		q.deleted([]*delivery{d}, err)
-	}})
+	if len(ops) > 0 {
+		q.b.j.Submit(&Batch{Ops: ops, Done: func(_ *Batch, err error) { q.deleted(taken, err) }})
+	}
 }
 
 // nack returns the deliveries after a back-off, or dead-letters them when

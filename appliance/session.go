@@ -16,10 +16,10 @@ import (
 
 // outItem is one frame waiting for the session's writer.
 type outItem struct {
-	f         *stomp.Frame
-	onWritten func() // auto-ack deletes
-	topic     bool
-	last      bool // close the connection after writing this
+	f       *stomp.Frame
+	autoAck *delivery // auto-ack delivery: delete once written
+	topic   bool
+	last    bool // close the connection after writing this
 }
 
 // session is one STOMP connection: a reader (the run goroutine), which
@@ -204,8 +204,9 @@ func (s *session) push(it outItem) bool {
 func (s *session) send(f *stomp.Frame) { s.push(outItem{f: f}) }
 
 // deliverQueue queues a MESSAGE from a queue; bounded by prefetch credit.
-func (s *session) deliverQueue(f *stomp.Frame, onWritten func()) {
-	s.push(outItem{f: f, onWritten: onWritten})
+// autoAck, when set, is deleted from its queue once the frame is written.
+func (s *session) deliverQueue(f *stomp.Frame, autoAck *delivery) {
+	s.push(outItem{f: f, autoAck: autoAck})
 }
 
 // deliverTopic queues a MESSAGE from a topic; false when the subscriber is
@@ -268,6 +269,7 @@ func (s *session) writer() {
 	bw := bufio.NewWriterSize(s.conn, 64<<10)
 	var buf []byte
 	var items []outItem
+	var acks []*delivery
 	var tick <-chan time.Time
 	var ticker *time.Ticker
 	lastWrite := time.Now()
@@ -334,11 +336,15 @@ func (s *session) writer() {
 			return
 		}
 		lastWrite = time.Now()
+		acks = acks[:0]
 		for i := range items {
-			if items[i].onWritten != nil {
-				items[i].onWritten()
+			if items[i].autoAck != nil {
+				acks = append(acks, items[i].autoAck)
 			}
 			items[i] = outItem{}
+		}
+		if len(acks) > 0 {
+			autoAcked(acks)
 		}
 		if last {
 			// ERROR sent: end the session. Give the peer a moment to read
