@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/journal"
+)
+
+// startBroker runs a real broker with a real SQLite journal on 127.0.0.1:0.
+func startBroker(t *testing.T) string {
+	t.Helper()
+	cfg := appliance.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Journal.MinFreeBytes = 0
+	st := journal.New(journal.Config{Path: filepath.Join(cfg.DataDir, "herald.db"), Sync: "normal"})
+	ctx := context.Background()
+	if err := st.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := appliance.New(appliance.Options{Config: cfg, Journal: st})
+	if err := b.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := b.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.Close(ctx)
+		st.Close(ctx)
+	})
+	return addr.String()
+}
+
+func TestSendReceive_RealBroker(t *testing.T) {
+	addr := startBroker(t)
+	code, _, stderr := runCLI(t, "one\ntwo\nthree\n", "--server", addr, "send", "--receipt", "/queue/cli")
+	if code != 0 {
+		t.Fatalf("send: exit %d: %s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "", "--server", addr, "send", "--header", "x-k=v", "/queue/cli", "four")
+	if code != 0 {
+		t.Fatalf("send body: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "", "--server", addr, "receive", "--count", "3", "--ack", "client-individual", "/queue/cli")
+	if code != 0 || stdout != "one\ntwo\nthree\n" {
+		t.Fatalf("receive: exit %d stdout %q stderr %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "", "--server", addr, "receive", "--count", "1", "--json", "/queue/cli")
+	if code != 0 {
+		t.Fatalf("receive --json: exit %d: %s", code, stderr)
+	}
+	var m struct {
+		Headers map[string]string `json:"headers"`
+		Body    string            `json:"body"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(stdout)), &m); err != nil {
+		t.Fatalf("json %q: %v", stdout, err)
+	}
+	if m.Body != "four" || m.Headers["x-k"] != "v" || m.Headers["destination"] != "/queue/cli" {
+		t.Fatalf("got %+v", m)
+	}
+	// Acked messages are gone: nothing more arrives.
+	start := time.Now()
+	code, _, _ = runCLI(t, "", "--server", addr, "receive", "--count", "1", "--timeout", "300ms", "/queue/cli")
+	if code != exitTimeout || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("receive on empty queue: exit %d after %s, want %d after 300ms", code, time.Since(start), exitTimeout)
+	}
+}
