@@ -83,6 +83,64 @@ type QueueConfig struct {
 	MemoryWindow    int      `toml:"memory_window" json:"memory_window"`
 	ExpiredToDLQ    bool     `toml:"expired_to_dlq" json:"expired_to_dlq"`
 	DeadLetterQueue string   `toml:"dead_letter_prefix" json:"dead_letter_prefix"`
+	// Policies override the defaults above for queues whose name matches;
+	// the first match wins. Zero fields inherit.
+	Policies []QueuePolicy `toml:"policy" json:"policies"`
+}
+
+// QueuePolicy is a per-queue override, [[queues.policy]] in the file.
+type QueuePolicy struct {
+	Match         string   `toml:"match" json:"match"` // queue name pattern: * one dot segment, > the rest
+	Prefetch      int      `toml:"prefetch" json:"prefetch,omitempty"`
+	MaxDeliveries int      `toml:"max_deliveries" json:"max_deliveries,omitempty"`
+	RedeliveryMin Duration `toml:"redelivery_delay_min" json:"redelivery_delay_min,omitzero"`
+	RedeliveryMax Duration `toml:"redelivery_delay_max" json:"redelivery_delay_max,omitzero"`
+	AckTimeout    Duration `toml:"ack_timeout" json:"ack_timeout,omitzero"`
+	MaxMessages   int      `toml:"max_messages" json:"max_messages,omitempty"`
+	MaxBytes      int64    `toml:"max_bytes" json:"max_bytes,omitempty"`
+	FullPolicy    string   `toml:"full_policy" json:"full_policy,omitempty"`
+	BlockTimeout  Duration `toml:"block_timeout" json:"block_timeout,omitzero"`
+}
+
+// For returns the effective settings of queue name: the defaults with the
+// first matching policy applied.
+func (c QueueConfig) For(name string) QueueConfig {
+	out := c
+	out.Policies = nil
+	for _, p := range c.Policies {
+		if !MatchTopic(p.Match, name) {
+			continue
+		}
+		if p.Prefetch > 0 {
+			out.Prefetch = p.Prefetch
+		}
+		if p.MaxDeliveries > 0 {
+			out.MaxDeliveries = p.MaxDeliveries
+		}
+		if p.RedeliveryMin.Duration > 0 {
+			out.RedeliveryMin = p.RedeliveryMin
+		}
+		if p.RedeliveryMax.Duration > 0 {
+			out.RedeliveryMax = p.RedeliveryMax
+		}
+		if p.AckTimeout.Duration > 0 {
+			out.AckTimeout = p.AckTimeout
+		}
+		if p.MaxMessages > 0 {
+			out.MaxMessages = p.MaxMessages
+		}
+		if p.MaxBytes > 0 {
+			out.MaxBytes = p.MaxBytes
+		}
+		if p.FullPolicy != "" {
+			out.FullPolicy = p.FullPolicy
+		}
+		if p.BlockTimeout.Duration > 0 {
+			out.BlockTimeout = p.BlockTimeout
+		}
+		break
+	}
+	return out
 }
 
 // TopicConfig configures topic fan-out.
@@ -283,6 +341,20 @@ func (c *Config) Validate() error {
 	}
 	if c.Queues.DeadLetterQueue == "" {
 		bad("queues.dead_letter_prefix: must not be empty")
+	}
+	for i, p := range c.Queues.Policies {
+		where := fmt.Sprintf("queues.policy[%d]", i)
+		if p.Match == "" {
+			bad("%s.match: must not be empty (example: \"orders.>\")", where)
+		}
+		switch p.FullPolicy {
+		case "", "block", "reject":
+		default:
+			bad("%s.full_policy: %q: want \"block\" or \"reject\"", where, p.FullPolicy)
+		}
+		if p.MaxMessages < 0 || p.MaxBytes < 0 || p.Prefetch < 0 || p.MaxDeliveries < 0 {
+			bad("%s: limits must be 0 (inherit) or positive", where)
+		}
 	}
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {

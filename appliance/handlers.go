@@ -201,7 +201,7 @@ func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 		if ok {
 			return true
 		}
-		if s.b.cfg.Queues.FullPolicy == "reject" {
+		if q.cfg.FullPolicy == "reject" {
 			s.fail(f, "queue full", fmt.Sprintf("Queue %s is full (%s, full_policy reject). Nothing was stored; retry later or raise the limit.", q.name, limit))
 			return false
 		}
@@ -209,12 +209,12 @@ func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 			q.blocked.Add(1)
 			start := time.Now()
 			defer func() { q.blockedNs.Add(uint64(time.Since(start))) }()
-			deadline = time.After(s.b.cfg.Queues.BlockTimeout.Duration)
+			deadline = time.After(q.cfg.BlockTimeout.Duration)
 		}
 		select {
 		case <-space:
 		case <-deadline:
-			s.fail(f, "queue full", fmt.Sprintf("Queue %s stayed full (%s) for %s (queues.block_timeout). Nothing was stored; retry later.", q.name, limit, s.b.cfg.Queues.BlockTimeout.Duration))
+			s.fail(f, "queue full", fmt.Sprintf("Queue %s stayed full (%s) for %s (queues.block_timeout). Nothing was stored; retry later.", q.name, limit, q.cfg.BlockTimeout.Duration))
 			return false
 		case <-s.b.stop:
 			s.fail(f, "server shutting down", "")
@@ -324,7 +324,8 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.receipt(f)
 		return true
 	}
-	sub.prefetch = s.b.cfg.Queues.Prefetch
+	sub.q = s.b.queue(name)
+	sub.prefetch = sub.q.cfg.Prefetch
 	if sub.ack == ackAuto {
 		sub.prefetch = s.b.cfg.Queues.AutoPrefetch
 	}
@@ -339,7 +340,7 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 			break
 		}
 	}
-	sub.ackTimeout = s.b.cfg.Queues.AckTimeout.Duration
+	sub.ackTimeout = sub.q.cfg.AckTimeout.Duration
 	if v := f.Get("ack-timeout"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
@@ -348,7 +349,6 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		}
 		sub.ackTimeout = time.Duration(n) * time.Millisecond
 	}
-	sub.q = s.b.queue(name)
 	s.subs[id] = sub
 	s.nsubs.Add(1)
 	// Receipt first, so a client waiting for it sees it before messages.

@@ -22,6 +22,7 @@ import (
 type queue struct {
 	b    *Broker
 	name string
+	cfg  QueueConfig // effective settings: defaults with the matching policy
 
 	mu        sync.Mutex
 	ready     []*Message // deliverable, sorted by ID
@@ -73,7 +74,7 @@ type delivery struct {
 }
 
 func newQueue(b *Broker, name string) *queue {
-	return &queue{b: b, name: name, inflight: map[uint64]*delivery{}, groups: map[string]int{}, space: make(chan struct{})}
+	return &queue{b: b, name: name, cfg: b.cfg.Queues.For(name), inflight: map[uint64]*delivery{}, groups: map[string]int{}, space: make(chan struct{})}
 }
 
 // --- ready list ---------------------------------------------------------
@@ -120,7 +121,7 @@ func (q *queue) committed(m *Message, reserved bool) {
 	q.lastID = max(q.lastID, m.ID)
 	if m.ID <= q.memTail {
 		// already paged in by a reader that saw the commit first
-	} else if q.spilled || q.memLocked() >= q.b.cfg.Queues.MemoryWindow {
+	} else if q.spilled || q.memLocked() >= q.cfg.MemoryWindow {
 		q.spilled = true
 		q.spillSeq++
 	} else {
@@ -145,7 +146,7 @@ func (q *queue) enqueueFailed() {
 func (q *queue) reserve(size int) (bool, string, <-chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	c := q.b.cfg.Queues
+	c := q.cfg
 	if c.MaxMessages > 0 && q.count+q.pending >= c.MaxMessages {
 		return false, "max_messages=" + strconv.Itoa(c.MaxMessages), q.space
 	}
@@ -157,7 +158,7 @@ func (q *queue) reserve(size int) (bool, string, <-chan struct{}) {
 }
 
 func (q *queue) signalSpaceLocked() {
-	if c := q.b.cfg.Queues; c.MaxMessages == 0 && c.MaxBytes == 0 {
+	if c := q.cfg; c.MaxMessages == 0 && c.MaxBytes == 0 {
 		return // no limits: nobody waits for space
 	}
 	close(q.space)
@@ -176,7 +177,7 @@ func (q *queue) pageIn(ctx context.Context) error {
 	}
 	q.paging = true
 	after, seq := q.memTail, q.spillSeq
-	want := q.b.cfg.Queues.MemoryWindow - q.memLocked()
+	want := q.cfg.MemoryWindow - q.memLocked()
 	q.mu.Unlock()
 
 	if want < 1 {
@@ -211,7 +212,7 @@ func (q *queue) pageIn(ctx context.Context) error {
 }
 
 func (q *queue) maybePageLocked() {
-	if q.spilled && !q.paging && q.memLocked() < q.b.cfg.Queues.MemoryWindow/2 {
+	if q.spilled && !q.paging && q.memLocked() < q.cfg.MemoryWindow/2 {
 		q.b.wg.Add(1)
 		go func() {
 			defer q.b.wg.Done()
@@ -570,7 +571,7 @@ func (q *queue) nack(sub *subscription, token string, byID, requeue bool) ackRes
 		case !requeue:
 			dead = append(dead, pendingDead{d: d, idx: len(ops), reason: "nack"})
 			ops = append(ops, q.deadLetterOp(m, "nack"))
-		case m.Deliveries >= q.b.cfg.Queues.MaxDeliveries:
+		case m.Deliveries >= q.cfg.MaxDeliveries:
 			dead = append(dead, pendingDead{d: d, idx: len(ops), reason: "max-deliveries"})
 			ops = append(ops, q.deadLetterOp(m, "max-deliveries"))
 		default:
@@ -597,7 +598,7 @@ func (q *queue) nack(sub *subscription, token string, byID, requeue bool) ackRes
 // backoff is the redelivery delay after n deliveries: exponential from
 // redelivery_delay_min, capped at redelivery_delay_max, with ±25% jitter.
 func (q *queue) backoff(n int) time.Duration {
-	c := q.b.cfg.Queues
+	c := q.cfg
 	d := c.RedeliveryMin.Duration
 	for i := 1; i < n && d < c.RedeliveryMax.Duration; i++ {
 		d *= 2

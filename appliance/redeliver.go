@@ -15,7 +15,7 @@ type pendingDead struct {
 }
 
 // deadLetterQueue names the DLQ of queue name.
-func (q *queue) deadLetterQueue() string { return q.b.cfg.Queues.DeadLetterQueue + q.name }
+func (q *queue) deadLetterQueue() string { return q.cfg.DeadLetterQueue + q.name }
 
 // deadLetterOp moves m to the DLQ with headers naming where it came from,
 // why, and how often it was delivered.
@@ -79,7 +79,7 @@ func (pd pendingDead) msg() *Message {
 func (q *queue) releaseLocked(d *delivery, reason string) {
 	q.endLocked(d)
 	q.b.log.Debug("message released", "queue", q.name, "id", d.msg.ID, "reason", reason)
-	if d.claimed && d.msg.Deliveries >= q.b.cfg.Queues.MaxDeliveries {
+	if d.claimed && d.msg.Deliveries >= q.cfg.MaxDeliveries {
 		q.dead = append(q.dead, pendingDead{d: d, reason: "max-deliveries"})
 		return
 	}
@@ -88,7 +88,7 @@ func (q *queue) releaseLocked(d *delivery, reason string) {
 
 // expireLocked drops or dead-letters a message whose expires time passed.
 func (q *queue) expireLocked(m *Message) {
-	if q.b.cfg.Queues.ExpiredToDLQ {
+	if q.cfg.ExpiredToDLQ {
 		q.dead = append(q.dead, pendingDead{m: m, reason: "expired"})
 		return
 	}

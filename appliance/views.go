@@ -158,7 +158,7 @@ func (q *queue) view() QueueView {
 		BlockedSends:   q.blocked.Load(),
 		BlockedSeconds: time.Duration(q.blockedNs.Load()).Seconds(),
 	}
-	if !strings.HasPrefix(q.name, q.b.cfg.Queues.DeadLetterQueue) {
+	if !strings.HasPrefix(q.name, q.cfg.DeadLetterQueue) {
 		v.DLQ = q.deadLetterQueue()
 	}
 	v.Ready = max(v.Messages-v.InFlight-v.Delayed, 0)
