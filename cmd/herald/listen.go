@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/herald-mq/herald/multicast"
+)
+
+func listenCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "listen",
+		Usage: "print the messages of a multicast channel, one per line",
+		Description: `Joins a Herald multicast channel on an interface and prints each message as
+"topic<TAB>body" (a newline is added unless the body ends with one). Lost messages that
+cannot be repaired are never silent: they print as
+
+  #GAP<TAB>topic<TAB>from-to<TAB>reason       (reason: expired, gone, session-restart, slow-consumer)
+
+and a sender restart as "#SESSION<TAB>old<TAB>new" (hex session ids). With --json, every
+line is one JSON object: {"topic","stream","seq","headers","body"} for a message (plus
+"body_base64" when the body is not UTF-8, "repaired":true for a repair), {"gap":{...}} for a
+gap and {"session":{...}} for a restart. The formats are specified in
+docs/multicast-protocol.md.
+
+With --key-file, every datagram must carry a valid HMAC made with that key (the file's
+bytes, a trailing newline removed); others are dropped and counted.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "group", Required: true, Usage: "multicast `ADDR:PORT` of the channel, e.g. 239.255.0.1:7400"},
+			&cli.StringFlag{Name: "interface", Aliases: []string{"i"}, Usage: "`IFACE` to join on (default: the interface of the route to the group)"},
+			&cli.StringSliceFlag{Name: "topic", Aliases: []string{"t"}, Usage: "only topics matching `PATTERN` ('*' one segment, '>' the rest); repeatable"},
+			&cli.StringFlag{Name: "key-file", Usage: "HMAC key `FILE`: drop datagrams not signed with it"},
+			&cli.IntFlag{Name: "key-id", Value: 0, Usage: "key id the sender uses with that key"},
+			&cli.StringFlag{Name: "profile", Value: string(multicast.ProfileLowLatency), Usage: "recovery timing: low-latency or dashboard"},
+			&cli.StringFlag{Name: "mode", Value: "ordered", Usage: "ordered (hold back until repaired) or skip (print at once, repairs later)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line"},
+			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Usage: "exit after `N` messages (0: never)"},
+			&cli.BoolFlag{Name: "stats", Usage: "print the receiver's counters to stderr on exit"},
+		},
+		Action: runListen,
+	}
+}
+
+func runListen(cCtx *cli.Context) error {
+	const usage = "listen --group ADDR:PORT [--interface IFACE] [--topic PATTERN] [--key-file F] [--json] [--count N]"
+	if err := checkArgs(cCtx, 0, 0, usage); err != nil {
+		return err
+	}
+	cfg := multicast.ReceiverConfig{
+		Group:     cCtx.String("group"),
+		Interface: cCtx.String("interface"),
+		Profile:   multicast.Profile(cCtx.String("profile")),
+		Topics:    cCtx.StringSlice("topic"),
+		KeyID:     uint8(cCtx.Int("key-id")),
+		Logger:    slog.New(slog.NewTextHandler(cCtx.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	switch cCtx.String("mode") {
+	case "ordered":
+		cfg.Mode = multicast.Ordered
+	case "skip":
+		cfg.Mode = multicast.Skip
+	default:
+		return usageErrorf("--mode %q: want ordered or skip", cCtx.String("mode"))
+	}
+	if id := cCtx.Int("key-id"); id < 0 || id > 255 {
+		return usageErrorf("--key-id %d: want 0 to 255", id)
+	}
+	count := cCtx.Int("count")
+	if count < 0 {
+		return usageErrorf("--count must not be negative")
+	}
+	if f := cCtx.String("key-file"); f != "" {
+		key, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("read key: %w", err)
+		}
+		cfg.Key = bytes.TrimRight(key, "\r\n")
+		if len(cfg.Key) == 0 {
+			return usageErrorf("--key-file %s is empty", f)
+		}
+	}
+	r, err := multicast.NewReceiver(cfg)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(cCtx.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := r.Open(ctx); err != nil {
+		return fmt.Errorf("listen on %s: %w (try --interface, and check that the group is routed there)", cfg.Group, err)
+	}
+	defer r.Close()
+	p := &listenPrinter{out: bufio.NewWriterSize(cCtx.App.Writer, 64<<10), json: cCtx.Bool("json")}
+	if p.json {
+		p.enc = json.NewEncoder(p.out)
+		p.enc.SetEscapeHTML(false)
+	}
+	err = p.loop(ctx, r, count)
+	if ferr := p.out.Flush(); err == nil && ferr != nil {
+		err = stdoutErr(ferr)
+	}
+	if cCtx.Bool("stats") {
+		st := r.Stats()
+		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d\n",
+			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf)
+	}
+	return err
+}
+
+type listenPrinter struct {
+	out  *bufio.Writer
+	json bool
+	enc  *json.Encoder
+}
+
+func (p *listenPrinter) loop(ctx context.Context, r *multicast.Receiver, count int) error {
+	for n := 0; count == 0 || n < count; {
+		select {
+		case e, ok := <-r.Events():
+			if !ok {
+				return nil
+			}
+			if err := p.print(e); err != nil {
+				return err
+			}
+			if _, ok := e.(multicast.Message); ok {
+				n++
+			}
+			if len(r.Events()) == 0 {
+				if err := p.out.Flush(); err != nil {
+					return stdoutErr(err)
+				}
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+type jsonMulticastMessage struct {
+	Topic      string            `json:"topic"`
+	Stream     uint32            `json:"stream"`
+	Seq        uint64            `json:"seq"`
+	Headers    map[string]string `json:"headers"`
+	Body       string            `json:"body"`
+	BodyBase64 string            `json:"body_base64,omitempty"`
+	Repaired   bool              `json:"repaired,omitempty"`
+}
+
+type jsonGap struct {
+	Gap struct {
+		Topic  string `json:"topic"`
+		Stream uint32 `json:"stream"`
+		From   uint64 `json:"from"`
+		To     uint64 `json:"to"`
+		Reason string `json:"reason"`
+	} `json:"gap"`
+}
+
+type jsonSession struct {
+	Session struct {
+		Old string `json:"old"`
+		New string `json:"new"`
+	} `json:"session"`
+}
+
+func (p *listenPrinter) print(e multicast.Event) error {
+	var err error
+	switch e := e.(type) {
+	case multicast.Message:
+		if p.json {
+			jm := jsonMulticastMessage{Topic: e.Topic, Stream: e.Stream, Seq: e.StreamSeq, Body: string(e.Body),
+				Repaired: e.Repaired, Headers: make(map[string]string, len(e.Headers))}
+			for _, h := range e.Headers {
+				if _, dup := jm.Headers[h.Key]; !dup {
+					jm.Headers[h.Key] = h.Value
+				}
+			}
+			if !utf8.Valid(e.Body) {
+				jm.BodyBase64 = base64.StdEncoding.EncodeToString(e.Body)
+			}
+			err = p.enc.Encode(&jm)
+		} else {
+			p.out.WriteString(e.Topic)
+			p.out.WriteByte('\t')
+			p.out.Write(e.Body)
+			if len(e.Body) == 0 || e.Body[len(e.Body)-1] != '\n' {
+				err = p.out.WriteByte('\n')
+			}
+		}
+	case multicast.Gap:
+		if p.json {
+			var g jsonGap
+			g.Gap.Topic, g.Gap.Stream, g.Gap.From, g.Gap.To, g.Gap.Reason = e.Topic, e.Stream, e.From, e.To, e.Reason.String()
+			err = p.enc.Encode(&g)
+		} else {
+			_, err = fmt.Fprintf(p.out, "#GAP\t%s\t%d-%d\t%s\n", e.Topic, e.From, e.To, e.Reason)
+		}
+	case multicast.SessionChange:
+		if p.json {
+			var s jsonSession
+			s.Session.Old, s.Session.New = fmt.Sprintf("%016x", e.Old), fmt.Sprintf("%016x", e.New)
+			err = p.enc.Encode(&s)
+		} else {
+			_, err = fmt.Fprintf(p.out, "#SESSION\t%016x\t%016x\n", e.Old, e.New)
+		}
+	}
+	if err != nil {
+		return stdoutErr(err)
+	}
+	return nil
+}

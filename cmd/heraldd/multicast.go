@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/multicast"
+)
+
+// channel is one configured multicast channel: an appliance.TopicSink that
+// publishes every message of its topics through a multicast.Sender.
+type channel struct {
+	cfg    appliance.ChannelConfig
+	sender *multicast.Sender
+}
+
+var _ appliance.TopicSink = (*channel)(nil)
+
+func (c *channel) Name() string { return c.cfg.Name }
+
+func (c *channel) Matches(topic string) bool {
+	for _, p := range c.cfg.Topics {
+		if appliance.MatchTopic(p, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *channel) Publish(topic string, headers stomp.Headers, body []byte) error {
+	hs := make([]multicast.Header, len(headers))
+	for i, h := range headers {
+		hs[i] = multicast.Header{Key: h.Key, Value: h.Value}
+	}
+	return c.sender.Publish(topic, hs, body)
+}
+
+// openChannels starts a sender per configured channel and registers it with
+// the broker.
+func (d *daemon) openChannels(ctx context.Context) error {
+	for _, cc := range d.cfg.Multicast.Channels {
+		key := []byte(cc.Key)
+		if cc.KeyFile != "" {
+			b, err := os.ReadFile(cc.KeyFile)
+			if err != nil {
+				return fmt.Errorf("multicast channel %s: read key_file: %w", cc.Name, err)
+			}
+			key = bytes.TrimRight(b, "\r\n")
+			if len(key) == 0 {
+				return fmt.Errorf("multicast channel %s: key_file %s is empty", cc.Name, cc.KeyFile)
+			}
+		}
+		s, err := multicast.NewSender(multicast.SenderConfig{
+			Group:     cc.Group,
+			Interface: cc.Interface,
+			TTL:       cc.TTL,
+			Profile:   multicast.Profile(cc.Profile),
+			RateLimit: cc.RateLimit,
+			Window:    cc.Window,
+			Key:       key,
+			KeyID:     uint8(cc.KeyID),
+			Logger:    d.log.With("component", "multicast", "channel", cc.Name),
+		})
+		if err != nil {
+			return fmt.Errorf("multicast channel %s: %w", cc.Name, err)
+		}
+		if err := s.Open(ctx); err != nil {
+			return fmt.Errorf("multicast channel %s (group %s, interface %q): %w", cc.Name, cc.Group, cc.Interface, err)
+		}
+		ch := &channel{cfg: cc, sender: s}
+		d.channels = append(d.channels, ch)
+		d.broker.AddTopicSink(ch)
+		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "profile", cc.Profile, "session", s.Session())
+	}
+	return nil
+}
+
+func (d *daemon) closeChannels() {
+	for _, ch := range d.channels {
+		if err := ch.sender.Close(); err != nil {
+			d.log.Warn("multicast channel close", "channel", ch.cfg.Name, "err", err)
+		}
+	}
+	d.channels = nil
+}

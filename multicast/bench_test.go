@@ -1,0 +1,121 @@
+package multicast
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// Budgets (DESIGN.md section 8): the core must not be what limits 1M msg/s of 64-byte messages
+// on one core, i.e. well under 1 us per message; encode and decode are a small part of that.
+
+var benchSizes = []int{64, 512, 1024}
+
+func BenchmarkSenderCore(b *testing.B) {
+	for _, size := range benchSizes {
+		for _, batch := range []int{1, 16} {
+			b.Run(fmt.Sprintf("size=%d/batch=%d", size, batch), func(b *testing.B) {
+				s, _ := NewSenderCore(SenderCoreConfig{Rand: rand.New(rand.NewPCG(1, 1)), Start: t0})
+				payload, _ := AppendMessage(nil, []Header{{"k", "v"}}, make([]byte, size))
+				now := t0
+				b.SetBytes(int64(len(payload)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					s.Publish(now, "metrics.cpu", payload)
+					if i%batch == batch-1 {
+						s.Flush(now)
+						s.Ready()
+					}
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkReceiverCore(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			s, _ := NewSenderCore(SenderCoreConfig{Rand: rand.New(rand.NewPCG(1, 1)), Start: t0, Window: 1 << 30})
+			payload, _ := AppendMessage(nil, nil, make([]byte, size))
+			var dgs [][]byte
+			for i := 0; i < b.N; i++ {
+				s.Publish(t0, "metrics.cpu", payload)
+				if i%16 == 15 || i == b.N-1 {
+					s.Flush(t0)
+					for _, d := range s.Ready() {
+						dgs = append(dgs, append([]byte(nil), d...))
+					}
+				}
+			}
+			r, _ := NewReceiverCore(ReceiverCoreConfig{Rand: rand.New(rand.NewPCG(1, 2))})
+			from := netip.MustParseAddrPort("198.18.0.1:7400")
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			n := 0
+			for _, d := range dgs {
+				r.Handle(t0, from, d)
+				ev, _ := r.Ready()
+				n += len(ev)
+			}
+			if n < b.N {
+				b.Fatalf("got %d events, want %d", n, b.N)
+			}
+		})
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			payload, _ := AppendMessage(nil, []Header{{"k", "v"}}, make([]byte, size))
+			var p Packet
+			p.Type = TypeData
+			for len(p.Records) == 0 || HeaderSize+2+(len(p.Records)+1)*(RecordHeader+len(payload)) <= DefaultMTU {
+				p.Records = append(p.Records, Record{Stream: 1, Seq: uint64(len(p.Records) + 1), Payload: payload})
+			}
+			d, _ := AppendPacket(nil, &p)
+			var q Packet
+			b.SetBytes(int64(len(d)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := Decode(d, &q); err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range q.Records {
+					DecodeMessage(r.Payload)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			payload := make([]byte, size)
+			buf := make([]byte, 0, 2048)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				buf, _ = AppendMessage(buf[:0], []Header{{"k", "v"}}, payload)
+				buf = appendRecord(buf, 1, uint64(i), payload)
+			}
+		})
+	}
+}
+
+func BenchmarkAuth(b *testing.B) {
+	a := NewAuth([]byte("0123456789abcdef0123456789abcdef"), 1)
+	d := make([]byte, DefaultMTU-TagSize, DefaultMTU)
+	b.SetBytes(int64(len(d)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		d = a.Sign(d[:DefaultMTU-TagSize])
+	}
+	_ = time.Second
+}

@@ -1,0 +1,334 @@
+package multicast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/ipv4"
+)
+
+// ReceiverConfig configures a Receiver. Zero values take the defaults.
+type ReceiverConfig struct {
+	Group     string // "239.255.0.1:7400"
+	Interface string // interface to join on; "" = the interface of the route to the group
+	Profile   Profile
+	Mode      Mode
+	Topics    []string // patterns; none or "" = all; '*' one dot segment, '>' the rest
+	Key       []byte
+	KeyID     uint8
+	Logger    *slog.Logger
+	RcvBuf    int // socket receive buffer to ask for, default DefaultRcvBuf (16 MiB)
+	EventsLen int // capacity of the Events channel, default 65536
+}
+
+// ReceiverStats are the receiver's counters.
+type ReceiverStats struct {
+	Session           uint64
+	Datagrams, Bytes  uint64 // accepted datagrams
+	Messages          uint64 // delivered to Events (or dropped as a slow consumer)
+	NAKs              uint64 // NAK datagrams sent
+	NAKedSeqs         uint64
+	Repairs           uint64 // repairs that filled a hole
+	Gaps              uint64
+	GapMessages       uint64
+	Duplicates        uint64
+	KernelDrops       uint64 // datagrams the kernel dropped for want of buffer (SO_RXQ_OVFL)
+	AuthFailures      uint64
+	Malformed         uint64
+	Replays           uint64
+	SlowConsumerDrops uint64 // messages dropped because Events was full
+	Sessions          uint64
+	RcvBuf            int // receive buffer granted by the kernel
+}
+
+// Receiver joins a group on an interface and turns its datagrams into Events: messages in order per
+// stream, gaps, session changes. It NAKs losses to the sender by unicast UDP.
+type Receiver struct {
+	cfg   ReceiverConfig
+	log   *slog.Logger
+	group netip.AddrPort
+
+	mu   sync.Mutex // guards core, pend
+	core *ReceiverCore
+	pend map[uint32]*Gap // slow-consumer gaps waiting for room in events
+
+	conn    *net.UDPConn // bound to the group
+	pc      *ipv4.PacketConn
+	nakConn *net.UDPConn // unicast NAKs go out from here
+	events  chan Event
+	wake    chan struct{}
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	open    atomic.Bool
+	once    sync.Once
+	rcvBuf  int
+
+	kernelDrops atomic.Uint64
+	lastOvfl    uint32
+	slowDrops   atomic.Uint64
+	sendErrors  atomic.Uint64
+}
+
+// NewReceiver checks cfg and applies defaults. Open starts it.
+func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
+	g, err := resolveGroup(cfg.Group)
+	if err := errors.Join(err, cfg.Profile.validate()); err != nil {
+		return nil, err
+	}
+	if cfg.Profile == "" {
+		cfg.Profile = ProfileLowLatency
+	}
+	if cfg.RcvBuf == 0 {
+		cfg.RcvBuf = DefaultRcvBuf
+	}
+	if cfg.EventsLen == 0 {
+		cfg.EventsLen = 1 << 16
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Receiver{cfg: cfg, group: g, log: cfg.Logger.With(logGroup, g.String()),
+		events: make(chan Event, cfg.EventsLen), wake: make(chan struct{}, 1), pend: map[uint32]*Gap{}}, nil
+}
+
+// Events delivers messages, gaps and session changes in order. It is closed by Close.
+func (r *Receiver) Events() <-chan Event { return r.events }
+
+// Open binds to the group address (so other groups on the port are not received), joins on the
+// interface, sizes the receive buffer and starts the goroutines.
+func (r *Receiver) Open(ctx context.Context) error {
+	if !r.open.CompareAndSwap(false, true) {
+		return ErrAlreadyOpen
+	}
+	core, err := NewReceiverCore(ReceiverCoreConfig{Profile: r.cfg.Profile, Mode: r.cfg.Mode,
+		Filter: topicFilter(r.cfg.Topics), Auth: NewAuth(r.cfg.Key, r.cfg.KeyID), Rand: newRand()})
+	if err != nil {
+		return err
+	}
+	ifi, addr, err := resolveInterface(r.cfg.Interface, r.group)
+	if err != nil {
+		return err
+	}
+	lc := net.ListenConfig{Control: receiverControl}
+	c, err := lc.ListenPacket(ctx, "udp4", r.group.String())
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", r.group, err)
+	}
+	conn := c.(*net.UDPConn)
+	pc := ipv4.NewPacketConn(conn)
+	if err := pc.JoinGroup(ifi, &net.UDPAddr{IP: r.group.Addr().AsSlice()}); err != nil {
+		conn.Close()
+		return fmt.Errorf("join %s on %s: %w", r.group.Addr(), ifi.Name, err)
+	}
+	raw, err := conn.SyscallConn()
+	if err == nil {
+		r.rcvBuf, err = setRcvBuf(raw, r.cfg.RcvBuf)
+	}
+	if err != nil {
+		r.log.Warn("multicast receive buffer", logErr, err)
+	} else if r.rcvBuf < r.cfg.RcvBuf {
+		r.log.Warn("multicast receive buffer smaller than asked: bursts will overflow it; raise net.core.rmem_max: sysctl -w net.core.rmem_max=16777216",
+			"asked", r.cfg.RcvBuf, "granted", r.rcvBuf)
+	}
+	laddr := &net.UDPAddr{}
+	if addr.IsValid() {
+		laddr.IP = addr.AsSlice()
+	}
+	nc, err := net.ListenUDP("udp4", laddr)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("NAK socket: %w", err)
+	}
+	r.core, r.conn, r.pc, r.nakConn = core, conn, pc, nc
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.log = r.log.With(logInterface, ifi.Name)
+	r.log.Info("multicast receiver open", "rcvbuf", r.rcvBuf, "profile", r.cfg.Profile, "receiver", fmt.Sprintf("%016x", core.ID()))
+	r.wg.Add(2)
+	go r.readLoop(ctx)
+	go r.tickLoop(ctx)
+	return nil
+}
+
+func (r *Receiver) readLoop(ctx context.Context) {
+	defer r.wg.Done()
+	ms := make([]ipv4.Message, 32)
+	for i := range ms {
+		ms[i].Buffers = [][]byte{make([]byte, MaxDatagram)}
+		ms[i].OOB = make([]byte, 64)
+	}
+	for {
+		for i := range ms {
+			ms[i].OOB = ms[i].OOB[:cap(ms[i].OOB)]
+		}
+		n, err := r.pc.ReadBatch(ms, 0)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			r.log.Warn("multicast read failed", logErr, err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		r.mu.Lock()
+		now := time.Now()
+		before := r.core.Deadline()
+		for _, m := range ms[:n] {
+			if v, ok := rxqOverflow(m.OOB[:m.NN]); ok && v != r.lastOvfl {
+				r.kernelDrops.Add(uint64(v - r.lastOvfl))
+				r.lastOvfl = v
+			}
+			from, _ := m.Addr.(*net.UDPAddr)
+			if from == nil {
+				continue
+			}
+			r.core.Handle(now, from.AddrPort(), m.Buffers[0][:m.N])
+		}
+		after := r.core.Deadline()
+		r.flushLocked(ctx)
+		r.mu.Unlock()
+		if !after.IsZero() && (before.IsZero() || after.Before(before)) {
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (r *Receiver) tickLoop(ctx context.Context) {
+	defer r.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		d := r.core.Deadline()
+		r.mu.Unlock()
+		wait := time.Hour
+		if !d.IsZero() {
+			wait = max(time.Until(d), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-timer.C:
+			r.mu.Lock()
+			r.core.Tick(time.Now())
+			r.flushLocked(ctx)
+			r.mu.Unlock()
+		}
+		timer.Stop()
+	}
+}
+
+// flushLocked sends NAKs and hands events over. A full Events channel drops messages and reports
+// them as a slow-consumer gap before the stream's next event. Call with r.mu held.
+func (r *Receiver) flushLocked(ctx context.Context) {
+	events, out := r.core.Ready()
+	for _, o := range out {
+		if _, err := r.nakConn.WriteToUDPAddrPort(o.B, o.To); err != nil {
+			if r.sendErrors.Add(1)%100 == 1 {
+				r.log.Warn("NAK send failed", "to", o.To.String(), logErr, err)
+			}
+		}
+	}
+	for _, e := range events {
+		r.emit(ctx, e)
+	}
+}
+
+func (r *Receiver) emit(ctx context.Context, e Event) {
+	var stream uint32
+	switch e := e.(type) {
+	case SessionChange:
+		for _, g := range r.pend { // the old session's dropped tail comes first
+			select {
+			case r.events <- *g:
+			case <-ctx.Done():
+			}
+		}
+		clear(r.pend)
+		select { // never drop a session change
+		case r.events <- e:
+		case <-ctx.Done():
+		}
+		return
+	case Message:
+		stream = e.Stream
+	case Gap:
+		stream = e.Stream
+	}
+	if g := r.pend[stream]; g != nil {
+		select {
+		case r.events <- *g:
+			delete(r.pend, stream)
+		default:
+			r.drop(e)
+			return
+		}
+	}
+	select {
+	case r.events <- e:
+	default:
+		r.drop(e)
+	}
+}
+
+func (r *Receiver) drop(e Event) {
+	var g Gap
+	switch e := e.(type) {
+	case Message:
+		r.slowDrops.Add(1)
+		g = Gap{Topic: e.Topic, Stream: e.Stream, From: e.StreamSeq, To: e.StreamSeq, Session: e.Session}
+	case Gap:
+		g = e
+	}
+	g.Reason = ReasonSlowConsumer
+	if p := r.pend[g.Stream]; p != nil {
+		p.From, p.To = min(p.From, g.From), max(p.To, g.To)
+		return
+	}
+	r.pend[g.Stream] = &g
+}
+
+// Stats returns the counters.
+func (r *Receiver) Stats() ReceiverStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.core == nil {
+		return ReceiverStats{}
+	}
+	c := r.core.Counters()
+	return ReceiverStats{Session: r.core.Session(), Datagrams: c.Datagrams, Bytes: c.Bytes, Messages: c.Messages,
+		NAKs: c.NAKs, NAKedSeqs: c.NAKedSeqs, Repairs: c.Repairs, Gaps: c.Gaps, GapMessages: c.GapMessages,
+		Duplicates: c.Duplicates, KernelDrops: r.kernelDrops.Load(), AuthFailures: c.AuthFailures,
+		Malformed: c.Malformed, Replays: c.Replays, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
+		RcvBuf: r.rcvBuf}
+}
+
+// Close leaves the group, stops the goroutines and closes Events. It is idempotent.
+func (r *Receiver) Close() error {
+	var err error
+	r.once.Do(func() {
+		if r.cancel == nil {
+			close(r.events)
+			return
+		}
+		r.cancel()
+		err = errors.Join(r.conn.Close(), r.nakConn.Close())
+		r.wg.Wait()
+		close(r.events)
+		st := r.Stats()
+		r.log.Info("multicast receiver closed", "datagrams", st.Datagrams, "messages", st.Messages, "gaps", st.Gaps,
+			"naks", st.NAKs, "kernel_drops", st.KernelDrops)
+	})
+	return err
+}

@@ -1,0 +1,162 @@
+package multicast
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func mustReceiverCore(t *testing.T, cfg ReceiverCoreConfig) *ReceiverCore {
+	t.Helper()
+	cfg.Rand = rand.New(rand.NewPCG(3, 4))
+	r, err := NewReceiverCore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+var sndAddr = netip.MustParseAddrPort("198.18.0.1:7400")
+
+// feed publishes bodies on topic through s and hands every datagram to r, returning r's events.
+func feed(t *testing.T, s *SenderCore, r *ReceiverCore, now time.Time, topic string, bodies ...string) []Event {
+	t.Helper()
+	for _, b := range bodies {
+		s.Publish(now, topic, msg(b))
+	}
+	s.Flush(now)
+	var evs []Event
+	for _, d := range s.Ready() {
+		r.Handle(now, sndAddr, d)
+		e, _ := r.Ready()
+		evs = append(evs, e...)
+	}
+	return evs
+}
+
+func TestReceiverCore_AuthAndReplay(t *testing.T) {
+	key := []byte("k")
+	s := mustSenderCore(t, SenderCoreConfig{Auth: NewAuth(key, 1)})
+	r := mustReceiverCore(t, ReceiverCoreConfig{Auth: NewAuth(key, 1)})
+	evs := feed(t, s, r, t0, "a", "1", "2")
+	if len(evs) != 3 { // SessionChange, 2 messages
+		t.Fatalf("got %d events, want 3: %v", len(evs), evs)
+	}
+	// A forged datagram: valid layout, wrong key.
+	forger := mustSenderCore(t, SenderCoreConfig{Auth: NewAuth([]byte("guess"), 1)})
+	forger.Publish(t0, "a", msg("forged"))
+	forger.Flush(t0)
+	for _, d := range forger.Ready() {
+		if err := r.Handle(t0, sndAddr, d); err != ErrAuth {
+			t.Errorf("forged datagram: got %v, want %v", err, ErrAuth)
+		}
+	}
+	// A replay of an older session (signed with the right key, recorded earlier).
+	old := mustSenderCore(t, SenderCoreConfig{Auth: NewAuth(key, 1)})
+	old.session = s.session - 1<<32 // started a second earlier
+	old.Publish(t0, "a", msg("old"))
+	old.Flush(t0)
+	for _, d := range old.Ready() {
+		r.Handle(t0, sndAddr, d)
+	}
+	if ev, _ := r.Ready(); len(ev) != 0 || r.Session() != s.Session() {
+		t.Errorf("replayed old session: got events %v, session %x; want none, %x", ev, r.Session(), s.Session())
+	}
+	c := r.Counters()
+	if c.AuthFailures != 2 || c.Replays == 0 {
+		t.Errorf("got %d auth failures and %d replays, want 2 and > 0", c.AuthFailures, c.Replays)
+	}
+	// Replay of a datagram already received: a duplicate, nothing delivered.
+	s.Publish(t0, "a", msg("3"))
+	s.Flush(t0)
+	d := append([]byte(nil), s.Ready()[0]...)
+	r.Handle(t0, sndAddr, d)
+	r.Handle(t0, sndAddr, d)
+	if ev, _ := r.Ready(); len(ev) != 1 {
+		t.Errorf("datagram handled twice: got %d events, want 1", len(ev))
+	}
+}
+
+func TestReceiverCore_TopicFilter(t *testing.T) {
+	s := mustSenderCore(t, SenderCoreConfig{})
+	r := mustReceiverCore(t, ReceiverCoreConfig{Filter: topicFilter([]string{"px.*", "ops.>"})})
+	var got []string
+	for _, topic := range []string{"px.eu", "px.eu.fast", "ops.a.b", "news", "px"} {
+		for _, e := range feed(t, s, r, t0, topic, "1") {
+			if m, ok := e.(Message); ok {
+				got = append(got, m.Topic)
+			}
+		}
+	}
+	if len(got) != 2 || got[0] != "px.eu" || got[1] != "ops.a.b" {
+		t.Errorf("got %v, want [px.eu ops.a.b]", got)
+	}
+}
+
+func TestMatchTopic(t *testing.T) {
+	tests := []struct {
+		pattern, topic string
+		want           bool
+	}{
+		{"", "a.b", true}, {"a.b", "a.b", true}, {"a.b", "a.c", false}, {"a.*", "a.b", true},
+		{"a.*", "a.b.c", false}, {"a.>", "a.b.c", true}, {"a.>", "a", false}, {">", "a", true},
+		{"*.b", "a.b", true}, {"*", "a.b", false}, {"a.*.c", "a.x.c", true},
+	}
+	for _, tt := range tests {
+		if got := MatchTopic(tt.pattern, tt.topic); got != tt.want {
+			t.Errorf("MatchTopic(%q, %q) got %v, want %v", tt.pattern, tt.topic, got, tt.want)
+		}
+	}
+}
+
+func TestShells_CloseIdempotentNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	s, err := NewSender(SenderConfig{Group: "239.255.42.1:7499", Interface: "lo", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReceiver(ReceiverConfig{Group: "239.255.42.1:7499", Interface: "lo", RcvBuf: 1 << 20, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(t.Context()); err != nil {
+		t.Skipf("no multicast on lo here: %v", err)
+	}
+	if err := r.Open(t.Context()); err != nil {
+		t.Skipf("no multicast on lo here: %v", err)
+	}
+	s.Publish("a", nil, []byte("x"))
+	for _, c := range []func() error{s.Close, s.Close, r.Close, r.Close} {
+		if err := c(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	if err := s.Publish("a", nil, nil); err != ErrClosed {
+		t.Errorf("Publish after Close: got %v, want %v", err, ErrClosed)
+	}
+	if _, ok := <-r.Events(); ok {
+		// drain whatever arrived; the channel must end closed
+		for range r.Events() {
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("got %d goroutines after Close, want %d", after, before)
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	for _, g := range []string{"10.0.0.1:7400", "239.255.0.1", "nonsense", "[ff02::1]:7400"} {
+		if _, err := NewSender(SenderConfig{Group: g}); err == nil {
+			t.Errorf("group %q: got no error", g)
+		}
+		if _, err := NewReceiver(ReceiverConfig{Group: g}); err == nil {
+			t.Errorf("group %q: got no error", g)
+		}
+	}
+	if _, err := NewSender(SenderConfig{Profile: "fast"}); err == nil {
+		t.Error("profile fast: got no error")
+	}
+}

@@ -1,0 +1,370 @@
+package multicast
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/ipv4"
+)
+
+// Log attribute keys, defined once.
+const (
+	logGroup     = "group"
+	logInterface = "interface"
+	logSession   = "session"
+	logErr       = "err"
+)
+
+// SenderConfig configures a Sender. Zero values take the defaults.
+type SenderConfig struct {
+	Group      string // "239.255.0.1:7400"
+	Interface  string // interface name; "" = the interface of the route to the group
+	TTL        int    // default 1: the datagrams stay on the LAN segment
+	Profile    Profile
+	RateLimit  int64 // bytes per second of original data, 0 = unlimited
+	RepairRate int64 // bytes per second of repairs, default DefaultRepairRate
+	Window     int   // retransmit window in bytes, default DefaultWindow
+	MTU        int   // bytes per datagram, default DefaultMTU
+	Key        []byte
+	KeyID      uint8
+	Logger     *slog.Logger
+	// QueueLen bounds messages accepted by Publish and not yet packed; Publish blocks when it is
+	// full (default 4096).
+	QueueLen int
+}
+
+// SenderStats are the sender's counters.
+type SenderStats struct {
+	Session          uint64
+	Datagrams, Bytes uint64 // sent, all types
+	Messages         uint64
+	NAKs             uint64 // accepted NAKs
+	NAKsDropped      uint64 // rate-limited per source, replayed, malformed or for another session
+	NCFs             uint64
+	Repairs          uint64
+	RepairBytes      uint64
+	Heartbeats       uint64
+	RateLimited      time.Duration
+	AuthFailures     uint64
+	SendErrors       uint64
+	Leading          uint64
+	Trailing         uint64
+	WindowBytes      int
+}
+
+type pubMsg struct {
+	topic   string
+	payload []byte
+}
+
+// Sender multicasts published messages on one channel (a session) and answers NAKs. It is the
+// socket shell around SenderCore. Safe for concurrent use.
+type Sender struct {
+	cfg   SenderConfig
+	log   *slog.Logger
+	group netip.AddrPort
+
+	mu   sync.Mutex // guards core
+	core *SenderCore
+
+	conn   *net.UDPConn
+	pc     *ipv4.PacketConn
+	dst    *net.UDPAddr
+	msgs   []ipv4.Message
+	pubq   chan pubMsg
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	open   atomic.Bool
+	closed chan struct{}
+	once   sync.Once
+
+	sendErrors atomic.Uint64
+}
+
+// NewSender checks cfg and applies defaults. Open starts it.
+func NewSender(cfg SenderConfig) (*Sender, error) {
+	var errs []error
+	g, err := resolveGroup(cfg.Group)
+	errs = append(errs, err, cfg.Profile.validate())
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < 0 || cfg.TTL > 255 {
+		errs = append(errs, fmt.Errorf("TTL %d: %w", cfg.TTL, ErrBadConfig))
+	}
+	if cfg.Profile == "" {
+		cfg.Profile = ProfileLowLatency
+	}
+	if cfg.QueueLen == 0 {
+		cfg.QueueLen = 4096
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Sender{cfg: cfg, group: g, closed: make(chan struct{}),
+		log: cfg.Logger.With(logGroup, g.String())}, nil
+}
+
+func newRand() *rand.Rand {
+	var seed [32]byte
+	crand.Read(seed[:])
+	return rand.New(rand.NewChaCha8(seed))
+}
+
+// Open creates the socket, starts a new session and the sender's goroutines. They stop on Close
+// or when ctx ends.
+func (s *Sender) Open(ctx context.Context) error {
+	if !s.open.CompareAndSwap(false, true) {
+		return ErrAlreadyOpen
+	}
+	core, err := NewSenderCore(SenderCoreConfig{Profile: s.cfg.Profile, MTU: s.cfg.MTU, Window: s.cfg.Window,
+		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
+		Rand: newRand(), Start: time.Now()})
+	if err != nil {
+		return err
+	}
+	ifi, addr, err := resolveInterface(s.cfg.Interface, s.group)
+	if err != nil {
+		return err
+	}
+	laddr := &net.UDPAddr{}
+	if addr.IsValid() {
+		laddr.IP = addr.AsSlice()
+	}
+	conn, err := net.ListenUDP("udp4", laddr)
+	if err != nil {
+		return fmt.Errorf("sender socket on %s: %w", ifi.Name, err)
+	}
+	pc := ipv4.NewPacketConn(conn)
+	if err := errors.Join(pc.SetMulticastInterface(ifi), pc.SetMulticastTTL(s.cfg.TTL),
+		pc.SetMulticastLoopback(true)); err != nil {
+		conn.Close()
+		return fmt.Errorf("sender socket options on %s: %w", ifi.Name, err)
+	}
+	s.core, s.conn, s.pc = core, conn, pc
+	s.dst = net.UDPAddrFromAddrPort(s.group)
+	s.pubq = make(chan pubMsg, s.cfg.QueueLen)
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.log = s.log.With(logInterface, ifi.Name, logSession, fmt.Sprintf("%016x", core.Session()))
+	s.log.Info("multicast sender open", "source", conn.LocalAddr().String(), "ttl", s.cfg.TTL, "profile", s.cfg.Profile)
+	s.wg.Add(2)
+	go s.writeLoop(ctx)
+	go s.readLoop(ctx)
+	return nil
+}
+
+// Session returns the session id (0 before Open).
+func (s *Sender) Session() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.core == nil {
+		return 0
+	}
+	return s.core.Session()
+}
+
+// LocalAddr is the sender's source address: NAKs go there.
+func (s *Sender) LocalAddr() net.Addr { return s.conn.LocalAddr() }
+
+// Publish queues one message. It blocks only when the queue is full (the rate limit or a slow
+// network holds it back) and returns ErrClosed after Close.
+func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
+	if !s.open.Load() || s.pubq == nil {
+		return ErrNotOpen
+	}
+	if topic == "" {
+		return ErrEmptyTopic
+	}
+	p, err := AppendMessage(make([]byte, 0, MessageSize(headers, body)), headers, body)
+	if err != nil {
+		return err
+	}
+	if len(p)+RecordHeader+HeaderSize+2+TagSize > MaxDatagram {
+		return fmt.Errorf("%d byte message on %s: %w", len(p), topic, ErrTooLarge)
+	}
+	select {
+	case <-s.closed:
+		return ErrClosed
+	default:
+	}
+	select {
+	case s.pubq <- pubMsg{topic, p}:
+		return nil
+	case <-s.closed:
+		return ErrClosed
+	}
+}
+
+// writeLoop packs queued messages (flushing when the queue drains), and runs the core's timers.
+func (s *Sender) writeLoop(ctx context.Context) {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	const maxBacklog = 1 << 20
+	for {
+		s.mu.Lock()
+		d := time.Until(s.core.Deadline())
+		backlog := s.core.Backlog()
+		s.mu.Unlock()
+		timer.Reset(max(d, 0))
+		q := s.pubq
+		if backlog > maxBacklog {
+			q = nil // the rate limit holds data back: let Publish block
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-q:
+			s.mu.Lock()
+			now := time.Now()
+			s.publishLocked(now, m)
+			for n := 0; n < 1024 && s.core.Backlog() <= maxBacklog; n++ {
+				select {
+				case m = <-s.pubq:
+					s.publishLocked(now, m)
+					continue
+				default:
+				}
+				break
+			}
+			s.core.Flush(now) // the queue drained: send now, no timer on the latency path
+			s.sendLocked()
+			s.mu.Unlock()
+		case <-timer.C:
+			s.mu.Lock()
+			s.core.Tick(time.Now())
+			s.sendLocked()
+			s.mu.Unlock()
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+func (s *Sender) publishLocked(now time.Time, m pubMsg) {
+	if err := s.core.Publish(now, m.topic, m.payload); err != nil {
+		s.log.Warn("multicast publish dropped", "topic", m.topic, logErr, err)
+		return
+	}
+	s.sendLocked()
+}
+
+// sendLocked writes what the core has ready. Call with s.mu held.
+func (s *Sender) sendLocked() {
+	out := s.core.Ready()
+	for len(out) > 0 {
+		n := min(len(out), 64)
+		s.msgs = s.msgs[:0]
+		for _, b := range out[:n] {
+			s.msgs = append(s.msgs, ipv4.Message{Buffers: [][]byte{b}, Addr: s.dst})
+		}
+		sent := 0
+		for sent < n {
+			k, err := s.pc.WriteBatch(s.msgs[sent:n], 0)
+			if err != nil {
+				s.sendErrors.Add(uint64(n - sent))
+				if s.sendErrors.Load()%1000 == 1 {
+					s.log.Warn("multicast send failed", logErr, err)
+				}
+				break
+			}
+			sent += k
+		}
+		out = out[n:]
+	}
+}
+
+// readLoop receives NAKs on the sender's socket.
+func (s *Sender) readLoop(ctx context.Context) {
+	defer s.wg.Done()
+	ms := make([]ipv4.Message, 16)
+	for i := range ms {
+		ms[i].Buffers = [][]byte{make([]byte, MaxDatagram)}
+	}
+	for {
+		n, err := s.pc.ReadBatch(ms, 0)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("multicast sender read failed", logErr, err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		s.mu.Lock()
+		now := time.Now()
+		for _, m := range ms[:n] {
+			from, _ := m.Addr.(*net.UDPAddr)
+			if from == nil {
+				continue
+			}
+			s.core.Step(now, from.AddrPort(), m.Buffers[0][:m.N])
+		}
+		s.sendLocked()
+		s.mu.Unlock()
+	}
+}
+
+// Stats returns the counters.
+func (s *Sender) Stats() SenderStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.core == nil {
+		return SenderStats{}
+	}
+	c := s.core.Counters()
+	return SenderStats{Session: s.core.Session(), Datagrams: c.Datagrams, Bytes: c.Bytes, Messages: c.Messages,
+		NAKs: c.NAKs, NAKsDropped: c.NAKsDropped, NCFs: c.NCFs, Repairs: c.Repairs, RepairBytes: c.RepairBytes,
+		Heartbeats: c.Heartbeats, RateLimited: c.RateLimited, AuthFailures: c.AuthFailures,
+		SendErrors: s.sendErrors.Load(), Leading: c.Leading, Trailing: c.Trailing, WindowBytes: c.WindowBytes}
+}
+
+// Close stops the goroutines, sends what is queued and closes the socket. It is idempotent.
+func (s *Sender) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.closed)
+		if s.cancel == nil {
+			return
+		}
+		s.cancel()
+		s.conn.SetReadDeadline(time.Now())
+		s.wg.Wait()
+		// Pack and send what Publish accepted, then a last heartbeat so receivers see the tail.
+		s.mu.Lock()
+		now := time.Now()
+		for {
+			select {
+			case m := <-s.pubq:
+				s.publishLocked(now, m)
+				continue
+			default:
+			}
+			break
+		}
+		s.core.Flush(now)
+		s.core.heartbeat()
+		s.sendLocked()
+		s.mu.Unlock()
+		err = s.conn.Close()
+		st := s.Stats()
+		s.log.Info("multicast sender closed", "datagrams", st.Datagrams, "messages", st.Messages, "naks", st.NAKs, "repairs", st.Repairs)
+	})
+	return err
+}

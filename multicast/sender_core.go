@@ -1,0 +1,525 @@
+package multicast
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+)
+
+// SenderCoreConfig configures a SenderCore. Zero values take the defaults.
+type SenderCoreConfig struct {
+	Profile         Profile
+	MTU             int   // payload bytes per datagram (header and tag included), default DefaultMTU
+	Window          int   // retransmit window in bytes, default DefaultWindow
+	RateLimit       int64 // bytes per second of original data, 0 = unlimited
+	RepairRate      int64 // bytes per second of repairs, default DefaultRepairRate
+	CatalogInterval time.Duration
+	Auth            *Auth      // nil: no HMAC
+	Rand            *rand.Rand // required: session id, nothing else
+	Start           time.Time  // the sender's start; its unix seconds go into the session id
+}
+
+// SenderCounters are the SenderCore's own counts (the shell adds socket counts).
+type SenderCounters struct {
+	Datagrams, Bytes     uint64 // everything handed out by Ready
+	DataDatagrams        uint64
+	Messages             uint64
+	Heartbeats           uint64
+	Catalogs             uint64
+	NAKs                 uint64 // NAK datagrams accepted
+	NAKsDropped          uint64 // rate-limited, replayed, wrong session, malformed
+	NAKsIgnored          uint64 // sequences asked again just after their repair, or already queued
+	NCFs                 uint64
+	Repairs              uint64 // RDATA datagrams
+	RepairBytes          uint64
+	Losses               uint64 // LOSS datagrams
+	AuthFailures         uint64
+	RateLimited          time.Duration // time original data waited for the rate limit
+	Trailing, Leading    uint64
+	WindowBytes, Streams int
+}
+
+type senderStream struct {
+	id    uint32
+	topic string
+	seq   uint64 // last stream sequence assigned
+	first uint64 // datagram sequence of the stream's first record
+}
+
+type nakSource struct {
+	bucket
+	lastCounter uint64
+}
+
+// SenderCore is the sans-IO sender: it packs published messages into DATA datagrams, answers NAKs
+// with NCF and RDATA, sends HEARTBEATs and CATALOGs. It has no socket, clock or goroutine; the caller
+// passes time in and multicasts whatever Ready returns. Not safe for concurrent use.
+//
+// The caller's duties:
+//  1. Call Publish for each message, then Flush when it has nothing more queued right now.
+//  2. Call Step with every datagram received on the sender's socket (NAKs).
+//  3. Call Tick at Deadline (or earlier).
+//  4. After each call, multicast every datagram Ready returns, in order, before the next call.
+type SenderCore struct {
+	cfg     SenderCoreConfig
+	t       timing
+	session uint64
+	win     *window
+
+	streams map[string]*senderStream
+	list    []*senderStream
+	hbNext  int // rotation through list for heartbeats
+
+	cur     []byte // DATA datagram being filled (header written, seq not yet)
+	curRecs int
+	queue   [][]byte // finished DATA/CATALOG datagrams waiting for the rate limit
+	qBytes  int
+	rate    bucket
+	limited time.Time // when the head of the queue started waiting
+
+	repairQ    []uint64
+	repairSet  map[uint64]struct{}
+	repairRate bucket
+	repaired   map[uint64]time.Time
+	repairedQ  []uint64
+
+	sources map[netip.AddrPort]*nakSource
+
+	hbIvl       time.Duration
+	hbAt        time.Time
+	catalogAt   time.Time
+	lastCatalog time.Time
+
+	out  [][]byte
+	pkt  Packet
+	seqs []uint64
+	rngs []Range
+	c    SenderCounters
+}
+
+// NewSenderCore returns a sender with a fresh session id.
+func NewSenderCore(cfg SenderCoreConfig) (*SenderCore, error) {
+	if cfg.Rand == nil {
+		return nil, fmt.Errorf("sender core: nil Rand: %w", ErrBadConfig)
+	}
+	if err := cfg.Profile.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = DefaultMTU
+	}
+	if cfg.MTU < HeaderSize+TagSize+64 || cfg.MTU > MaxDatagram {
+		return nil, fmt.Errorf("MTU %d: %w", cfg.MTU, ErrBadConfig)
+	}
+	if cfg.Window == 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.RepairRate == 0 {
+		cfg.RepairRate = DefaultRepairRate
+	}
+	if cfg.CatalogInterval == 0 {
+		cfg.CatalogInterval = DefaultCatalogInterval
+	}
+	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 {
+		return nil, fmt.Errorf("negative rate or window: %w", ErrBadConfig)
+	}
+	s := &SenderCore{
+		cfg:       cfg,
+		t:         cfg.Profile.timing(),
+		session:   uint64(uint32(cfg.Start.Unix()))<<32 | uint64(cfg.Rand.Uint32()),
+		win:       newWindow(cfg.Window, 1),
+		streams:   make(map[string]*senderStream),
+		repairSet: make(map[uint64]struct{}),
+		repaired:  make(map[uint64]time.Time),
+		sources:   make(map[netip.AddrPort]*nakSource),
+		hbIvl:     MinHeartbeatInterval,
+		hbAt:      cfg.Start.Add(MinHeartbeatInterval),
+		catalogAt: cfg.Start.Add(cfg.CatalogInterval),
+	}
+	burst := func(r int64) float64 { return max(float64(r)/50, 4*MaxDatagram) }
+	s.rate = newBucket(float64(cfg.RateLimit), burst(cfg.RateLimit), cfg.Start)
+	s.repairRate = newBucket(float64(cfg.RepairRate), burst(cfg.RepairRate), cfg.Start)
+	return s, nil
+}
+
+// Session returns the session id.
+func (s *SenderCore) Session() uint64 { return s.session }
+
+// Counters returns the counts so far.
+func (s *SenderCore) Counters() SenderCounters {
+	c := s.c
+	c.Trailing, c.Leading = s.win.trailing(), s.win.next()-1
+	c.WindowBytes, c.Streams = s.win.bytes, len(s.list)
+	return c
+}
+
+// Backlog is the number of bytes waiting for the rate limit.
+func (s *SenderCore) Backlog() int { return s.qBytes }
+
+// Ready returns the datagrams to multicast, in order. The slice and the buffers are valid until the
+// next call on the core.
+func (s *SenderCore) Ready() [][]byte {
+	s.win.recycle()
+	o := s.out
+	s.out = s.out[:0]
+	return o
+}
+
+func (s *SenderCore) maxPayload() int {
+	n := s.cfg.MTU
+	if s.cfg.Auth != nil {
+		n -= TagSize
+	}
+	return n
+}
+
+// Publish adds one message (payload as built by AppendMessage) on topic. Datagrams that fill up go
+// out at once (subject to the rate limit); call Flush when no more messages are queued.
+func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error {
+	if topic == "" {
+		return ErrEmptyTopic
+	}
+	need := RecordHeader + len(payload)
+	if HeaderSize+2+need > max(s.maxPayload(), MaxDatagram-TagSize) {
+		return fmt.Errorf("%d byte message on %s: %w", len(payload), topic, ErrTooLarge)
+	}
+	st := s.streams[topic]
+	if st == nil {
+		if len(s.list) >= 1<<31 {
+			return fmt.Errorf("too many topics: %w", ErrTooLarge)
+		}
+		s.flushCur(now)
+		st = &senderStream{id: uint32(len(s.list) + 1), topic: topic, first: s.nextQueuedSeq() + 1}
+		s.streams[topic] = st
+		s.list = append(s.list, st)
+		s.enqueueCatalog(now) // the catalog goes just before the stream's first record
+	}
+	if s.cur != nil && len(s.cur)+need > s.maxPayload() {
+		s.flushCur(now)
+	}
+	if s.cur == nil {
+		s.cur = s.win.buffer(max(s.cfg.MTU, HeaderSize+2+need+TagSize))
+		s.cur = appendHeader(s.cur, &PacketHeader{Type: TypeData, Session: s.session})
+		s.cur = append(s.cur, 0, 0)
+		s.curRecs = 0
+	}
+	st.seq++
+	s.cur = appendRecord(s.cur, st.id, st.seq, payload)
+	s.curRecs++
+	s.c.Messages++
+	if s.curRecs == 0xffff {
+		s.flushCur(now)
+	}
+	return nil
+}
+
+// nextQueuedSeq is the sequence the next queued datagram will get minus one.
+func (s *SenderCore) nextQueuedSeq() uint64 { return s.win.next() - 1 + uint64(len(s.queue)) }
+
+// Flush sends the partly filled datagram, if any: call it when the publish queue drains.
+func (s *SenderCore) Flush(now time.Time) {
+	s.flushCur(now)
+	s.release(now)
+}
+
+func (s *SenderCore) flushCur(now time.Time) {
+	if s.cur == nil {
+		return
+	}
+	binary.LittleEndian.PutUint16(s.cur[HeaderSize:], uint16(s.curRecs))
+	s.enqueue(s.cur)
+	s.cur = nil
+	s.release(now)
+}
+
+func (s *SenderCore) enqueue(b []byte) {
+	if len(s.queue) == 0 {
+		s.limited = time.Time{}
+	}
+	s.queue = append(s.queue, b)
+	s.qBytes += len(b)
+}
+
+func (s *SenderCore) enqueueCatalog(now time.Time) {
+	// Split over several datagrams if needed.
+	var p Packet
+	p.Type = TypeCatalog
+	p.Session = s.session
+	size := HeaderSize + 2
+	flush := func() {
+		b, _ := AppendPacket(s.win.buffer(s.cfg.MTU), &p)
+		s.enqueue(b)
+		s.c.Catalogs++
+		p.Catalog, size = nil, HeaderSize+2
+	}
+	for _, st := range s.list {
+		n := 14 + len(st.topic)
+		if len(p.Catalog) > 0 && size+n > s.maxPayload() {
+			flush()
+		}
+		p.Catalog = append(p.Catalog, CatalogEntry{Stream: st.id, First: st.first, Topic: st.topic})
+		size += n
+	}
+	if len(p.Catalog) > 0 {
+		flush()
+	}
+	s.catalogAt = now.Add(s.cfg.CatalogInterval)
+	s.lastCatalog = now
+}
+
+// release sends queued datagrams as the rate limit allows.
+func (s *SenderCore) release(now time.Time) {
+	for len(s.queue) > 0 {
+		b := s.queue[0]
+		if !s.rate.take(now, float64(len(b))) {
+			if s.limited.IsZero() {
+				s.limited = now
+			}
+			return
+		}
+		if !s.limited.IsZero() {
+			s.c.RateLimited += now.Sub(s.limited)
+			s.limited = time.Time{}
+		}
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.qBytes -= len(b)
+		seq := s.win.next()
+		binary.LittleEndian.PutUint64(b[16:], seq)
+		s.win.push(b)
+		binary.LittleEndian.PutUint64(b[24:], s.win.trailing())
+		if Type(b[3]) == TypeData {
+			s.c.DataDatagrams++
+		}
+		s.emit(b, false)
+		s.hbIvl = MinHeartbeatInterval
+		s.hbAt = now.Add(s.hbIvl)
+	}
+	if len(s.queue) == 0 {
+		s.queue = s.queue[:0:0]
+	}
+}
+
+// emit signs a copy (or b itself when copyIt is false and no tag is needed) and queues it for Ready.
+func (s *SenderCore) emit(b []byte, copyIt bool) {
+	if s.cfg.Auth != nil || copyIt {
+		c := make([]byte, len(b), len(b)+TagSize)
+		copy(c, b)
+		b = s.cfg.Auth.Sign(c)
+	}
+	s.out = append(s.out, b)
+	s.c.Datagrams++
+	s.c.Bytes += uint64(len(b))
+}
+
+func (s *SenderCore) emitPacket(p *Packet) {
+	p.Session = s.session
+	if p.Seq == 0 {
+		p.Seq = s.win.next() - 1
+	}
+	p.Trailing = s.win.trailing()
+	b, err := AppendPacket(make([]byte, 0, s.cfg.MTU), p)
+	if err != nil {
+		panic(err) // our own packets always encode
+	}
+	s.emit(b, false)
+}
+
+// Step handles one datagram received by the sender (a NAK from a receiver).
+func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
+	if !s.cfg.Auth.Verify(b) {
+		s.c.AuthFailures++
+		return ErrAuth
+	}
+	p := &s.pkt
+	if err := Decode(b, p); err != nil {
+		s.c.NAKsDropped++
+		return err
+	}
+	if p.Type != TypeNAK {
+		return nil // our own multicast looped back, or another sender: not ours to handle
+	}
+	if p.Session != s.session {
+		s.c.NAKsDropped++
+		return nil
+	}
+	src := s.sources[from]
+	if src == nil {
+		if len(s.sources) >= 4096 {
+			clear(s.sources)
+		}
+		src = &nakSource{bucket: newBucket(s.t.nakRate, s.t.nakBurst, now)}
+		s.sources[from] = src
+	}
+	if p.Seq <= src.lastCounter || !src.take(now, 1) {
+		s.c.NAKsDropped++ // replayed or over the per-source rate
+		return nil
+	}
+	src.lastCounter = p.Seq
+	s.c.NAKs++
+	s.expireRepaired(now)
+	var will, delayed, gone []uint64
+	leading := s.win.next() - 1
+	n := 0
+	for _, r := range p.Ranges {
+		if r.From == 0 { // a catalog request from a receiver that joined late
+			if s.cur == nil && now.Sub(s.lastCatalog) >= s.t.repairHold {
+				s.enqueueCatalog(now)
+				s.release(now)
+			}
+			if r.To == 0 {
+				continue
+			}
+			r.From = 1
+		}
+		for q := r.From; q <= r.To && q <= leading && n < 4096; q++ {
+			n++
+			if s.win.get(q) == nil {
+				gone = append(gone, q)
+				continue
+			}
+			if _, ok := s.repairSet[q]; ok {
+				s.c.NAKsIgnored++
+				continue
+			}
+			if t, ok := s.repaired[q]; ok && now.Sub(t) < s.t.repairHold {
+				s.c.NAKsIgnored++
+				continue
+			}
+			if len(s.repairQ) >= s.t.delayedAfter {
+				delayed = append(delayed, q)
+				continue
+			}
+			s.repairSet[q] = struct{}{}
+			s.repairQ = append(s.repairQ, q)
+			will = append(will, q)
+		}
+		if r.To == ^uint64(0) {
+			break
+		}
+	}
+	s.sendNCF(NCFWillSend, will)
+	s.sendNCF(NCFDelayed, delayed)
+	s.sendNCF(NCFGone, gone)
+	s.sendRepairs(now)
+	return nil
+}
+
+func (s *SenderCore) sendNCF(st NCFStatus, seqs []uint64) {
+	rs := toRanges(s.rngs[:0], seqs)
+	for len(rs) > 0 {
+		k := min(len(rs), maxRanges)
+		s.emitPacket(&Packet{PacketHeader: PacketHeader{Type: TypeNCF}, Status: st, Ranges: rs[:k]})
+		s.c.NCFs++
+		rs = rs[k:]
+	}
+}
+
+func (s *SenderCore) sendRepairs(now time.Time) {
+	var lost []uint64
+	for len(s.repairQ) > 0 {
+		q := s.repairQ[0]
+		b := s.win.get(q)
+		if b == nil {
+			lost = append(lost, q)
+		} else {
+			if !s.repairRate.take(now, float64(len(b))) {
+				break
+			}
+			c := make([]byte, len(b), len(b)+TagSize)
+			copy(c, b)
+			t := Type(c[3])
+			if t == TypeData {
+				t = TypeRData
+			}
+			putHeaderFields(c, t, FlagRepair, 0, s.win.trailing())
+			s.emit(c, false)
+			s.c.Repairs++
+			s.c.RepairBytes += uint64(len(c))
+			s.repaired[q] = now
+			s.repairedQ = append(s.repairedQ, q)
+		}
+		delete(s.repairSet, q)
+		s.repairQ = s.repairQ[1:]
+	}
+	if len(s.repairQ) == 0 {
+		s.repairQ = s.repairQ[:0:0]
+	}
+	if len(lost) > 0 {
+		rs := toRanges(nil, lost)
+		for len(rs) > 0 {
+			k := min(len(rs), maxRanges)
+			s.emitPacket(&Packet{PacketHeader: PacketHeader{Type: TypeLoss}, Reason: ReasonGone, Ranges: rs[:k]})
+			s.c.Losses++
+			rs = rs[k:]
+		}
+	}
+}
+
+func (s *SenderCore) expireRepaired(now time.Time) {
+	for len(s.repairedQ) > 0 {
+		q := s.repairedQ[0]
+		if t, ok := s.repaired[q]; ok && now.Sub(t) < s.t.repairHold {
+			break
+		}
+		if t, ok := s.repaired[q]; ok && now.Sub(t) >= s.t.repairHold {
+			delete(s.repaired, q)
+		}
+		s.repairedQ = s.repairedQ[1:]
+	}
+}
+
+// Tick advances time: rate-limited data, repairs, heartbeats and the periodic catalog.
+func (s *SenderCore) Tick(now time.Time) {
+	s.release(now)
+	s.sendRepairs(now)
+	s.expireRepaired(now)
+	if len(s.list) > 0 && !now.Before(s.catalogAt) && s.cur == nil {
+		s.enqueueCatalog(now)
+		s.release(now)
+	}
+	if !now.Before(s.hbAt) {
+		s.heartbeat()
+		s.hbIvl = min(2*s.hbIvl, MaxHeartbeatInterval)
+		s.hbAt = now.Add(s.hbIvl)
+	}
+}
+
+func (s *SenderCore) heartbeat() {
+	p := Packet{PacketHeader: PacketHeader{Type: TypeHeartbeat}, Leading: s.win.next() - 1}
+	room := (s.maxPayload() - HeaderSize - 10) / 12
+	n := min(room, len(s.list))
+	if s.cur != nil || len(s.queue) > 0 {
+		n = 0 // stream sequences not yet sent must not be announced
+	}
+	for i := 0; i < n; i++ {
+		st := s.list[(s.hbNext+i)%len(s.list)]
+		p.Streams = append(p.Streams, StreamSeq{Stream: st.id, Seq: st.seq})
+	}
+	if len(s.list) > 0 {
+		s.hbNext = (s.hbNext + n) % len(s.list)
+	}
+	s.emitPacket(&p)
+	s.c.Heartbeats++
+}
+
+// Deadline is when Tick should next be called.
+func (s *SenderCore) Deadline() time.Time {
+	d := s.hbAt
+	if len(s.list) > 0 && s.catalogAt.Before(d) {
+		d = s.catalogAt
+	}
+	if len(s.queue) > 0 {
+		if r := s.rate.ready(s.rate.last); r.Before(d) {
+			d = r
+		}
+	}
+	if len(s.repairQ) > 0 {
+		if r := s.repairRate.ready(s.repairRate.last); r.Before(d) {
+			d = r
+		}
+	}
+	return d
+}
