@@ -65,8 +65,10 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "passcode", EnvVars: []string{"HERALD_PASSCODE"}, Usage: "STOMP passcode (prefer HERALD_PASSCODE: arguments are visible to other users)"},
 			&cli.DurationFlag{Name: "connect-timeout", Value: 5 * time.Second, Usage: "give up connecting after this long"},
 		},
-		Commands:        []*cli.Command{sendCommand(), receiveCommand(), listenCommand()},
-		HideHelpCommand: true,
+		Commands: append([]*cli.Command{sendCommand(), receiveCommand(), listenCommand()}, adminCommands()...),
+		// Completion words come from the command definitions: herald completion bash.
+		EnableBashCompletion: true,
+		HideHelpCommand:      true,
 		// Exit codes are decided by run, never by os.Exit inside the library.
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   onUsageError,

@@ -82,6 +82,8 @@ type daemon struct {
 	log        *slog.Logger
 	store      *journal.Store
 	broker     *appliance.Broker
+	adm        adminState // admin.go
+	channels   []*channel // multicast.go
 }
 
 func (d *daemon) run() int {
@@ -124,9 +126,19 @@ func (d *daemon) run() int {
 		d.store.Close(ctx)
 		return 74
 	}
+	if err := d.openChannels(ctx); err != nil {
+		d.log.Error("cannot open a multicast channel; check [[multicast.channel]] in the config", "err", err)
+		d.shutdown()
+		return 69
+	}
 	addr, err := d.broker.Listen(d.cfg.Stomp.Listen)
 	if err != nil {
 		d.log.Error("cannot listen", "err", err)
+		d.shutdown()
+		return 69
+	}
+	if err := d.startAdmin(ctx); err != nil {
+		d.log.Error("cannot start the admin API", "err", err)
 		d.shutdown()
 		return 69
 	}
@@ -164,6 +176,7 @@ func (d *daemon) run() int {
 // shutdown stops in order: stop accepting and end sessions (unacked
 // messages return to their queues), then flush and close the journal.
 func (d *daemon) shutdown() error {
+	d.stopAdmin()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
@@ -172,6 +185,7 @@ func (d *daemon) shutdown() error {
 			errs = append(errs, err)
 		}
 	}
+	d.closeChannels()
 	if err := d.store.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}

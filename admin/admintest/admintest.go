@@ -1,0 +1,159 @@
+// Package admintest runs a real Herald daemon in-process for tests of the
+// admin API and the herald CLI: a broker on 127.0.0.1:0 with a SQLite
+// journal in a temporary directory, the admin API on a socket in that
+// directory and metrics on 127.0.0.1:0.
+package admintest
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/admin"
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/journal"
+)
+
+// Daemon is a running broker, journal and admin server.
+type Daemon struct {
+	Dir     string
+	Socket  string // admin socket
+	STOMP   string // STOMP address
+	Metrics string // metrics address
+	Config  appliance.Config
+	Broker  *appliance.Broker
+	Store   *journal.Store
+	Server  *admin.Server
+	Level   *slog.LevelVar
+}
+
+// Start starts a daemon; mutate adjusts its config. Cleanup stops it.
+func Start(t testing.TB, mutate func(*appliance.Config)) *Daemon {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := appliance.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.Stomp.Listen = "127.0.0.1:0"
+	cfg.Journal.Sync = "normal"
+	cfg.Journal.MinFreeBytes = 0
+	cfg.Queues.RedeliveryMin = appliance.Duration{Duration: 10 * time.Millisecond}
+	cfg.Queues.RedeliveryMax = appliance.Duration{Duration: 50 * time.Millisecond}
+	cfg.Admin.Socket = filepath.Join(dir, "admin.sock")
+	cfg.Admin.MetricsListen = "127.0.0.1:0"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	d := &Daemon{Dir: dir, Socket: cfg.Admin.Socket, Config: cfg, Level: new(slog.LevelVar)}
+	metrics := admin.NewMetrics("test")
+	d.Store = journal.New(journal.Config{
+		Path:               filepath.Join(dir, "herald.db"),
+		Sync:               cfg.Journal.Sync,
+		DedupWindow:        cfg.Queues.DedupWindow.Duration,
+		CheckpointInterval: 50 * time.Millisecond,
+	})
+	d.Store.SetCommitHook(metrics.ObserveCommit)
+	ctx := context.Background()
+	if err := d.Store.Open(ctx); err != nil {
+		t.Fatalf("open journal: %v", err)
+	}
+	d.Broker = appliance.New(appliance.Options{Config: cfg, Journal: d.Store, Version: "test"})
+	if err := d.Broker.Open(ctx); err != nil {
+		t.Fatalf("open broker: %v", err)
+	}
+	addr, err := d.Broker.Listen(cfg.Stomp.Listen)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	d.STOMP = addr.String()
+	d.Server = admin.New(admin.Options{
+		Socket:        cfg.Admin.Socket,
+		MetricsListen: cfg.Admin.MetricsListen,
+		Broker:        d.Broker,
+		Journal:       StoreJournal{d.Store},
+		Config:        cfg,
+		Level:         d.Level,
+		Version:       "test",
+		Metrics:       metrics,
+	})
+	if err := d.Server.Start(ctx); err != nil {
+		t.Fatalf("admin start: %v", err)
+	}
+	d.Metrics = d.Server.MetricsAddr()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *Daemon) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d.Server.Close(ctx)
+	d.Broker.Close(ctx)
+	d.Store.Close(ctx)
+}
+
+// Dial connects a STOMP client; Cleanup closes it.
+func (d *Daemon) Dial(t testing.TB) *client.Conn {
+	t.Helper()
+	c, err := client.Dial(context.Background(), d.STOMP, client.Options{DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Send sends n messages to dest with receipts, bodies prefix0, prefix1, ...
+func (d *Daemon) Send(t testing.TB, c *client.Conn, dest string, n int, prefix string) {
+	t.Helper()
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.SendReceipt(ctx, dest, []byte(prefix+itoa(i)))
+		cancel()
+		if err != nil {
+			t.Fatalf("send %d to %s: %v", i, dest, err)
+		}
+	}
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b [20]byte
+	n := len(b)
+	for ; i > 0; i /= 10 {
+		n--
+		b[n] = byte('0' + i%10)
+	}
+	return string(b[n:])
+}
+
+// StoreJournal adapts *journal.Store to admin.Journal (as heraldd does).
+type StoreJournal struct{ S *journal.Store }
+
+// Status implements admin.Journal.
+func (a StoreJournal) Status() admin.JournalStatus {
+	st := a.S.Stats()
+	db, wal := a.S.Sizes()
+	js := admin.JournalStatus{
+		Path: a.S.Path(), DBBytes: db, WALBytes: wal, Commits: st.Commits, Ops: st.Ops,
+		FailedCommits: st.FailedCommits, Checkpoints: st.Checkpoints, LastBatchOps: st.LastBatchOps,
+		LastCommitSeconds: st.LastCommitTime.Seconds(),
+	}
+	if !st.LastCheckpoint.IsZero() {
+		t := st.LastCheckpoint.UTC()
+		js.LastCheckpoint = &t
+	}
+	return js
+}
+
+// Backup implements admin.Journal.
+func (a StoreJournal) Backup(ctx context.Context, dest string, progress func(done, total int)) error {
+	return a.S.Backup(ctx, dest, progress)
+}

@@ -1,0 +1,22 @@
+// Package admin is Herald's administration interface: an HTTP/JSON API served
+// on a unix socket (Server), its client (Client, used by the herald CLI), and
+// Prometheus metrics on their own TCP listener (Metrics).
+//
+// The JSON of every endpoint is a written contract: docs/admin-api.md. The
+// CLI's --json output is the API's JSON, so scripts may rely on either.
+//
+// Access control is the socket file's: mode 0660, owned by the daemon's user
+// and group, so only root and members of that group can administer the
+// daemon. Nothing admin-level is served over TCP: the metrics listener serves
+// /metrics and /healthz only.
+//
+// The daemon's duties, in order:
+//
+//  1. Create a Metrics with NewMetrics before opening the journal, and pass
+//     its ObserveCommit to journal.Store.SetCommitHook.
+//  2. After the broker listens, call New and Start; fail startup if Start
+//     fails (another daemon answers on the socket, or it cannot be created).
+//  3. Register multicast channels with SetChannels when they exist.
+//  4. On shutdown, call Close first, so no admin operation races the
+//     broker's shutdown.
+package admin

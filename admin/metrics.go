@@ -1,0 +1,246 @@
+package admin
+
+import (
+	"net/http"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is Herald's Prometheus registry (private: nothing is registered
+// globally). Broker, journal and channel figures are read from their views
+// at scrape time; only the journal's commit histograms are recorded as they
+// happen (ObserveCommit).
+type Metrics struct {
+	reg           *prometheus.Registry
+	commitSeconds prometheus.Histogram
+	batchOps      prometheus.Histogram
+	srv           atomic.Pointer[Server]
+}
+
+// NewMetrics returns the registry with the build info, Go runtime and
+// process collectors and the commit histograms. It is ready for
+// ObserveCommit at once; the views are attached when the Server is created.
+func NewMetrics(version string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "herald_journal_commit_duration_seconds",
+		Help:    "Time to commit one journal transaction (group commit), fsync included.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	})
+	m.batchOps = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "herald_journal_batch_operations",
+		Help:    "Operations committed per journal transaction.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096},
+	})
+	m.reg.MustRegister(m.commitSeconds, m.batchOps,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "herald_build_info",
+			Help:        "Always 1; labels name the build.",
+			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+		}, func() float64 { return 1 }),
+		&viewCollector{m: m},
+	)
+	return m
+}
+
+// ObserveCommit records one journal commit; pass it to
+// journal.Store.SetCommitHook.
+func (m *Metrics) ObserveCommit(ops int, d time.Duration) {
+	m.commitSeconds.Observe(d.Seconds())
+	m.batchOps.Observe(float64(ops))
+}
+
+// Registry returns the registry, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves /metrics and /healthz, and nothing else.
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		s := m.srv.Load()
+		if s == nil {
+			http.Error(w, "starting\n", http.StatusServiceUnavailable)
+			return
+		}
+		if err := s.isReady(); err != nil {
+			http.Error(w, "not ready: "+err.Error()+"\n", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+func (m *Metrics) attach(s *Server) { m.srv.Store(s) }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	// Queue figures, labelled by queue.
+	dQueueMessages  = desc("herald_queue_messages", "Messages in the queue: ready, in flight, delayed and paged out.", "queue")
+	dQueueBytes     = desc("herald_queue_bytes", "Bytes of the queue's messages.", "queue")
+	dQueueReady     = desc("herald_queue_ready_messages", "Messages ready for delivery.", "queue")
+	dQueueInFlight  = desc("herald_queue_in_flight_messages", "Messages delivered and not yet acknowledged.", "queue")
+	dQueueDelayed   = desc("herald_queue_delayed_messages", "Messages not deliverable yet (delay, redelivery back-off).", "queue")
+	dQueueConsumers = desc("herald_queue_consumers", "Subscriptions consuming the queue.", "queue")
+	dQueueOldest    = desc("herald_queue_oldest_message_age_seconds", "Age of the oldest message in memory; 0 when empty.", "queue")
+	dQueueDLQ       = desc("herald_queue_dlq_messages", "Messages in the queue's dead-letter queue.", "queue")
+	dQueueEnq       = desc("herald_queue_enqueued_total", "Messages committed to the queue.", "queue")
+	dQueueDeliv     = desc("herald_queue_deliveries_total", "Deliveries to consumers, redeliveries included.", "queue")
+	dQueueRedeliv   = desc("herald_queue_redeliveries_total", "Redeliveries (after NACK, disconnect or ack timeout).", "queue")
+	dQueueAcked     = desc("herald_queue_acked_total", "Messages acknowledged.", "queue")
+	dQueueExpired   = desc("herald_queue_expired_total", "Messages that expired.", "queue")
+	dQueueDead      = desc("herald_queue_dead_lettered_total", "Messages moved to the dead-letter queue.", "queue")
+	dQueueStale     = desc("herald_queue_stale_acks_total", "ACKs and NACKs of a stale delivery attempt, ignored.", "queue")
+	dQueueAckTO     = desc("herald_queue_ack_timeouts_total", "Deliveries whose ack timeout expired.", "queue")
+	dQueueBlocked   = desc("herald_queue_blocked_sends_total", "SENDs that waited because the queue was full.", "queue")
+	dQueueBlockedS  = desc("herald_queue_blocked_producer_seconds_total", "Time producers spent blocked on the full queue.", "queue")
+	// Topic figures, labelled by topic (or wildcard pattern).
+	dTopicSubs    = desc("herald_topic_subscribers", "STOMP subscribers of the topic.", "topic")
+	dTopicIn      = desc("herald_topic_messages_in_total", "Messages published to the topic.", "topic")
+	dTopicOut     = desc("herald_topic_messages_out_total", "Messages fanned out to subscribers of the topic.", "topic")
+	dTopicDropped = desc("herald_topic_slow_subscriber_drops_total", "Messages dropped for slow subscribers of the topic.", "topic")
+	// Broker totals.
+	dConns        = desc("herald_connections", "Open STOMP connections.")
+	dConnsTotal   = desc("herald_connections_total", "STOMP connections accepted.")
+	dRefused      = desc("herald_connections_refused_total", "STOMP connections refused.")
+	dSlowDrops    = desc("herald_slow_subscriber_drops_total", "Topic messages dropped for slow subscribers, all topics.")
+	dStaleAcks    = desc("herald_stale_acks_total", "Stale ACKs and NACKs ignored, all queues.")
+	dDedupHits    = desc("herald_dedup_hits_total", "SENDs recognised as duplicates by their dedup id.")
+	dDeadLettered = desc("herald_dead_lettered_total", "Messages dead-lettered, all queues.")
+	dTopicInAll   = desc("herald_topic_messages_in_all_total", "Messages published to topics, all topics.")
+	dTopicOutAll  = desc("herald_topic_messages_out_all_total", "Messages fanned out to topic subscribers, all topics.")
+	dDiskLow      = desc("herald_disk_low", "1 when free disk space is below journal.min_free_bytes (queues refuse SENDs).")
+	dStart        = desc("herald_start_time_seconds", "Start time of the daemon, seconds since the epoch.")
+	// Journal.
+	dJDB         = desc("herald_journal_db_bytes", "Size of the journal database file.")
+	dJWAL        = desc("herald_journal_wal_bytes", "Size of the journal's write-ahead log.")
+	dJCommits    = desc("herald_journal_commits_total", "Journal transactions committed.")
+	dJOps        = desc("herald_journal_operations_total", "Journal operations committed.")
+	dJFailed     = desc("herald_journal_failed_commits_total", "Journal transactions that failed.")
+	dJCkpt       = desc("herald_journal_checkpoints_total", "WAL checkpoints run.")
+	dJLastCkpt   = desc("herald_journal_last_checkpoint_timestamp_seconds", "Time of the last checkpoint; 0 before the first.")
+	dJLastCommit = desc("herald_journal_last_commit_duration_seconds", "Duration of the last journal commit.")
+	// Multicast channels, labelled by channel.
+	dChMsgs    = desc("herald_channel_messages_total", "Messages sent on the multicast channel.", "channel")
+	dChDgrams  = desc("herald_channel_datagrams_total", "Datagrams sent on the channel, repairs included.", "channel")
+	dChBytes   = desc("herald_channel_bytes_total", "Bytes sent on the channel.", "channel")
+	dChRepairs = desc("herald_channel_repairs_total", "Repair datagrams (RDATA) sent.", "channel")
+	dChNAKs    = desc("herald_channel_naks_total", "NAKs received.", "channel")
+	dChLosses  = desc("herald_channel_losses_total", "Sequence ranges announced as lost.", "channel")
+	dChRate    = desc("herald_channel_rate_limited_seconds_total", "Time the channel's sender waited on its rate limit.", "channel")
+	dChWindow  = desc("herald_channel_window_bytes", "Bytes held in the channel's retransmit window.", "channel")
+	dChStreams = desc("herald_channel_streams", "Topics (streams) seen on the channel.", "channel")
+)
+
+// viewCollector reads the broker's, journal's and channels' views at scrape
+// time: no bookkeeping of its own.
+type viewCollector struct{ m *Metrics }
+
+func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		dQueueMessages, dQueueBytes, dQueueReady, dQueueInFlight, dQueueDelayed, dQueueConsumers, dQueueOldest, dQueueDLQ,
+		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
+		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
+		dConns, dConnsTotal, dRefused, dSlowDrops, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dDiskLow, dStart,
+		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJCkpt, dJLastCkpt, dJLastCommit,
+		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
+	} {
+		ch <- d
+	}
+}
+
+func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.m.srv.Load()
+	if s == nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	b := s.o.Broker
+	for _, q := range b.Queues() {
+		n := q.Name
+		gauge(dQueueMessages, float64(q.Messages), n)
+		gauge(dQueueBytes, float64(q.Bytes), n)
+		gauge(dQueueReady, float64(q.Ready), n)
+		gauge(dQueueInFlight, float64(q.InFlight), n)
+		gauge(dQueueDelayed, float64(q.Delayed), n)
+		gauge(dQueueConsumers, float64(q.Consumers), n)
+		gauge(dQueueOldest, q.OldestAgeSec, n)
+		gauge(dQueueDLQ, float64(q.DLQDepth), n)
+		counter(dQueueEnq, float64(q.Enqueued), n)
+		counter(dQueueDeliv, float64(q.Delivered), n)
+		counter(dQueueRedeliv, float64(q.Redelivered), n)
+		counter(dQueueAcked, float64(q.Acked), n)
+		counter(dQueueExpired, float64(q.Expired), n)
+		counter(dQueueDead, float64(q.DeadLettered), n)
+		counter(dQueueStale, float64(q.StaleAcks), n)
+		counter(dQueueAckTO, float64(q.AckTimeouts), n)
+		counter(dQueueBlocked, float64(q.BlockedSends), n)
+		counter(dQueueBlockedS, q.BlockedSeconds, n)
+	}
+	for _, t := range b.Topics() {
+		gauge(dTopicSubs, float64(t.Subscribers), t.Name)
+		counter(dTopicIn, float64(t.In), t.Name)
+		counter(dTopicOut, float64(t.Out), t.Name)
+		counter(dTopicDropped, float64(t.Dropped), t.Name)
+	}
+	st := b.Stats()
+	gauge(dConns, float64(st.Connections))
+	counter(dConnsTotal, float64(st.ConnectionsTotal))
+	counter(dRefused, float64(st.Refused))
+	counter(dSlowDrops, float64(st.SlowDrops))
+	counter(dStaleAcks, float64(st.StaleAcks))
+	counter(dDedupHits, float64(st.DedupHits))
+	counter(dDeadLettered, float64(st.DeadLettered))
+	counter(dTopicInAll, float64(st.TopicIn))
+	counter(dTopicOutAll, float64(st.TopicOut))
+	low := 0.0
+	if st.DiskLow {
+		low = 1
+	}
+	gauge(dDiskLow, low)
+	gauge(dStart, float64(s.o.Started.UnixNano())/1e9)
+	if s.o.Journal != nil {
+		js := s.o.Journal.Status()
+		gauge(dJDB, float64(js.DBBytes))
+		gauge(dJWAL, float64(js.WALBytes))
+		counter(dJCommits, float64(js.Commits))
+		counter(dJOps, float64(js.Ops))
+		counter(dJFailed, float64(js.FailedCommits))
+		counter(dJCkpt, float64(js.Checkpoints))
+		last := 0.0
+		if js.LastCheckpoint != nil {
+			last = float64(js.LastCheckpoint.UnixNano()) / 1e9
+		}
+		gauge(dJLastCkpt, last)
+		gauge(dJLastCommit, js.LastCommitSeconds)
+	}
+	for _, v := range s.channelViews() {
+		n := v.Name
+		counter(dChMsgs, float64(v.Messages), n)
+		counter(dChDgrams, float64(v.Datagrams), n)
+		counter(dChBytes, float64(v.Bytes), n)
+		counter(dChRepairs, float64(v.Repairs), n)
+		counter(dChNAKs, float64(v.NAKs), n)
+		counter(dChLosses, float64(v.Losses), n)
+		counter(dChRate, v.RateLimited, n)
+		gauge(dChWindow, float64(v.WindowBytes), n)
+		gauge(dChStreams, float64(v.Streams), n)
+	}
+}

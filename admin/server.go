@@ -1,0 +1,236 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+)
+
+// Defaults for Options.
+const (
+	DefaultOpTimeout  = 30 * time.Second
+	DefaultSocketMode = 0o660
+)
+
+// Options configure a Server.
+type Options struct {
+	Socket        string // unix socket path (required)
+	MetricsListen string // TCP address of /metrics and /healthz; empty: off
+	Broker        Broker // required
+	Journal       Journal
+	Config        appliance.Config // effective configuration, served by GET /v1/config
+	Level         *slog.LevelVar   // the daemon's log level; nil: PUT /v1/log-level is refused
+	Version       string
+	Started       time.Time
+	Logger        *slog.Logger
+	Metrics       *Metrics      // nil: created here
+	Ready         func() error  // nil: ready while serving
+	OpTimeout     time.Duration // bound of purge, delete, requeue, peek
+}
+
+// Server serves the admin API on a unix socket and, optionally, metrics on
+// TCP. New applies defaults; Start listens; Close stops.
+type Server struct {
+	o        Options
+	log      *slog.Logger
+	metrics  *Metrics
+	channels atomic.Pointer[ChannelStats]
+	backupMu sync.Mutex
+
+	api, mh      *http.Server
+	apiLn, metLn net.Listener
+	wg           sync.WaitGroup
+	closeOnce    sync.Once
+	closed       atomic.Bool
+}
+
+// New returns a Server for o with defaults applied.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Started.IsZero() {
+		o.Started = time.Now()
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = DefaultOpTimeout
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(o.Version)
+	}
+	s := &Server{o: o, log: o.Logger, metrics: o.Metrics}
+	s.metrics.attach(s)
+	return s
+}
+
+// SetChannels registers the multicast channels' statistics, served by GET
+// /v1/channels and exported as metrics. Safe to call at any time.
+func (s *Server) SetChannels(c ChannelStats) {
+	if c == nil {
+		s.channels.Store(nil)
+		return
+	}
+	s.channels.Store(&c)
+}
+
+func (s *Server) channelViews() []ChannelView {
+	if p := s.channels.Load(); p != nil {
+		if v := (*p).Channels(); v != nil {
+			return v
+		}
+	}
+	return []ChannelView{}
+}
+
+// Start listens on the admin socket (mode 0660; a stale socket left by a
+// dead daemon is removed, a live one is ErrSocketInUse) and on the metrics
+// address when set, and serves them until Close.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := listenSocket(ctx, s.o.Socket)
+	if err != nil {
+		return err
+	}
+	s.apiLn = ln
+	s.api = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, peerUID(c))
+		},
+	}
+	if s.o.MetricsListen != "" {
+		ml, err := net.Listen("tcp", s.o.MetricsListen)
+		if err != nil {
+			ln.Close()
+			os.Remove(s.o.Socket)
+			return fmt.Errorf("admin: metrics listen %s: %w (choose another admin.metrics_listen, or set it to \"\" to turn metrics off)", s.o.MetricsListen, err)
+		}
+		s.metLn = ml
+		s.mh = &http.Server{
+			Handler:           s.metrics.Handler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		}
+		s.serve(s.mh, ml)
+	}
+	s.serve(s.api, ln)
+	s.log.Info("admin API listening", "socket", s.o.Socket, "metrics", s.MetricsAddr())
+	return nil
+}
+
+func (s *Server) serve(hs *http.Server, ln net.Listener) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// MetricsAddr returns the bound metrics address, or "" when off.
+func (s *Server) MetricsAddr() string {
+	if s.metLn == nil {
+		return ""
+	}
+	return s.metLn.Addr().String()
+}
+
+// Close stops both listeners, waits for requests in progress until ctx
+// ends (then cuts them, a running backup included), and removes the socket.
+// It is idempotent.
+func (s *Server) Close(ctx context.Context) error {
+	var errs []error
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		for _, hs := range []*http.Server{s.api, s.mh} {
+			if hs == nil {
+				continue
+			}
+			if err := hs.Shutdown(ctx); err != nil {
+				hs.Close()
+				errs = append(errs, fmt.Errorf("admin: shutdown: %w", err))
+			}
+		}
+		s.wg.Wait()
+		if s.apiLn != nil {
+			if err := os.Remove(s.o.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("admin: remove socket: %w", err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// listenSocket creates the unix socket at path with mode 0660, without a
+// window in which it has another mode: it is bound under a temporary name,
+// chmodded, then renamed into place.
+func listenSocket(ctx context.Context, path string) (net.Listener, error) {
+	if path == "" {
+		return nil, errors.New("admin: no socket path: set admin.socket or --admin-socket")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("admin: socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%w: %s; move it away or choose another --admin-socket", ErrNotSocket, path)
+		}
+		d := net.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: %s; stop the other heraldd, or give this one another --admin-socket and --data-dir", ErrSocketInUse, path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("admin: cannot tell whether %s is in use (%v); remove it if no heraldd runs", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("admin: remove stale socket %s: %w", path, err)
+		}
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+	os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("admin: listen on %s: %w (is the directory writable by the daemon's user? socket paths are limited to 107 bytes)", path, err)
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false) // Close removes the final path itself
+	if err := os.Chmod(tmp, DefaultSocketMode); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("admin: chmod %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("admin: rename socket into place: %w", err)
+	}
+	return ln, nil
+}
+
+type peerKey struct{}
+
+// peer returns the uid of the caller for the log, or -1.
+func peer(r *http.Request) int {
+	if v, ok := r.Context().Value(peerKey{}).(int); ok {
+		return v
+	}
+	return -1
+}

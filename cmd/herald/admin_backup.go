@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/herald-mq/herald/admin"
+)
+
+func backupCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "backup",
+		Usage:     "write a consistent copy of the journal while the daemon runs",
+		ArgsUsage: "FILE",
+		Description: `POST /v1/backup. The daemon copies its SQLite journal with SQLite's online
+backup API to FILE: the copy holds every message committed before the backup
+began, and producers and consumers carry on meanwhile. The daemon writes the
+file, so its directory must be writable by the daemon's user; FILE must not
+exist. A relative FILE is taken from the current directory. Restore by
+stopping heraldd and putting the copy in place of DATA_DIR/herald.db (remove
+herald.db-wal and herald.db-shm).
+
+Progress is a bar on a terminal, plain lines otherwise (on stderr); --timeout
+defaults to none here.`,
+		Flags: adminFlags(),
+		Action: func(cCtx *cli.Context) error {
+			if err := checkArgs(cCtx, 1, 1, "backup [flags] FILE"); err != nil {
+				return err
+			}
+			dest, err := filepath.Abs(cCtx.Args().First())
+			if err != nil {
+				return usageErrorf("backup file %q: %v", cCtx.Args().First(), err)
+			}
+			if !cCtx.IsSet("timeout") {
+				cCtx.Set("timeout", "0")
+			}
+			errw := cCtx.App.ErrWriter
+			bar := isTerminal(errw)
+			lastPct := -1
+			return adminCall(cCtx, "backup", func(ctx context.Context, c *admin.Client) error {
+				res, err := c.Backup(ctx, dest, func(ev admin.BackupEvent) {
+					if ev.PagesTotal == 0 {
+						return
+					}
+					pct := ev.PagesDone * 100 / ev.PagesTotal
+					if bar {
+						n := pct * 30 / 100
+						fmt.Fprintf(errw, "\r[%s%s] %3d%% %d/%d pages", strings.Repeat("#", n), strings.Repeat(" ", 30-n), pct, ev.PagesDone, ev.PagesTotal)
+						return
+					}
+					if pct/10 != lastPct/10 || pct == 100 && lastPct != 100 {
+						fmt.Fprintf(errw, "backup: %d/%d pages (%d%%)\n", ev.PagesDone, ev.PagesTotal, pct)
+					}
+					lastPct = pct
+				})
+				if bar {
+					fmt.Fprintln(errw)
+				}
+				if err != nil {
+					return err
+				}
+				if cCtx.Bool("json") {
+					return printJSON(cCtx.App.Writer, res)
+				}
+				fmt.Fprintf(cCtx.App.Writer, "backup written: %s (%s, %d pages, %.1fs)\n", res.Path, humanBytes(res.Bytes), res.PagesTotal, res.Seconds)
+				return nil
+			})
+		},
+	}
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/herald-mq/herald/admin"
+)
+
+// More exit codes of the admin commands (sysexits.h).
+const (
+	exitNotFound = 66 // no such queue or connection
+	exitNoPerm   = 77 // the admin socket refused us
+)
+
+// Admin socket locations tried without --socket or HERALD_SOCKET.
+const (
+	DefaultSocket = "./herald-data/admin.sock"
+	SystemSocket  = "/run/herald/admin.sock"
+)
+
+// adminCommands are the commands talking to heraldd's admin socket.
+func adminCommands() []*cli.Command {
+	cmds := []*cli.Command{
+		statusCommand(), queuesCommand(), queueCommand(), topicsCommand(), channelsCommand(),
+		connectionsCommand(), backupCommand(), awaitReadyCommand(), configCommand(), logLevelCommand(),
+		topCommand(), manCommand(), completionCommand(),
+	}
+	for _, c := range cmds {
+		setUsageErrors(c)
+	}
+	return cmds
+}
+
+func setUsageErrors(c *cli.Command) {
+	if c.OnUsageError == nil {
+		c.OnUsageError = onUsageError
+	}
+	for _, s := range c.Subcommands {
+		setUsageErrors(s)
+	}
+}
+
+// adminFlags are the flags of every admin command.
+func adminFlags(extra ...cli.Flag) []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "socket", EnvVars: []string{"HERALD_SOCKET"}, Usage: "admin socket `PATH` of heraldd (default " + DefaultSocket + ", else " + SystemSocket + " if it exists)"},
+		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON (the admin API's, see docs/admin-api.md)"},
+		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long (exit 75)"},
+	}, extra...)
+}
+
+// socketPath resolves --socket, HERALD_SOCKET and the defaults.
+func socketPath(cCtx *cli.Context) string {
+	if s := cCtx.String("socket"); s != "" {
+		return s
+	}
+	if _, err := os.Stat(DefaultSocket); err == nil {
+		return DefaultSocket
+	}
+	if _, err := os.Stat(SystemSocket); err == nil {
+		return SystemSocket
+	}
+	return DefaultSocket
+}
+
+// adminCall runs fn with a client and a context bounded by --timeout,
+// turning its error into an exit code.
+func adminCall(cCtx *cli.Context, what string, fn func(ctx context.Context, c *admin.Client) error) error {
+	sock := socketPath(cCtx)
+	c := admin.NewClient(sock)
+	defer c.Close()
+	ctx := cCtx.Context
+	if d := cCtx.Duration("timeout"); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if err := fn(ctx, c); err != nil {
+		return adminFailure(what, sock, ctx, err)
+	}
+	return nil
+}
+
+// adminFailure classifies an admin error into an exit code with a hint.
+func adminFailure(what, sock string, ctx context.Context, err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	var ae *admin.APIError
+	if errors.As(err, &ae) {
+		code := exitOther
+		switch ae.Status {
+		case http.StatusNotFound:
+			code = exitNotFound
+		case http.StatusBadRequest:
+			code = exitUsage
+		case http.StatusServiceUnavailable:
+			code = exitUnavailable
+		case http.StatusGatewayTimeout:
+			code = exitTimeout
+		}
+		return &exitError{code: code, err: fmt.Errorf("%s: %w", what, ae)}
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
+		return &exitError{code: exitTimeout, err: fmt.Errorf("%s: no answer from heraldd on %s in time; it may be overloaded (raise --timeout) or stuck (journalctl -u heraldd)", what, sock)}
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, os.ErrPermission):
+		return &exitError{code: exitNoPerm, err: fmt.Errorf("%s: permission denied on the admin socket %s; run as root or as a member of the daemon's group (sudo usermod -aG herald $USER, then log in again)", what, sock)}
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
+		return &exitError{code: exitUnavailable, err: fmt.Errorf("%s: heraldd is not answering on %s; is it running? start it with: heraldd (or point --socket / HERALD_SOCKET at its admin socket)", what, sock)}
+	}
+	var ce *admin.ConnError
+	if errors.As(err, &ce) {
+		return &exitError{code: exitUnavailable, err: fmt.Errorf("%s: %w", what, err)}
+	}
+	return &exitError{code: exitOther, err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// printJSON writes v indented, as the admin API does.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes aligned columns.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	if len(header) > 0 {
+		t.row(toAny(header)...)
+	}
+	return t
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func (t *table) row(cells ...any) {
+	parts := make([]string, len(cells))
+	for i, c := range cells {
+		parts[i] = fmt.Sprint(c)
+	}
+	fmt.Fprintln(t.tw, strings.Join(parts, "\t"))
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// humanBytes formats n as 1.5 KiB, 3.2 MiB.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// humanAge formats seconds as 45s, 3m12s, 2h5m, 3d4h.
+func humanAge(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case sec <= 0:
+		return "-"
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	days := int(d / (24 * time.Hour))
+	return fmt.Sprintf("%dd%dh", days, int((d-time.Duration(days)*24*time.Hour)/time.Hour))
+}
+
+// queueName accepts NAME and /queue/NAME.
+func queueName(s string) string { return strings.TrimPrefix(s, "/queue/") }
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

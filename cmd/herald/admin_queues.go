@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/herald-mq/herald/admin"
+	"github.com/herald-mq/herald/appliance"
+)
+
+func queuesCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "queues",
+		Usage:       "list the queues with their depth, consumers and oldest message",
+		Description: "Reads GET /v1/queues.",
+		Flags:       adminFlags(),
+		Action: func(cCtx *cli.Context) error {
+			if err := checkArgs(cCtx, 0, 0, "queues [flags]"); err != nil {
+				return err
+			}
+			return adminCall(cCtx, "queues", func(ctx context.Context, c *admin.Client) error {
+				ql, err := c.Queues(ctx)
+				if err != nil {
+					return err
+				}
+				if cCtx.Bool("json") {
+					return printJSON(cCtx.App.Writer, ql)
+				}
+				t := newTable(cCtx.App.Writer, "QUEUE", "MESSAGES", "READY", "IN-FLIGHT", "DELAYED", "CONSUMERS", "BYTES", "OLDEST", "DLQ", "ENQUEUED", "DELIVERED")
+				for _, q := range ql.Queues {
+					t.row(q.Name, q.Messages, q.Ready, q.InFlight, q.Delayed, q.Consumers, humanBytes(q.Bytes), humanAge(q.OldestAgeSec), q.DLQDepth, q.Enqueued, q.Delivered)
+				}
+				if len(ql.Queues) == 0 {
+					t.row("(no queues)")
+				}
+				return t.flush()
+			})
+		},
+	}
+}
+
+func queueCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "queue",
+		Usage: "show, peek at, purge, delete or requeue one queue",
+		Subcommands: []*cli.Command{
+			{
+				Name:        "show",
+				Usage:       "show every figure of a queue",
+				ArgsUsage:   "NAME",
+				Description: "Reads GET /v1/queues/{name}. NAME may be given as /queue/NAME.",
+				Flags:       adminFlags(),
+				Action: func(cCtx *cli.Context) error {
+					name, err := oneQueue(cCtx, "queue show [flags] NAME")
+					if err != nil {
+						return err
+					}
+					return adminCall(cCtx, "queue show "+name, func(ctx context.Context, c *admin.Client) error {
+						q, err := c.Queue(ctx, name)
+						if err != nil {
+							return err
+						}
+						if cCtx.Bool("json") {
+							return printJSON(cCtx.App.Writer, q)
+						}
+						return printQueue(cCtx, q)
+					})
+				},
+			},
+			{
+				Name:      "peek",
+				Usage:     "print the oldest messages of a queue without consuming them",
+				ArgsUsage: "NAME",
+				Description: `Reads GET /v1/queues/{name}/messages?limit=N: the oldest N messages in
+order, in-flight ones included. Nothing is delivered or acknowledged.`,
+				Flags: adminFlags(&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Value: admin.DefaultPeek, Usage: "how many messages (at most 1000)"}),
+				Action: func(cCtx *cli.Context) error {
+					name, err := oneQueue(cCtx, "queue peek [flags] NAME")
+					if err != nil {
+						return err
+					}
+					limit := cCtx.Int("limit")
+					if limit < 0 || limit > admin.MaxPeek {
+						return usageErrorf("--limit %d: want 0 to %d", limit, admin.MaxPeek)
+					}
+					return adminCall(cCtx, "queue peek "+name, func(ctx context.Context, c *admin.Client) error {
+						p, err := c.Peek(ctx, name, limit)
+						if err != nil {
+							return err
+						}
+						if cCtx.Bool("json") {
+							return printJSON(cCtx.App.Writer, p)
+						}
+						t := newTable(cCtx.App.Writer, "ID", "ENQUEUED", "DELIVERIES", "BYTES", "BODY")
+						for _, m := range p.Messages {
+							t.row(m.ID, m.EnqueuedAt.Local().Format(time.DateTime), m.Deliveries, m.BodyBytes, abbreviate(m.Body, 60))
+						}
+						if len(p.Messages) == 0 {
+							t.row("(empty)")
+						}
+						return t.flush()
+					})
+				},
+			},
+			{
+				Name:      "purge",
+				Usage:     "delete every message of a queue that is not in flight",
+				ArgsUsage: "NAME",
+				Description: `POST /v1/queues/{name}/purge. Messages being processed by a consumer are
+kept (their ACK or NACK decides). Requires --yes.`,
+				Flags: adminFlags(&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really purge"}),
+				Action: func(cCtx *cli.Context) error {
+					name, err := oneQueue(cCtx, "queue purge --yes [flags] NAME")
+					if err != nil {
+						return err
+					}
+					if !cCtx.Bool("yes") {
+						return usageErrorf("queue purge deletes messages for good: add --yes to confirm (herald queue purge --yes %s)", name)
+					}
+					return adminCall(cCtx, "queue purge "+name, func(ctx context.Context, c *admin.Client) error {
+						r, err := c.Purge(ctx, name)
+						if err != nil {
+							return err
+						}
+						if cCtx.Bool("json") {
+							return printJSON(cCtx.App.Writer, r)
+						}
+						fmt.Fprintf(cCtx.App.Writer, "purged %d messages from %s\n", deref(r.Purged), name)
+						return nil
+					})
+				},
+			},
+			{
+				Name:      "delete",
+				Usage:     "purge a queue and forget it (refused while it has consumers)",
+				ArgsUsage: "NAME",
+				Description: `DELETE /v1/queues/{name}. Refused (exit 1) while the queue has consumers:
+close them first. Requires --yes.`,
+				Flags: adminFlags(&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really delete"}),
+				Action: func(cCtx *cli.Context) error {
+					name, err := oneQueue(cCtx, "queue delete --yes [flags] NAME")
+					if err != nil {
+						return err
+					}
+					if !cCtx.Bool("yes") {
+						return usageErrorf("queue delete deletes messages for good: add --yes to confirm (herald queue delete --yes %s)", name)
+					}
+					return adminCall(cCtx, "queue delete "+name, func(ctx context.Context, c *admin.Client) error {
+						r, err := c.DeleteQueue(ctx, name)
+						if err != nil {
+							return err
+						}
+						if cCtx.Bool("json") {
+							return printJSON(cCtx.App.Writer, r)
+						}
+						fmt.Fprintf(cCtx.App.Writer, "deleted queue %s and its %d messages\n", name, deref(r.Deleted))
+						return nil
+					})
+				},
+			},
+			{
+				Name:      "requeue",
+				Usage:     "move dead-lettered messages of a queue back to it",
+				ArgsUsage: "NAME",
+				Description: `POST /v1/queues/{name}/requeue?max=N: moves up to N (default all) messages
+of the queue's dead-letter queue (DLQ.NAME) back to the tail of NAME, oldest
+first, with their delivery count reset. Name the original queue, not the DLQ.`,
+				Flags: adminFlags(&cli.IntFlag{Name: "max", Usage: "move at most this many (0: all)"}),
+				Action: func(cCtx *cli.Context) error {
+					name, err := oneQueue(cCtx, "queue requeue [flags] NAME")
+					if err != nil {
+						return err
+					}
+					if cCtx.Int("max") < 0 {
+						return usageErrorf("--max %d: want 0 (all) or more", cCtx.Int("max"))
+					}
+					return adminCall(cCtx, "queue requeue "+name, func(ctx context.Context, c *admin.Client) error {
+						r, err := c.Requeue(ctx, name, cCtx.Int("max"))
+						if err != nil {
+							return err
+						}
+						if cCtx.Bool("json") {
+							return printJSON(cCtx.App.Writer, r)
+						}
+						fmt.Fprintf(cCtx.App.Writer, "requeued %d messages from %s to %s\n", deref(r.Requeued), r.DLQ, name)
+						return nil
+					})
+				},
+			},
+		},
+		Action: func(cCtx *cli.Context) error {
+			if cCtx.Args().Present() {
+				return usageErrorf("unknown queue command %q: want show, peek, purge, delete or requeue; see: herald queue --help", cCtx.Args().First())
+			}
+			return usageErrorf("queue needs a command: show, peek, purge, delete or requeue; see: herald queue --help")
+		},
+	}
+}
+
+func oneQueue(cCtx *cli.Context, usage string) (string, error) {
+	if err := checkArgs(cCtx, 1, 1, usage); err != nil {
+		return "", err
+	}
+	name := queueName(cCtx.Args().First())
+	if name == "" {
+		return "", usageErrorf("empty queue name: herald %s", usage)
+	}
+	return name, nil
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// abbreviate shortens s to n runes on one line.
+func abbreviate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func printQueue(cCtx *cli.Context, q *appliance.QueueView) error {
+	t := newTable(cCtx.App.Writer)
+	t.row("queue:", q.Name)
+	t.row("messages:", fmt.Sprintf("%d (%s)", q.Messages, humanBytes(q.Bytes)))
+	t.row("ready:", q.Ready)
+	t.row("in flight:", q.InFlight)
+	t.row("delayed:", q.Delayed)
+	t.row("consumers:", q.Consumers)
+	t.row("oldest message:", humanAge(q.OldestAgeSec))
+	if q.DLQ != "" {
+		t.row("dead-letter queue:", fmt.Sprintf("%s (%d messages)", q.DLQ, q.DLQDepth))
+	}
+	t.row("enqueued:", q.Enqueued)
+	t.row("delivered:", q.Delivered)
+	t.row("redelivered:", q.Redelivered)
+	t.row("acked:", q.Acked)
+	t.row("expired:", q.Expired)
+	t.row("dead-lettered:", q.DeadLettered)
+	t.row("stale acks:", q.StaleAcks)
+	t.row("ack timeouts:", q.AckTimeouts)
+	t.row("blocked sends:", fmt.Sprintf("%d (%.1fs blocked)", q.BlockedSends, q.BlockedSeconds))
+	return t.flush()
+}

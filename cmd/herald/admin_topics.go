@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/herald-mq/herald/admin"
+)
+
+func topicsCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "topics",
+		Usage:       "list the topics with subscribers and message counts",
+		Description: "Reads GET /v1/topics. Wildcard subscriptions are listed under their pattern.",
+		Flags:       adminFlags(),
+		Action: func(cCtx *cli.Context) error {
+			if err := checkArgs(cCtx, 0, 0, "topics [flags]"); err != nil {
+				return err
+			}
+			return adminCall(cCtx, "topics", func(ctx context.Context, c *admin.Client) error {
+				tl, err := c.Topics(ctx)
+				if err != nil {
+					return err
+				}
+				if cCtx.Bool("json") {
+					return printJSON(cCtx.App.Writer, tl)
+				}
+				t := newTable(cCtx.App.Writer, "TOPIC", "SUBSCRIBERS", "IN", "OUT", "DROPPED")
+				for _, v := range tl.Topics {
+					t.row(v.Name, v.Subscribers, v.In, v.Out, v.Dropped)
+				}
+				if len(tl.Topics) == 0 {
+					t.row("(no topics)")
+				}
+				return t.flush()
+			})
+		},
+	}
+}
+
+func channelsCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "channels",
+		Usage:       "list the multicast channels with their traffic and repairs",
+		Description: "Reads GET /v1/channels (empty when multicast is off).",
+		Flags:       adminFlags(),
+		Action: func(cCtx *cli.Context) error {
+			if err := checkArgs(cCtx, 0, 0, "channels [flags]"); err != nil {
+				return err
+			}
+			return adminCall(cCtx, "channels", func(ctx context.Context, c *admin.Client) error {
+				cl, err := c.Channels(ctx)
+				if err != nil {
+					return err
+				}
+				if cCtx.Bool("json") {
+					return printJSON(cCtx.App.Writer, cl)
+				}
+				t := newTable(cCtx.App.Writer, "CHANNEL", "GROUP", "PROFILE", "TOPICS", "MESSAGES", "DATAGRAMS", "BYTES", "REPAIRS", "NAKS", "LOSSES")
+				for _, v := range cl.Channels {
+					t.row(v.Name, v.Group, v.Profile, strings.Join(v.Topics, ","), v.Messages, v.Datagrams, humanBytes(int64(v.Bytes)), v.Repairs, v.NAKs, v.Losses)
+				}
+				if len(cl.Channels) == 0 {
+					t.row("(no multicast channels)")
+				}
+				return t.flush()
+			})
+		},
+	}
+}
