@@ -219,7 +219,7 @@ func (q *queue) requeueTo(ctx context.Context, target *queue, n int) (int, error
 	}
 	q.mu.Unlock()
 	for i, m := range picked {
-		target.committed(&Message{ID: batch.Ops[i].NewID, Queue: target.name, Headers: m.Headers, Body: m.Body, Expires: m.Expires, Group: m.Group, Enqueued: m.Enqueued}, false)
+		target.committed(&Message{ID: batch.Ops[i].NewID, Queue: target.name, Headers: m.Headers, Body: m.Body, Group: m.Group, Enqueued: m.Enqueued}, false)
 	}
 	return len(picked), nil
 }

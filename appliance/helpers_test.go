@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -68,7 +70,7 @@ func (tb *testBroker) start() {
 	if err := tb.store.Open(ctx); err != nil {
 		t.Fatalf("open journal: %v", err)
 	}
-	tb.b = appliance.New(appliance.Options{Config: tb.cfg, Journal: tb.store, Version: "test"})
+	tb.b = appliance.New(appliance.Options{Config: tb.cfg, Journal: tb.store, Version: "test", Logger: testLogger(t)})
 	if err := tb.b.Open(ctx); err != nil {
 		t.Fatalf("open broker: %v", err)
 	}
@@ -230,4 +232,14 @@ func (r *raw) connect(version string) *stomp.Frame {
 	}
 	r.r.SetVersion(f.Get("version"))
 	return f
+}
+
+func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
+
+// testLogger logs to the test's output when HERALD_TEST_LOG=1.
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("HERALD_TEST_LOG") != "1" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

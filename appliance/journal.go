@@ -23,7 +23,7 @@ const (
 	OpRelease
 	// OpMove moves ID to the tail of queue Queue with Headers replaced (nil:
 	// kept) and deliveries set to Deliveries, under a new ID (NewID):
-	// dead-lettering, requeue from a DLQ.
+	// dead-lettering, requeue from a DLQ. The moved message never expires.
 	OpMove
 	// OpPurge deletes every message of queue Queue with an ID up to ID,
 	// except those listed in Keep (in flight). Affected is set to the number

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,9 @@ type queue struct {
 	b    *Broker
 	name string
 	cfg  QueueConfig // effective settings: defaults with the matching policy
+	// isDLQ: a dead-letter queue never dead-letters (no DLQ.DLQ.x): its
+	// messages are redelivered however often they are NACKed.
+	isDLQ bool
 
 	mu        sync.Mutex
 	ready     []*Message // deliverable, sorted by ID
@@ -74,7 +78,7 @@ type delivery struct {
 }
 
 func newQueue(b *Broker, name string) *queue {
-	return &queue{b: b, name: name, cfg: b.cfg.Queues.For(name), inflight: map[uint64]*delivery{}, groups: map[string]int{}, space: make(chan struct{})}
+	return &queue{b: b, name: name, cfg: b.cfg.Queues.For(name), isDLQ: strings.HasPrefix(name, b.cfg.Queues.DeadLetterQueue), inflight: map[uint64]*delivery{}, groups: map[string]int{}, space: make(chan struct{})}
 }
 
 // --- ready list ---------------------------------------------------------
@@ -568,10 +572,10 @@ func (q *queue) nack(sub *subscription, token string, byID, requeue bool) ackRes
 	for _, d := range taken {
 		m := d.msg
 		switch {
-		case !requeue:
+		case !requeue && !q.isDLQ:
 			dead = append(dead, pendingDead{d: d, idx: len(ops), reason: "nack"})
 			ops = append(ops, q.deadLetterOp(m, "nack"))
-		case m.Deliveries >= q.cfg.MaxDeliveries:
+		case m.Deliveries >= q.cfg.MaxDeliveries && !q.isDLQ:
 			dead = append(dead, pendingDead{d: d, idx: len(ops), reason: "max-deliveries"})
 			ops = append(ops, q.deadLetterOp(m, "max-deliveries"))
 		default:

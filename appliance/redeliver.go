@@ -60,7 +60,7 @@ func (q *queue) deadLettered(dead []pendingDead, ops []Op, err error) {
 	for _, pd := range dead {
 		m := pd.msg()
 		op := ops[pd.idx]
-		moved := &Message{ID: op.NewID, Queue: dlq.name, Headers: op.Headers, Body: m.Body, Expires: m.Expires, Group: m.Group, Enqueued: m.Enqueued}
+		moved := &Message{ID: op.NewID, Queue: dlq.name, Headers: op.Headers, Body: m.Body, Group: m.Group, Enqueued: m.Enqueued}
 		q.b.log.Warn("message dead-lettered", "queue", q.name, "id", m.ID, "dlq", dlq.name, "dlq_id", op.NewID, "reason", pd.reason, "deliveries", m.Deliveries)
 		dlq.committed(moved, false)
 	}
@@ -79,7 +79,7 @@ func (pd pendingDead) msg() *Message {
 func (q *queue) releaseLocked(d *delivery, reason string) {
 	q.endLocked(d)
 	q.b.log.Debug("message released", "queue", q.name, "id", d.msg.ID, "reason", reason)
-	if d.claimed && d.msg.Deliveries >= q.cfg.MaxDeliveries {
+	if d.claimed && d.msg.Deliveries >= q.cfg.MaxDeliveries && !q.isDLQ {
 		q.dead = append(q.dead, pendingDead{d: d, reason: "max-deliveries"})
 		return
 	}
@@ -88,7 +88,7 @@ func (q *queue) releaseLocked(d *delivery, reason string) {
 
 // expireLocked drops or dead-letters a message whose expires time passed.
 func (q *queue) expireLocked(m *Message) {
-	if q.cfg.ExpiredToDLQ {
+	if q.cfg.ExpiredToDLQ && !q.isDLQ {
 		q.dead = append(q.dead, pendingDead{m: m, reason: "expired"})
 		return
 	}
