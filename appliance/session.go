@@ -279,10 +279,17 @@ func (s *session) writer() {
 		}
 	}()
 	stopping := false
+	var hb time.Duration
+	hbKnown := false
 	for {
-		if ticker == nil && s.hbSend > 0 && s.connected.Load() {
-			ticker = time.NewTicker(s.hbSend / 2)
-			tick = ticker.C
+		// hbSend is written by the reader before connected is set: read it
+		// only after seeing connected.
+		if ticker == nil && !hbKnown && s.connected.Load() {
+			hbKnown, hb = true, s.hbSend
+			if hb > 0 {
+				ticker = time.NewTicker(hb / 2)
+				tick = ticker.C
+			}
 		}
 		if !stopping {
 			select {
@@ -301,7 +308,7 @@ func (s *session) writer() {
 				bw.Flush()
 				return
 			}
-			if s.hbSend > 0 && time.Since(lastWrite) >= s.hbSend*3/4 {
+			if hb > 0 && time.Since(lastWrite) >= hb*3/4 {
 				s.conn.SetWriteDeadline(time.Now().Add(s.b.cfg.Stomp.WriteTimeout.Duration))
 				if _, err := s.conn.Write([]byte{'\n'}); err != nil {
 					s.writeFailed(err)

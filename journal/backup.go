@@ -59,6 +59,10 @@ func (s *Store) Backup(ctx context.Context, dest string, progress func(done, tot
 		}
 	}()
 
+	// While a backup pins its snapshot, checkpoints stay PASSIVE: a
+	// TRUNCATE would wait for the snapshot holding the write lock.
+	s.backups.Add(1)
+	defer s.backups.Add(-1)
 	src, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("journal: backup: source connection: %w", err)

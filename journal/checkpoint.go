@@ -23,7 +23,7 @@ func (s *Store) checkpointer() {
 		if c := s.commits.Load(); c != lastCommits {
 			lastCommits = c
 			mode := "PASSIVE"
-			if _, wal := s.Sizes(); wal > s.cfg.WALLimit {
+			if _, wal := s.Sizes(); wal > s.cfg.WALLimit && s.backups.Load() == 0 {
 				mode = "TRUNCATE"
 			}
 			var busy, logPages, ckpt int

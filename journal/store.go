@@ -75,6 +75,7 @@ type Store struct {
 	lastBatch                         atomic.Int64
 	lastCommitNs                      atomic.Int64
 	lastCheckpoint                    atomic.Int64
+	backups                           atomic.Int32                   // backups running
 	commitHook                        func(ops int, d time.Duration) // metrics, optional
 
 	st  *stmts

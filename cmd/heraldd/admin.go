@@ -54,6 +54,7 @@ func (d *daemon) startAdmin(ctx context.Context) error {
 	if err := srv.Start(ctx); err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
+	srv.SetChannels(channelStats{d})
 	d.adm.server = srv
 	return nil
 }

@@ -298,3 +298,107 @@ func dial2(t *testing.T, addr string) *client.Conn {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestCrash_TransactionsAtomic kill -9s heraldd while clients commit
+// transactions of five SENDs: after restart every transaction is there
+// completely or not at all, and every receipted COMMIT is complete.
+func TestCrash_TransactionsAtomic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	d := startChild(t, dir, addr)
+	defer func() { d.kill() }()
+	const size = 5
+	var mu sync.Mutex
+	committed := map[string]bool{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				c, err := client.Dial(ctx, addr, client.Options{})
+				cancel()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				tx := fmt.Sprintf("w%d-%d", w, n)
+				c.Begin(tx)
+				for i := 0; i < size; i++ {
+					c.Send("/queue/tx", []byte(tx), stomp.Header{Key: "transaction", Value: tx})
+				}
+				ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
+				_, err = c.Request(ctx, stomp.NewFrame("COMMIT", "transaction", tx))
+				cancel()
+				if err == nil {
+					mu.Lock()
+					committed[tx] = true
+					mu.Unlock()
+				}
+				c.Close()
+			}
+		}(w)
+	}
+	for k := 0; k < 10; k++ {
+		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+		d.kill()
+		d = startChild(t, dir, addr)
+	}
+	close(stop)
+	wg.Wait()
+	c := dial2(t, addr)
+	defer c.Close()
+	sub, err := c.Subscribe("/queue/tx", "auto", stomp.Header{Key: "prefetch-count", Value: "1000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for done := false; !done; {
+		select {
+		case m := <-sub.C():
+			count[string(m.Body)]++
+		case <-time.After(time.Second):
+			done = true
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	partial := 0
+	for tx, n := range count {
+		if n != size {
+			partial++
+			t.Errorf("transaction %s: %d of %d messages stored", tx, n, size)
+		}
+	}
+	for tx := range committed {
+		if count[tx] != size {
+			t.Errorf("receipted transaction %s has %d messages, want %d", tx, count[tx], size)
+		}
+	}
+	t.Logf("transactions receipted %d, stored %d, partial %d", len(committed), len(count), partial)
+	if len(committed) == 0 {
+		t.Error("no transaction committed: the test exercised nothing")
+	}
+}
+
+func TestDataDirLock(t *testing.T) {
+	dir := t.TempDir()
+	d := startChild(t, dir, freeAddr(t))
+	defer d.kill()
+	cmd := exec.Command(os.Args[0], "--data-dir", dir, "--stomp-listen", freeAddr(t))
+	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "locked by another heraldd") {
+		t.Fatalf("second daemon on the same data dir: err %v, output %s", err, out)
+	}
+}

@@ -110,7 +110,14 @@ func (d *daemon) run() int {
 		Compress:           d.cfg.Journal.Compress,
 		Logger:             d.log.With("component", "journal"),
 	})
+	d.store.SetCommitHook(d.journalCommitHook())
 	ctx := context.Background()
+	unlock, err := lockDataDir(d.cfg.DataDir)
+	if err != nil {
+		d.log.Error("data directory in use", "err", err)
+		return 75
+	}
+	defer unlock()
 	if err := d.store.Open(ctx); err != nil {
 		d.log.Error("cannot open the journal", "err", err)
 		return 74

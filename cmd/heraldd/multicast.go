@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/multicast"
@@ -86,4 +87,36 @@ func (d *daemon) closeChannels() {
 		}
 	}
 	d.channels = nil
+}
+
+// channelStats serves the channels' counters to the admin API.
+type channelStats struct{ d *daemon }
+
+var _ admin.ChannelStats = channelStats{}
+
+func (c channelStats) Channels() []admin.ChannelView {
+	out := make([]admin.ChannelView, 0, len(c.d.channels))
+	for _, ch := range c.d.channels {
+		st := ch.sender.Stats()
+		profile := ch.cfg.Profile
+		if profile == "" {
+			profile = string(multicast.ProfileLowLatency)
+		}
+		out = append(out, admin.ChannelView{
+			Name:        ch.cfg.Name,
+			Group:       ch.cfg.Group,
+			Interface:   ch.cfg.Interface,
+			Profile:     profile,
+			Topics:      ch.cfg.Topics,
+			Session:     fmt.Sprintf("%016x", st.Session),
+			Messages:    st.Messages,
+			Datagrams:   st.Datagrams,
+			Bytes:       st.Bytes,
+			Repairs:     st.Repairs,
+			NAKs:        st.NAKs,
+			RateLimited: st.RateLimited.Seconds(),
+			WindowBytes: int64(st.WindowBytes),
+		})
+	}
+	return out
 }
