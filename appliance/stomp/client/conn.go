@@ -83,6 +83,7 @@ type Conn struct {
 
 	errs      chan *stomp.Frame
 	closing   chan struct{} // closed by Close
+	kick      chan struct{} // wakes flushLoop: pipelined writes are buffered
 	closeOnce sync.Once
 	done      chan struct{} // closed when the reader loop has cleaned up
 	wg        sync.WaitGroup
@@ -126,6 +127,7 @@ func handshake(ctx context.Context, nc net.Conn, addr string, opts Options) (*Co
 		subs:    make(map[string]*Subscription),
 		errs:    make(chan *stomp.Frame, DefaultErrorBuffer),
 		closing: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
 	if c.subBuf <= 0 {
@@ -196,8 +198,9 @@ func handshake(ctx context.Context, nc net.Conn, addr string, opts Options) (*Co
 	}
 	nc.SetDeadline(time.Time{})
 
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.readLoop()
+	go c.flushLoop()
 	if c.sendEvery > 0 {
 		c.wg.Add(1)
 		go c.heartBeatLoop()

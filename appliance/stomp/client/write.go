@@ -19,6 +19,46 @@ func (c *Conn) writeFrame(f *stomp.Frame) error {
 	return c.writeLocked(c.wbuf, f.Command)
 }
 
+// writeFrameLater encodes f into the buffer and leaves the flush to
+// flushLoop, so that a burst of pipelined frames (SendAsync) goes out in few
+// writes instead of one syscall per frame.
+func (c *Conn) writeFrameLater(f *stomp.Frame) error {
+	c.wmu.Lock()
+	c.wbuf = stomp.AppendFrame(c.wbuf[:0], f, c.version)
+	_, err := c.bw.Write(c.wbuf)
+	c.wmu.Unlock()
+	if err != nil {
+		return c.writeFailed(f.Command, err)
+	}
+	c.wrote.Store(true)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// flushLoop flushes what writeFrameLater buffered.
+func (c *Conn) flushLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.kick:
+		case <-c.closing:
+			return
+		case <-c.done:
+			return
+		}
+		c.wmu.Lock()
+		err := c.bw.Flush()
+		c.wmu.Unlock()
+		if err != nil {
+			c.writeFailed("flush", err)
+			return
+		}
+	}
+}
+
 // writeBytes writes raw bytes (a heart-beat) with the same batching.
 func (c *Conn) writeBytes(b []byte) error {
 	c.waiting.Add(1)
@@ -82,7 +122,7 @@ func (c *Conn) SendReceipt(ctx context.Context, dest string, body []byte, hdrs .
 // caller that wants a bounded window keeps its own count.
 func (c *Conn) SendAsync(dest string, body []byte, hdrs ...stomp.Header) (<-chan Result, error) {
 	ch := make(chan Result, 1)
-	if _, err := c.start(sendFrame(dest, body, hdrs), ch); err != nil {
+	if _, err := c.startWith(sendFrame(dest, body, hdrs), ch, c.writeFrameLater); err != nil {
 		return nil, err
 	}
 	return ch, nil
@@ -114,6 +154,10 @@ func (c *Conn) Request(ctx context.Context, f *stomp.Frame) (*stomp.Frame, error
 
 // start registers ch for a fresh receipt id, then writes a copy of f carrying it.
 func (c *Conn) start(f *stomp.Frame, ch chan<- Result) (string, error) {
+	return c.startWith(f, ch, c.writeFrame)
+}
+
+func (c *Conn) startWith(f *stomp.Frame, ch chan<- Result, write func(*stomp.Frame) error) (string, error) {
 	id := strconv.FormatUint(c.seq.Add(1), 10)
 	g := *f
 	g.Headers = make(stomp.Headers, 0, len(f.Headers)+1)
@@ -132,7 +176,7 @@ func (c *Conn) start(f *stomp.Frame, ch chan<- Result) (string, error) {
 	}
 	c.pending[id] = ch
 	c.mu.Unlock()
-	if err := c.writeFrame(&g); err != nil {
+	if err := write(&g); err != nil {
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
