@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -122,6 +123,7 @@ func TestQueue_Deep(t *testing.T) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	rss := vmRSS()
 	// Per-connection order is kept; with 4 producers, check order within
 	// each residue class.
 	last := map[int]int{}
@@ -146,8 +148,8 @@ func TestQueue_Deep(t *testing.T) {
 		shallowTime += time.Since(start)
 	}
 	shallowRate := 5000 / shallowTime.Seconds()
-	t.Logf("depth %d: fill %.0f msg/s, restart %s, heap after restart %d MiB, drain at depth %.0f msg/s, at depth 1000 %.0f msg/s (ratio %.2f)",
-		n, float64(n)/fillTime.Seconds(), restart.Round(time.Millisecond), ms.HeapInuse>>20, deepRate, shallowRate, deepRate/shallowRate)
+	t.Logf("depth %d: fill %.0f msg/s, restart %s, heap after restart %d MiB, RSS (broker and test clients) %d MiB, drain at depth %.0f msg/s, at depth 1000 %.0f msg/s (ratio %.2f)",
+		n, float64(n)/fillTime.Seconds(), restart.Round(time.Millisecond), ms.HeapInuse>>20, rss>>20, deepRate, shallowRate, deepRate/shallowRate)
 	// Auto-ack deletes commit asynchronously: wait for them.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		v, _ := tb.b.Queue("deep")
@@ -158,4 +160,19 @@ func TestQueue_Deep(t *testing.T) {
 			t.Fatalf("%d messages left after draining", v.Messages)
 		}
 	}
+}
+
+// vmRSS reads this process's resident set size in bytes (0 if unknown).
+func vmRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
