@@ -252,6 +252,25 @@ func (b *Broker) queue(name string) *queue {
 	return q
 }
 
+// ErrTooManyQueues refuses a client's new queue beyond queues.max_queues.
+var ErrTooManyQueues = errors.New("appliance: too many queues")
+
+// openQueue is queue for clients: it creates a queue only below
+// queues.max_queues, so a client cannot exhaust memory with names.
+func (b *Broker) openQueue(name string) (*queue, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q := b.queues[name]; q != nil {
+		return q, nil
+	}
+	if len(b.queues) >= b.cfg.Queues.MaxQueues {
+		return nil, fmt.Errorf("%w: %d queues exist (queues.max_queues); delete unused ones with: herald queue delete NAME", ErrTooManyQueues, len(b.queues))
+	}
+	q := newQueue(b, name)
+	b.queues[name] = q
+	return q, nil
+}
+
 func (b *Broker) lookupQueue(name string) *queue {
 	b.mu.Lock()
 	defer b.mu.Unlock()

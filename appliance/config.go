@@ -83,6 +83,7 @@ type QueueConfig struct {
 	MemoryWindow    int      `toml:"memory_window" json:"memory_window"`
 	ExpiredToDLQ    bool     `toml:"expired_to_dlq" json:"expired_to_dlq"`
 	DeadLetterQueue string   `toml:"dead_letter_prefix" json:"dead_letter_prefix"`
+	MaxQueues       int      `toml:"max_queues" json:"max_queues"`
 	// Policies override the defaults above for queues whose name matches;
 	// the first match wins. Zero fields inherit.
 	Policies []QueuePolicy `toml:"policy" json:"policies"`
@@ -224,6 +225,7 @@ func DefaultConfig() Config {
 			MemoryWindow:    10000,
 			ExpiredToDLQ:    true,
 			DeadLetterQueue: "DLQ.",
+			MaxQueues:       10000,
 		},
 		Topics: TopicConfig{
 			SubscriberBuffer: 8192,
@@ -307,6 +309,7 @@ func (c *Config) Validate() error {
 	pos("queues.max_deliveries", c.Queues.MaxDeliveries)
 	pos("queues.memory_window", c.Queues.MemoryWindow)
 	pos("queues.dedup_max", c.Queues.DedupMax)
+	pos("queues.max_queues", c.Queues.MaxQueues)
 	pos("topics.subscriber_buffer", c.Topics.SubscriberBuffer)
 	if c.Queues.RedeliveryMax.Duration < c.Queues.RedeliveryMin.Duration {
 		bad("queues.redelivery_delay_max (%s) is below redelivery_delay_min (%s)", c.Queues.RedeliveryMax, c.Queues.RedeliveryMin)

@@ -157,7 +157,11 @@ func (s *session) onSend(f *stomp.Frame) bool {
 		s.fail(f, "invalid header", err.Error())
 		return false
 	}
-	q := s.b.queue(name)
+	q, err := s.b.openQueue(name)
+	if err != nil {
+		s.fail(f, "too many queues", err.Error())
+		return false
+	}
 	if !s.admit(f, q, m) {
 		return false
 	}
@@ -324,7 +328,10 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.receipt(f)
 		return true
 	}
-	sub.q = s.b.queue(name)
+	if sub.q, err = s.b.openQueue(name); err != nil {
+		s.fail(f, "too many queues", err.Error())
+		return false
+	}
 	sub.prefetch = sub.q.cfg.Prefetch
 	if sub.ack == ackAuto {
 		sub.prefetch = s.b.cfg.Queues.AutoPrefetch

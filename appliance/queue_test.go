@@ -368,7 +368,7 @@ func TestQueue_DelayedDelivery(t *testing.T) {
 	if m := recv(t, sub); string(m.Body) != "now0" {
 		t.Fatalf("got %q first, want now0", m.Body)
 	}
-	if m := recv(t, sub); string(m.Body) != "late" || time.Since(start) < 300*time.Millisecond {
+	if m := recv(t, sub); string(m.Body) != "late" || time.Since(start) < 299*time.Millisecond { // ms granularity
 		t.Fatalf("got %q after %s, want late after 300ms", m.Body, time.Since(start))
 	}
 }

@@ -347,3 +347,21 @@ func TestDisconnect_ReceiptAfterPendingWork(t *testing.T) {
 	bodies(t, sub, 200)
 	expectNone(t, sub, 100*time.Millisecond)
 }
+
+func TestLimits_MaxQueues(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MaxQueues = 3 })
+	c := tb.dial(t)
+	for _, q := range []string{"a", "b", "c"} {
+		if _, err := c.SendReceipt(ctxT(t), "/queue/"+q, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := c.SendReceipt(ctxT(t), "/queue/d", []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "too many queues") {
+		t.Fatalf("fourth queue: got %v, want too many queues", err)
+	}
+	c2 := tb.dial(t)
+	if _, err := c2.SendReceipt(ctxT(t), "/queue/a", []byte("existing queues still work")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -132,7 +132,12 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 				s.fail(f, "invalid header", err.Error())
 				return false
 			}
-			q := s.b.queue(name)
+			q, err := s.b.openQueue(name)
+			if err != nil {
+				undo()
+				s.fail(f, "too many queues", err.Error())
+				return false
+			}
 			if !s.admit(f, q, m) {
 				undo()
 				return false

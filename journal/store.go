@@ -146,8 +146,8 @@ func (s *Store) Open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
 	}
-	db.SetMaxOpenConns(8)
-	db.SetMaxIdleConns(8)
+	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(4)
 	db.SetConnMaxIdleTime(0)
 	s.db = db
 	wc, err := db.Conn(ctx)
