@@ -386,8 +386,11 @@ func (q *queue) claimsDone(cl []claim, err error) {
 			continue
 		}
 		if err != nil {
-			q.b.log.Error("claim failed; message stays queued", "queue", q.name, "id", d.msg.ID, "err", err)
+			q.b.log.Error("claim failed; message stays queued and is retried in a second", "queue", q.name, "id", d.msg.ID, "err", err)
 			d.msg.Deliveries--
+			// Not at once: a journal that fails (disk full) must not make
+			// dispatch spin.
+			d.msg.NotBefore = q.b.now().Add(time.Second).UnixMilli()
 			q.releaseLocked(d, "claim-failed")
 			continue
 		}
