@@ -49,6 +49,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
+	if strings.HasPrefix(err.Error(), "Required flag") {
+		return exitUsage // urfave/cli's own check of Required flags
+	}
 	return exitOther
 }
 
@@ -65,7 +68,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "passcode", EnvVars: []string{"HERALD_PASSCODE"}, Usage: "STOMP passcode (prefer HERALD_PASSCODE: arguments are visible to other users)"},
 			&cli.DurationFlag{Name: "connect-timeout", Value: 5 * time.Second, Usage: "give up connecting after this long"},
 		},
-		Commands: append([]*cli.Command{sendCommand(), receiveCommand(), listenCommand()}, adminCommands()...),
+		Commands: append([]*cli.Command{sendCommand(), receiveCommand(), listenCommand(), benchCommand()}, adminCommands()...),
 		// Completion words come from the command definitions: herald completion bash.
 		EnableBashCompletion: true,
 		HideHelpCommand:      true,
