@@ -4,7 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test test-short fuzz bench clean
+.PHONY: all build test test-short fuzz bench clean packages package-test
 
 all: build
 
@@ -31,3 +31,13 @@ bench:
 
 clean:
 	rm -rf bin dist
+
+# dist/herald_VERSION_ARCH.deb and dist/herald-VERSION.ARCH.rpm (nfpm, pinned in
+# packaging/build.sh; VERSION from git describe, override with HERALD_VERSION).
+packages:
+	GO="$(GO)" bash packaging/build.sh
+
+# Build the packages, then install, run and remove the .deb on this machine
+# (needs root, dpkg, rpm, systemd-analyze; see packaging/packaging_test.go).
+package-test:
+	$(GO) test -count=1 -v -timeout 10m ./packaging

@@ -31,6 +31,9 @@ const (
 	exitTimeout     = 75
 )
 
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
 // DefaultServer is the STOMP address used without --server or HERALD_SERVER.
 const DefaultServer = "127.0.0.1:61613"
 
@@ -59,6 +62,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:      "herald",
 		Usage:     "send, receive and inspect messages of a Herald appliance",
+		Version:   version,
 		Reader:    stdin,
 		Writer:    stdout,
 		ErrWriter: stderr,
