@@ -148,6 +148,9 @@ func (c QueueConfig) For(name string) QueueConfig {
 type TopicConfig struct {
 	SubscriberBuffer int    `toml:"subscriber_buffer" json:"subscriber_buffer"`
 	SlowSubscriber   string `toml:"slow_subscriber" json:"slow_subscriber"`
+	// LastValue keeps the last message of every topic (in memory) and gives
+	// it to a new subscriber first, marked last-value:true.
+	LastValue bool `toml:"last_value" json:"last_value"`
 }
 
 // AdminConfig configures the admin socket and metrics listener.

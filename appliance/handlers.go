@@ -324,7 +324,7 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 	if kind == destTopic {
 		s.subs[id] = sub
 		s.nsubs.Add(1)
-		s.b.topics.add(sub)
+		s.b.topics.add(s.b, sub)
 		s.receipt(f)
 		return true
 	}

@@ -25,6 +25,13 @@ type topicSnapshot struct {
 
 type topicStats struct {
 	in, out, dropped atomic.Uint64
+	last             atomic.Pointer[lastValue] // with topics.last_value
+}
+
+type lastValue struct {
+	id      string
+	headers stomp.Headers
+	body    []byte
 }
 
 func newTopicRegistry() *topicRegistry {
@@ -33,9 +40,14 @@ func newTopicRegistry() *topicRegistry {
 	return r
 }
 
-func (r *topicRegistry) add(sub *subscription) {
+// add registers sub; with topics.last_value it first queues the last
+// message of every topic sub matches, under the lock publish takes to
+// record last values, so that the subscriber sees each message once and in
+// order.
+func (r *topicRegistry) add(b *Broker, sub *subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	b.sendLastValues(sub)
 	old := r.snap.Load()
 	n := &topicSnapshot{exact: make(map[string][]*subscription, len(old.exact)+1), wild: old.wild}
 	for k, v := range old.exact {
@@ -90,20 +102,19 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 	st := b.topics.statsFor(name)
 	st.in.Add(1)
 	b.stats.topicIn.Add(1)
-	snap := b.topics.snap.Load()
 	id := "t" + strconv.FormatUint(b.topics.seq.Add(1), 10)
 	dest := prefixTopic + name
+	var snap *topicSnapshot
+	if b.cfg.Topics.LastValue {
+		b.topics.mu.Lock()
+		st.last.Store(&lastValue{id: id, headers: headers, body: body})
+		snap = b.topics.snap.Load()
+		b.topics.mu.Unlock()
+	} else {
+		snap = b.topics.snap.Load()
+	}
 	deliver := func(sub *subscription) {
-		f := &stomp.Frame{Command: stomp.CmdMessage, Body: body}
-		f.Headers = make(stomp.Headers, 0, len(headers)+4)
-		f.Headers = append(f.Headers,
-			stomp.Header{Key: "subscription", Value: sub.id},
-			stomp.Header{Key: "message-id", Value: id},
-			stomp.Header{Key: "destination", Value: dest})
-		if sub.ack != ackAuto {
-			f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: id})
-		}
-		f.Headers = append(f.Headers, headers...)
+		f := topicFrame(sub, dest, id, headers, body)
 		if sub.s.deliverTopic(f) {
 			st.out.Add(1)
 			b.stats.topicOut.Add(1)
@@ -126,4 +137,37 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 			}
 		}
 	}
+}
+
+func topicFrame(sub *subscription, dest, id string, headers stomp.Headers, body []byte, extra ...stomp.Header) *stomp.Frame {
+	f := &stomp.Frame{Command: stomp.CmdMessage, Body: body}
+	f.Headers = make(stomp.Headers, 0, len(headers)+len(extra)+4)
+	f.Headers = append(f.Headers,
+		stomp.Header{Key: "subscription", Value: sub.id},
+		stomp.Header{Key: "message-id", Value: id},
+		stomp.Header{Key: "destination", Value: dest})
+	if sub.ack != ackAuto {
+		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: id})
+	}
+	f.Headers = append(f.Headers, extra...)
+	f.Headers = append(f.Headers, headers...)
+	return f
+}
+
+// sendLastValues gives a new topic subscriber the last message of every
+// topic it matches (topics.last_value), before anything newer.
+func (b *Broker) sendLastValues(sub *subscription) {
+	if !b.cfg.Topics.LastValue {
+		return
+	}
+	b.topics.stats.Range(func(k, v any) bool {
+		name := k.(string)
+		if name != sub.name && !MatchTopic(sub.name, name) {
+			return true
+		}
+		if lv := v.(*topicStats).last.Load(); lv != nil {
+			sub.s.deliverTopic(topicFrame(sub, prefixTopic+name, lv.id, lv.headers, lv.body, stomp.Header{Key: "last-value", Value: "true"}))
+		}
+		return true
+	})
 }

@@ -110,3 +110,28 @@ func TestTopic_SlowSubscriberDropped(t *testing.T) {
 	}
 	slow.closed()
 }
+
+func TestTopic_LastValue(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Topics.LastValue = true })
+	p := tb.dial(t)
+	p.SendReceipt(ctxT(t), "/topic/temp.kitchen", []byte("20"))
+	p.SendReceipt(ctxT(t), "/topic/temp.kitchen", []byte("21"), hdr("unit", "C"))
+	p.SendReceipt(ctxT(t), "/topic/temp.hall", []byte("18"))
+	c := tb.dial(t)
+	exact, _ := c.SubscribeReceipt(ctxT(t), "/topic/temp.kitchen", "auto")
+	if m := recv(t, exact); string(m.Body) != "21" || m.Get("last-value") != "true" || m.Get("unit") != "C" {
+		t.Fatalf("got %q %v, want the last value 21 marked last-value", m.Body, m.Headers)
+	}
+	wild, _ := c.SubscribeReceipt(ctxT(t), "/topic/temp.*", "auto")
+	got := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		got[string(recv(t, wild).Body)] = true
+	}
+	if !got["21"] || !got["18"] {
+		t.Fatalf("wildcard subscriber got %v, want the last value of both topics", got)
+	}
+	p.SendReceipt(ctxT(t), "/topic/temp.kitchen", []byte("22"))
+	if m := recv(t, exact); string(m.Body) != "22" || m.Get("last-value") != "" {
+		t.Fatalf("live message %q %v", m.Body, m.Headers)
+	}
+}
