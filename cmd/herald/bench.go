@@ -1,0 +1,976 @@
+package main
+
+// herald bench: a load generator for any STOMP 1.2 server (Herald, RabbitMQ's
+// STOMP plugin, ActiveMQ), plus a raw NATS core client for topic latency
+// comparisons. See docs/benchmarks.md.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+// Headers carried by topic benchmark messages.
+const (
+	benchTSHeader  = "bench-ts"  // send time, Unix nanoseconds
+	benchSeqHeader = "bench-seq" // 0-based sequence number of the publisher
+)
+
+// DefaultNATSServer is used by bench topic --nats when no --server is given.
+const DefaultNATSServer = "127.0.0.1:4222"
+
+func benchCommand() *cli.Command {
+	common := []cli.Flag{
+		&cli.IntFlag{Name: "size", Value: 1024, Usage: "message body size in `bytes`"},
+		&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "measure for this long"},
+		&cli.DurationFlag{Name: "warmup", Value: 0, Usage: "run this long before measuring (not counted)"},
+		&cli.StringFlag{Name: "vhost", Usage: "CONNECT host header (RabbitMQ: the virtual host, e.g. /); default: the server's host"},
+		&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object"},
+	}
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "load generator for any STOMP 1.2 server (Herald, RabbitMQ, ActiveMQ) and NATS core",
+		Description: `Measures a STOMP server from the outside, the same way for every server:
+  herald bench send    durable SENDs with receipts: throughput and receipt latency
+  herald bench topic   one paced publisher, K subscribers: end-to-end latency and losses
+The target is the global --server (and --login/--passcode). See docs/benchmarks.md.`,
+		Subcommands: []*cli.Command{
+			{
+				Name:  "send",
+				Usage: "N producers each keep W SENDs with receipts outstanding",
+				Description: `Each of --producers connections sends messages of --size bytes to --dest,
+keeping --window of them awaiting their RECEIPT (pipelined). Reports messages
+and MB per second confirmed within --duration, and the receipt latency
+(time from the SEND being handed to the client to its RECEIPT arriving).
+For RabbitMQ use --persistent (persistent:true) and a /queue/ destination:
+a RECEIPT then stands for a publisher confirm of a durable message.`,
+				Flags: append([]cli.Flag{
+					&cli.StringFlag{Name: "dest", Value: "/queue/bench", Usage: "destination"},
+					&cli.IntFlag{Name: "producers", Value: 4, Usage: "connections sending in parallel"},
+					&cli.IntFlag{Name: "window", Value: 64, Usage: "receipts outstanding per producer"},
+					&cli.BoolFlag{Name: "persistent", Usage: "add the header persistent:true (RabbitMQ, ActiveMQ)"},
+				}, common...),
+				Action: runBenchSend,
+			},
+			{
+				Name:  "topic",
+				Usage: "one publisher paced at R msg/s, K subscribers: end-to-end latency",
+				Description: `--subscribers connections subscribe to --dest (ack auto), then one more
+connection publishes --rate messages per second (without receipts), each
+carrying its send time. Reports the publisher's rate, each subscriber's
+delivered rate, the end-to-end latency over all subscribers and the messages
+lost (sent in the measured window but never delivered).
+With --nats, speaks NATS core's text protocol instead (default server
+127.0.0.1:4222; the subject is --dest without /topic/, slashes made dots).`,
+				Flags: append([]cli.Flag{
+					&cli.StringFlag{Name: "dest", Value: "/topic/bench", Usage: "destination (NATS: subject)"},
+					&cli.IntFlag{Name: "subscribers", Value: 4, Usage: "subscriber connections"},
+					&cli.Float64Flag{Name: "rate", Value: 1000, Usage: "messages per second published"},
+					&cli.DurationFlag{Name: "tick", Value: time.Millisecond, Usage: "pacing interval: each tick sends the messages then due"},
+					&cli.DurationFlag{Name: "drain", Value: 2 * time.Second, Usage: "after the run, wait this long at most for messages in flight"},
+					&cli.BoolFlag{Name: "nats", Usage: "speak NATS core (no STOMP) to --server"},
+				}, common...),
+				Action: runBenchTopic,
+			},
+		},
+	}
+}
+
+// ---- histogram -------------------------------------------------------------
+
+// histogram is an HDR-style log-linear histogram of durations in nanoseconds:
+// 64 linear sub-buckets per power of two, so any recorded value is reported
+// within 1/64 (1.6%) of its true value. The zero value is ready to use; it is
+// not safe for concurrent use (merge per-goroutine histograms instead).
+type histogram struct {
+	counts [64 * 60]uint64
+	n      uint64
+	max    int64
+	min    int64
+	sum    float64
+}
+
+const histSub = 64
+
+func histIndex(v int64) int {
+	if v < histSub {
+		return int(v)
+	}
+	e := bits.Len64(uint64(v)) - 7 // v>>e in [64,128)
+	return (e+1)*histSub + int(v>>e) - histSub
+}
+
+// histValue is the midpoint of bucket i.
+func histValue(i int) int64 {
+	if i < histSub {
+		return int64(i)
+	}
+	e := i/histSub - 1
+	m := int64(i%histSub + histSub)
+	return m<<e + (int64(1)<<e)/2
+}
+
+func (h *histogram) record(d time.Duration) {
+	v := int64(d)
+	if v < 0 {
+		v = 0
+	}
+	h.counts[histIndex(v)]++
+	if h.n == 0 || v < h.min {
+		h.min = v
+	}
+	h.n++
+	h.sum += float64(v)
+	if v > h.max {
+		h.max = v
+	}
+}
+
+func (h *histogram) merge(o *histogram) {
+	if o.n == 0 {
+		return
+	}
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	if h.n == 0 || o.min < h.min {
+		h.min = o.min
+	}
+	h.n += o.n
+	h.sum += o.sum
+	if o.max > h.max {
+		h.max = o.max
+	}
+}
+
+// quantile returns the value at quantile q (0..1); 0 when empty.
+func (h *histogram) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(h.n)))
+	if rank < 1 {
+		rank = 1
+	}
+	var seen uint64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			v := histValue(i)
+			if v > h.max {
+				v = h.max
+			}
+			if v < h.min {
+				v = h.min
+			}
+			return time.Duration(v)
+		}
+	}
+	return time.Duration(h.max)
+}
+
+// latencyJSON is a latency summary in microseconds.
+type latencyJSON struct {
+	Count uint64  `json:"count"`
+	Min   float64 `json:"min_us"`
+	Mean  float64 `json:"mean_us"`
+	P50   float64 `json:"p50_us"`
+	P90   float64 `json:"p90_us"`
+	P99   float64 `json:"p99_us"`
+	P999  float64 `json:"p999_us"`
+	Max   float64 `json:"max_us"`
+}
+
+func benchUS(d time.Duration) float64 { return math.Round(float64(d)/100) / 10 }
+
+func (h *histogram) summary() latencyJSON {
+	s := latencyJSON{Count: h.n}
+	if h.n == 0 {
+		return s
+	}
+	s.Min = benchUS(time.Duration(h.min))
+	s.Mean = benchUS(time.Duration(h.sum / float64(h.n)))
+	s.P50 = benchUS(h.quantile(0.50))
+	s.P90 = benchUS(h.quantile(0.90))
+	s.P99 = benchUS(h.quantile(0.99))
+	s.P999 = benchUS(h.quantile(0.999))
+	s.Max = benchUS(time.Duration(h.max))
+	return s
+}
+
+// ---- common ----------------------------------------------------------------
+
+type benchFlags struct {
+	server, dest string
+	size         int
+	duration     time.Duration
+	warmup       time.Duration
+	jsonOut      bool
+}
+
+func readBenchFlags(cCtx *cli.Context) (benchFlags, error) {
+	f := benchFlags{
+		server:   cCtx.String("server"),
+		dest:     cCtx.String("dest"),
+		size:     cCtx.Int("size"),
+		duration: cCtx.Duration("duration"),
+		warmup:   cCtx.Duration("warmup"),
+		jsonOut:  cCtx.Bool("json"),
+	}
+	if err := checkArgs(cCtx, 0, 0, "bench "+cCtx.Command.Name+" [flags]"); err != nil {
+		return f, err
+	}
+	switch {
+	case f.dest == "":
+		return f, usageErrorf("--dest must not be empty")
+	case f.size < 0 || f.size > 64<<20:
+		return f, usageErrorf("--size %d: want 0 to 64 MiB", f.size)
+	case f.duration <= 0:
+		return f, usageErrorf("--duration must be positive")
+	case f.warmup < 0:
+		return f, usageErrorf("--warmup must not be negative")
+	}
+	return f, nil
+}
+
+// benchDial is dial with the bench options: a virtual host and a large
+// subscription buffer, so that a subscriber never stalls the reader.
+func benchDial(ctx context.Context, cCtx *cli.Context) (*client.Conn, error) {
+	server := cCtx.String("server")
+	c, err := client.Dial(ctx, server, client.Options{
+		Login:              cCtx.String("login"),
+		Passcode:           cCtx.String("passcode"),
+		Host:               cCtx.String("vhost"),
+		DialTimeout:        cCtx.Duration("connect-timeout"),
+		SubscriptionBuffer: 1 << 16,
+	})
+	if err == nil {
+		return c, nil
+	}
+	var se *client.ServerError
+	if errors.As(err, &se) {
+		return nil, &exitError{code: exitOther, err: fmt.Errorf(
+			"server %s refused the connection: %s; check --login/--passcode (RabbitMQ: also --vhost /)",
+			server, strings.TrimPrefix(se.Error(), "stomp server error: "))}
+	}
+	return nil, &exitError{code: exitUnavailable, err: fmt.Errorf(
+		"cannot reach the STOMP server at %s: %w; start it, or point --server at it", server, unwrapClient(err))}
+}
+
+func benchBody(size int) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}
+
+func benchRound1(x float64) float64 { return math.Round(x*10) / 10 }
+
+func benchMS(us float64) string { return strconv.FormatFloat(us/1000, 'f', 3, 64) }
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(v)
+}
+
+// ---- bench send ------------------------------------------------------------
+
+type sendResult struct {
+	Mode       string      `json:"mode"` // "send"
+	Server     string      `json:"server"`
+	Dest       string      `json:"dest"`
+	Producers  int         `json:"producers"`
+	Window     int         `json:"window"`
+	Size       int         `json:"size"`
+	Persistent bool        `json:"persistent"`
+	DurationS  float64     `json:"duration_s"`
+	Messages   uint64      `json:"messages"` // receipts received in the window
+	MsgsPerS   float64     `json:"msgs_per_s"`
+	MBPerS     float64     `json:"mb_per_s"`
+	Latency    latencyJSON `json:"receipt_latency"`
+	Errors     uint64      `json:"errors"`
+	FirstError string      `json:"first_error,omitempty"`
+}
+
+type inflight struct {
+	at time.Time
+	ch <-chan client.Result
+}
+
+func runBenchSend(cCtx *cli.Context) error {
+	bf, err := readBenchFlags(cCtx)
+	if err != nil {
+		return err
+	}
+	producers, window := cCtx.Int("producers"), cCtx.Int("window")
+	if producers < 1 || window < 1 {
+		return usageErrorf("--producers and --window must be at least 1")
+	}
+	var hdrs []stomp.Header
+	if cCtx.Bool("persistent") {
+		hdrs = append(hdrs, stomp.Header{Key: "persistent", Value: "true"})
+	}
+	ctx := cCtx.Context
+	conns := make([]*client.Conn, producers)
+	for i := range conns {
+		c, err := benchDial(ctx, cCtx)
+		if err != nil {
+			for _, c := range conns[:i] {
+				c.Close()
+			}
+			return err
+		}
+		conns[i] = c
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+
+	payload := benchBody(bf.size)
+	start := time.Now()
+	measureFrom := start.Add(bf.warmup)
+	measureTo := measureFrom.Add(bf.duration)
+
+	type prodResult struct {
+		h        histogram
+		n        uint64
+		errs     uint64
+		firstErr error
+	}
+	results := make([]*prodResult, producers)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		r := &prodResult{}
+		results[i] = r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fail := func(err error) {
+				r.errs++
+				if r.firstErr == nil {
+					r.firstErr = err
+				}
+			}
+			q := make([]inflight, 0, window)
+			timeout := time.NewTimer(time.Hour)
+			defer timeout.Stop()
+			for {
+				now := time.Now()
+				for len(q) < window && now.Before(measureTo) && c.Err() == nil {
+					ch, err := c.SendAsync(bf.dest, payload, hdrs...)
+					if err != nil {
+						fail(err)
+						break
+					}
+					q = append(q, inflight{at: now, ch: ch})
+					now = time.Now()
+				}
+				if len(q) == 0 {
+					return // done, or the connection failed
+				}
+				p := q[0]
+				q = q[1:]
+				timeout.Reset(30 * time.Second)
+				select {
+				case res := <-p.ch:
+					done := time.Now()
+					if res.Err != nil {
+						fail(res.Err)
+						continue
+					}
+					if !p.at.Before(measureFrom) && !done.After(measureTo) {
+						r.n++
+						r.h.record(done.Sub(p.at))
+					}
+				case <-timeout.C:
+					fail(fmt.Errorf("no receipt within 30s"))
+					c.Close() // fails the rest of q at once
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	res := sendResult{
+		Mode: "send", Server: bf.server, Dest: bf.dest, Producers: producers, Window: window,
+		Size: bf.size, Persistent: cCtx.Bool("persistent"), DurationS: bf.duration.Seconds(),
+	}
+	var h histogram
+	for _, r := range results {
+		h.merge(&r.h)
+		res.Messages += r.n
+		res.Errors += r.errs
+		if r.firstErr != nil && res.FirstError == "" {
+			res.FirstError = unwrapClient(r.firstErr).Error()
+		}
+	}
+	res.MsgsPerS = benchRound1(float64(res.Messages) / bf.duration.Seconds())
+	res.MBPerS = math.Round(res.MsgsPerS*float64(bf.size)/1e6*100) / 100
+	res.Latency = h.summary()
+
+	out := cCtx.App.Writer
+	if bf.jsonOut {
+		if err := writeJSON(out, res); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "server\t%s\n", res.Server)
+		fmt.Fprintf(tw, "dest\t%s (persistent: %v)\n", res.Dest, res.Persistent)
+		fmt.Fprintf(tw, "producers x window\t%d x %d, %d B messages, %s\n", producers, window, bf.size, bf.duration)
+		fmt.Fprintf(tw, "confirmed\t%d messages\n", res.Messages)
+		fmt.Fprintf(tw, "throughput\t%.0f msg/s, %.2f MB/s\n", res.MsgsPerS, res.MBPerS)
+		l := res.Latency
+		fmt.Fprintf(tw, "receipt latency (ms)\tp50 %s  p99 %s  p999 %s  max %s\n", benchMS(l.P50), benchMS(l.P99), benchMS(l.P999), benchMS(l.Max))
+		fmt.Fprintf(tw, "errors\t%d\n", res.Errors)
+		if res.FirstError != "" {
+			fmt.Fprintf(tw, "first error\t%s\n", res.FirstError)
+		}
+		tw.Flush()
+	}
+	if res.Messages == 0 {
+		if res.FirstError != "" {
+			return &exitError{code: exitOther, err: fmt.Errorf("no SEND was confirmed: %s", res.FirstError)}
+		}
+		return &exitError{code: exitOther, err: fmt.Errorf("no SEND was confirmed within %s", bf.duration)}
+	}
+	return nil
+}
+
+// ---- bench topic -----------------------------------------------------------
+
+type topicResult struct {
+	Mode        string      `json:"mode"`      // "topic"
+	Transport   string      `json:"transport"` // "stomp" or "nats"
+	Server      string      `json:"server"`
+	Dest        string      `json:"dest"`
+	Subscribers int         `json:"subscribers"`
+	Rate        float64     `json:"rate"`
+	Size        int         `json:"size"`
+	DurationS   float64     `json:"duration_s"`
+	Sent        uint64      `json:"sent"` // in the measured window
+	SentPerS    float64     `json:"sent_per_s"`
+	Delivered   []uint64    `json:"delivered"` // per subscriber, of the messages sent in the window
+	DeliveredPS []float64   `json:"delivered_per_s"`
+	MinDelivPS  float64     `json:"min_delivered_per_s"`
+	Latency     latencyJSON `json:"latency"` // end to end, all subscribers
+	Lost        uint64      `json:"lost"`    // sum over subscribers of sent - delivered
+	OutOfOrder  uint64      `json:"out_of_order"`
+	Errors      uint64      `json:"errors"`
+	FirstError  string      `json:"first_error,omitempty"`
+}
+
+// topicSub is what one subscriber counts. The window is known by sequence
+// numbers: the publisher stores the first and last sequence of the window.
+type topicSub struct {
+	h        histogram
+	n        uint64 // delivered, sent in the window
+	ooo      uint64
+	lastSeq  int64
+	seen     atomic.Int64 // highest sequence seen, for the drain
+	err      error
+	received uint64
+}
+
+// window marks which sequence numbers were sent in the measured window.
+type seqWindow struct {
+	first, last atomic.Int64 // -1 until known
+}
+
+func (w *seqWindow) in(seq int64) bool {
+	f := w.first.Load()
+	if f < 0 || seq < f {
+		return false
+	}
+	l := w.last.Load()
+	return l < 0 || seq <= l
+}
+
+func (s *topicSub) got(seq, ts int64, now time.Time, w *seqWindow) {
+	s.received++
+	if seq <= s.lastSeq {
+		s.ooo++
+	}
+	s.lastSeq = seq
+	if seq > s.seen.Load() {
+		s.seen.Store(seq)
+	}
+	if w.in(seq) {
+		s.n++
+		s.h.record(now.Sub(time.Unix(0, ts)))
+	}
+}
+
+// topicTransport abstracts STOMP and NATS for the topic benchmark.
+type topicTransport interface {
+	// subscribe opens a subscriber and runs its reader in a goroutine
+	// calling got for each message until stop is closed or it fails.
+	subscribe(ctx context.Context, s *topicSub, w *seqWindow, stop <-chan struct{}, wg *sync.WaitGroup) error
+	// publisher returns a function that publishes one message.
+	publisher(ctx context.Context) (pub func(seq int64) error, closeFn func(), err error)
+}
+
+func runBenchTopic(cCtx *cli.Context) error {
+	bf, err := readBenchFlags(cCtx)
+	if err != nil {
+		return err
+	}
+	k, rate, tick, drain := cCtx.Int("subscribers"), cCtx.Float64("rate"), cCtx.Duration("tick"), cCtx.Duration("drain")
+	if k < 1 {
+		return usageErrorf("--subscribers must be at least 1")
+	}
+	if rate <= 0 || tick <= 0 {
+		return usageErrorf("--rate and --tick must be positive")
+	}
+	if bf.size < 16 && cCtx.Bool("nats") {
+		bf.size = 16 // the NATS payload carries the timestamp and sequence
+	}
+	var tr topicTransport
+	transport := "stomp"
+	if cCtx.Bool("nats") {
+		transport = "nats"
+		if bf.server == DefaultServer && os.Getenv("HERALD_SERVER") == "" {
+			bf.server = DefaultNATSServer
+		}
+		tr = &natsTransport{addr: bf.server, subject: natsSubject(bf.dest), size: bf.size, timeout: cCtx.Duration("connect-timeout")}
+	} else {
+		tr = &stompTransport{cCtx: cCtx, dest: bf.dest, payload: benchBody(bf.size)}
+	}
+
+	ctx := cCtx.Context
+	subs := make([]*topicSub, k)
+	stop := make(chan struct{})
+	var rwg sync.WaitGroup
+	var w seqWindow
+	w.first.Store(-1)
+	w.last.Store(-1)
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		rwg.Wait()
+	}()
+	for i := range subs {
+		subs[i] = &topicSub{lastSeq: -1}
+		subs[i].seen.Store(-1)
+		if err := tr.subscribe(ctx, subs[i], &w, stop, &rwg); err != nil {
+			return err
+		}
+	}
+	pub, closePub, err := tr.publisher(ctx)
+	if err != nil {
+		return err
+	}
+	defer closePub()
+
+	// Pace: every tick, send what is due since the start.
+	start := time.Now()
+	measureFrom := start.Add(bf.warmup)
+	measureTo := measureFrom.Add(bf.duration)
+	var seq int64
+	var pubErr error
+	t := time.NewTicker(tick)
+	for pubErr == nil {
+		now := time.Now()
+		if !now.Before(measureTo) {
+			break
+		}
+		if w.first.Load() < 0 && !now.Before(measureFrom) {
+			w.first.Store(seq)
+		}
+		due := int64(now.Sub(start).Seconds() * rate)
+		for ; seq < due; seq++ {
+			if err := pub(seq); err != nil {
+				pubErr = err
+				break
+			}
+		}
+		<-t.C
+	}
+	t.Stop()
+	if w.first.Load() < 0 {
+		w.first.Store(seq)
+	}
+	w.last.Store(seq - 1)
+	sent := uint64(seq - w.first.Load())
+
+	// Wait for the last message to reach every live subscriber, or drain.
+	deadline := time.Now().Add(drain)
+	for time.Now().Before(deadline) {
+		all := true
+		for _, s := range subs {
+			if s.seen.Load() < seq-1 {
+				all = false
+			}
+		}
+		if all {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	closePub()
+	rwg.Wait()
+
+	res := topicResult{
+		Mode: "topic", Transport: transport, Server: bf.server, Dest: bf.dest, Subscribers: k,
+		Rate: rate, Size: bf.size, DurationS: bf.duration.Seconds(), Sent: sent,
+		SentPerS: benchRound1(float64(sent) / bf.duration.Seconds()),
+	}
+	if pubErr != nil {
+		res.Errors++
+		res.FirstError = "publish: " + unwrapClient(pubErr).Error()
+	}
+	var h histogram
+	res.MinDelivPS = math.Inf(1)
+	for _, s := range subs {
+		h.merge(&s.h)
+		res.Delivered = append(res.Delivered, s.n)
+		ps := benchRound1(float64(s.n) / bf.duration.Seconds())
+		res.DeliveredPS = append(res.DeliveredPS, ps)
+		res.MinDelivPS = math.Min(res.MinDelivPS, ps)
+		if s.n < sent {
+			res.Lost += sent - s.n
+		}
+		res.OutOfOrder += s.ooo
+		if s.err != nil {
+			res.Errors++
+			if res.FirstError == "" {
+				res.FirstError = "subscriber: " + unwrapClient(s.err).Error()
+			}
+		}
+	}
+	res.Latency = h.summary()
+
+	out := cCtx.App.Writer
+	if bf.jsonOut {
+		if err := writeJSON(out, res); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "server\t%s (%s)\n", res.Server, transport)
+		fmt.Fprintf(tw, "dest\t%s, %d subscribers, %d B messages, %s\n", res.Dest, k, bf.size, bf.duration)
+		fmt.Fprintf(tw, "published\t%d messages, %.0f msg/s (asked %.0f)\n", res.Sent, res.SentPerS, rate)
+		ps := make([]string, len(res.DeliveredPS))
+		for i, v := range res.DeliveredPS {
+			ps[i] = strconv.FormatFloat(v, 'f', 0, 64)
+		}
+		fmt.Fprintf(tw, "delivered msg/s\t%s\n", strings.Join(ps, " "))
+		l := res.Latency
+		fmt.Fprintf(tw, "latency (ms)\tp50 %s  p99 %s  p999 %s  max %s\n", benchMS(l.P50), benchMS(l.P99), benchMS(l.P999), benchMS(l.Max))
+		fmt.Fprintf(tw, "lost\t%d (out of order: %d)\n", res.Lost, res.OutOfOrder)
+		fmt.Fprintf(tw, "errors\t%d\n", res.Errors)
+		if res.FirstError != "" {
+			fmt.Fprintf(tw, "first error\t%s\n", res.FirstError)
+		}
+		tw.Flush()
+	}
+	if res.Latency.Count == 0 {
+		if res.FirstError != "" {
+			return &exitError{code: exitOther, err: fmt.Errorf("no message was delivered: %s", res.FirstError)}
+		}
+		return &exitError{code: exitOther, err: fmt.Errorf("no message was delivered within %s", bf.duration)}
+	}
+	return nil
+}
+
+// ---- STOMP transport -------------------------------------------------------
+
+type stompTransport struct {
+	cCtx    *cli.Context
+	dest    string
+	payload []byte
+	mu      sync.Mutex
+	conns   []*client.Conn
+}
+
+func (t *stompTransport) subscribe(ctx context.Context, s *topicSub, w *seqWindow, stop <-chan struct{}, wg *sync.WaitGroup) error {
+	c, err := benchDial(ctx, t.cCtx)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sub, err := c.SubscribeReceipt(sctx, t.dest, "auto")
+	if err != nil {
+		c.Close()
+		return failure(t.cCtx.String("server"), "subscribe to "+t.dest, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer c.Close()
+		for {
+			select {
+			case f, ok := <-sub.C():
+				if !ok {
+					if e := c.Err(); e != nil && !errors.Is(e, client.ErrClosed) {
+						s.err = e
+					}
+					return
+				}
+				now := time.Now()
+				ts, err1 := strconv.ParseInt(f.Get(benchTSHeader), 10, 64)
+				seq, err2 := strconv.ParseInt(f.Get(benchSeqHeader), 10, 64)
+				if err1 != nil || err2 != nil {
+					continue // not ours
+				}
+				s.got(seq, ts, now, w)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+func (t *stompTransport) publisher(ctx context.Context) (func(int64) error, func(), error) {
+	c, err := benchDial(ctx, t.cCtx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	closeFn := func() { once.Do(func() { c.Close() }) }
+	pub := func(seq int64) error {
+		return c.Send(t.dest, t.payload,
+			stomp.Header{Key: benchTSHeader, Value: strconv.FormatInt(time.Now().UnixNano(), 10)},
+			stomp.Header{Key: benchSeqHeader, Value: strconv.FormatInt(seq, 10)})
+	}
+	return pub, closeFn, nil
+}
+
+// ---- NATS core transport ---------------------------------------------------
+//
+// A minimal client of NATS's text protocol (https://docs.nats.io/reference/
+// reference-protocols/nats-protocol): INFO, CONNECT, PING/PONG, SUB, PUB, MSG,
+// +OK, -ERR. The payload starts with the send time and sequence (8 bytes
+// each, big-endian).
+
+type natsTransport struct {
+	addr    string
+	subject string
+	size    int
+	timeout time.Duration
+}
+
+func natsSubject(dest string) string {
+	s := strings.TrimPrefix(dest, "/topic/")
+	s = strings.Trim(s, "/")
+	s = strings.ReplaceAll(s, "/", ".")
+	if s == "" {
+		s = "bench"
+	}
+	return s
+}
+
+type natsConn struct {
+	nc  net.Conn
+	br  *bufio.Reader
+	bw  *bufio.Writer
+	wmu sync.Mutex
+}
+
+func natsDial(ctx context.Context, addr string, timeout time.Duration) (*natsConn, error) {
+	d := net.Dialer{Timeout: timeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &exitError{code: exitUnavailable, err: fmt.Errorf("cannot reach the NATS server at %s: %w; start nats-server, or point --server at it", addr, err)}
+	}
+	c := &natsConn{nc: nc, br: bufio.NewReaderSize(nc, 256<<10), bw: bufio.NewWriterSize(nc, 64<<10)}
+	nc.SetDeadline(time.Now().Add(timeout))
+	line, err := c.readLine()
+	if err != nil || !strings.HasPrefix(line, "INFO ") {
+		nc.Close()
+		return nil, &exitError{code: exitUnavailable, err: fmt.Errorf("%s does not speak NATS (first line %q, %v)", addr, line, err)}
+	}
+	if err := c.write("CONNECT {\"verbose\":false,\"pedantic\":false,\"name\":\"herald-bench\",\"lang\":\"go\",\"version\":\"0\",\"protocol\":1}\r\n"); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if err := c.ping(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func (c *natsConn) readLine() (string, error) {
+	line, err := c.br.ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
+}
+
+func (c *natsConn) write(s string) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.bw.WriteString(s)
+	return c.bw.Flush()
+}
+
+// ping sends PING and waits for PONG (before the reader goroutine starts):
+// every earlier command has then been processed by the server.
+func (c *natsConn) ping() error {
+	if err := c.write("PING\r\n"); err != nil {
+		return err
+	}
+	for {
+		line, err := c.readLine()
+		if err != nil {
+			return fmt.Errorf("nats: waiting for PONG: %w", err)
+		}
+		switch {
+		case line == "PONG":
+			return nil
+		case strings.HasPrefix(line, "-ERR"):
+			return fmt.Errorf("nats server error: %s", line)
+		}
+	}
+}
+
+func (t *natsTransport) subscribe(ctx context.Context, s *topicSub, w *seqWindow, stop <-chan struct{}, wg *sync.WaitGroup) error {
+	c, err := natsDial(ctx, t.addr, t.timeout)
+	if err != nil {
+		return err
+	}
+	if err := c.write("SUB " + t.subject + " 1\r\n"); err != nil {
+		c.nc.Close()
+		return err
+	}
+	c.nc.SetDeadline(time.Now().Add(t.timeout))
+	if err := c.ping(); err != nil {
+		c.nc.Close()
+		return err
+	}
+	c.nc.SetDeadline(time.Time{})
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		<-stop
+		c.nc.Close()
+	}()
+	go func() {
+		defer wg.Done()
+		select {
+		case <-stop:
+		default:
+			if err := c.readMessages(s, w); err != nil {
+				select {
+				case <-stop:
+				default:
+					s.err = err
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// readMessages parses MSG frames until the connection ends.
+func (c *natsConn) readMessages(s *topicSub, w *seqWindow) error {
+	var payload []byte
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		l := strings.TrimRight(string(line), "\r\n")
+		switch {
+		case strings.HasPrefix(l, "MSG "):
+			// MSG <subject> <sid> [reply-to] <#bytes>
+			f := strings.Fields(l)
+			if len(f) < 4 {
+				return fmt.Errorf("nats: bad MSG line %q", l)
+			}
+			n, err := strconv.Atoi(f[len(f)-1])
+			if err != nil || n < 0 {
+				return fmt.Errorf("nats: bad MSG line %q", l)
+			}
+			if cap(payload) < n+2 {
+				payload = make([]byte, n+2)
+			}
+			payload = payload[:n+2]
+			if _, err := io.ReadFull(c.br, payload); err != nil {
+				return err
+			}
+			if n >= 16 {
+				ts := int64(binary.BigEndian.Uint64(payload[0:8]))
+				seq := int64(binary.BigEndian.Uint64(payload[8:16]))
+				s.got(seq, ts, now, w)
+			}
+		case l == "PING":
+			if err := c.write("PONG\r\n"); err != nil {
+				return err
+			}
+		case strings.HasPrefix(l, "-ERR"):
+			return fmt.Errorf("nats server error: %s", l)
+		}
+		// +OK, PONG, INFO: nothing to do.
+	}
+}
+
+func (t *natsTransport) publisher(ctx context.Context) (func(int64) error, func(), error) {
+	c, err := natsDial(ctx, t.addr, t.timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Answer the server's PINGs and notice -ERR while publishing.
+	var rerr atomic.Value
+	go func() {
+		for {
+			line, err := c.readLine()
+			if err != nil {
+				return
+			}
+			switch {
+			case line == "PING":
+				c.write("PONG\r\n")
+			case strings.HasPrefix(line, "-ERR"):
+				rerr.Store(errors.New("nats server error: " + line))
+			}
+		}
+	}()
+	payload := benchBody(t.size)
+	head := []byte("PUB " + t.subject + " " + strconv.Itoa(t.size) + "\r\n")
+	var once sync.Once
+	closeFn := func() { once.Do(func() { c.nc.Close() }) }
+	pub := func(seq int64) error {
+		if e, ok := rerr.Load().(error); ok {
+			return e
+		}
+		binary.BigEndian.PutUint64(payload[0:8], uint64(time.Now().UnixNano()))
+		binary.BigEndian.PutUint64(payload[8:16], uint64(seq))
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		c.bw.Write(head)
+		c.bw.Write(payload)
+		c.bw.WriteString("\r\n")
+		return c.bw.Flush() // one write per message, as the STOMP client does
+	}
+	return pub, closeFn, nil
+}
