@@ -96,10 +96,6 @@ func runReceive(cCtx *cli.Context) error {
 		out:  bufio.NewWriterSize(cCtx.App.Writer, 64<<10),
 		json: cCtx.Bool("json"),
 		ack:  ack == "client-individual",
-		// With a small --count and the prefetch covering it, acknowledge at
-		// the end: an early ACK would free credit and make the server
-		// deliver (and count as a delivery) a message we will not print.
-		holdAcks: count > 0 && count <= ackBatch && prefetch >= count,
 	}
 	err = p.loop(ctx, sub, count, timeout, dest)
 	if ferr := p.flush(); err == nil && ferr != nil {
@@ -119,13 +115,12 @@ func runReceive(cCtx *cli.Context) error {
 
 // printer writes messages to stdout and acknowledges them once written.
 type printer struct {
-	c        *client.Conn
-	out      *bufio.Writer
-	json     bool
-	ack      bool
-	holdAcks bool
-	toAck    []*stomp.Frame
-	enc      *json.Encoder
+	c     *client.Conn
+	out   *bufio.Writer
+	json  bool
+	ack   bool
+	toAck []*stomp.Frame
+	enc   *json.Encoder
 }
 
 func (p *printer) loop(ctx context.Context, sub *client.Subscription, count int, timeout time.Duration, dest string) error {
@@ -149,11 +144,7 @@ func (p *printer) loop(ctx context.Context, sub *client.Subscription, count int,
 			// Flush (and acknowledge) when nothing else is waiting, so
 			// output is prompt and syscalls are shared under load.
 			if len(sub.C()) == 0 || len(p.toAck) >= ackBatch {
-				flush := p.flush
-				if p.holdAcks {
-					flush = p.flushOutput
-				}
-				if err := flush(); err != nil {
+				if err := p.flush(); err != nil {
 					return err
 				}
 			}
@@ -214,18 +205,10 @@ func (p *printer) print(m *stomp.Frame) error {
 	return nil
 }
 
-// flushOutput writes buffered output.
-func (p *printer) flushOutput() error {
-	if err := p.out.Flush(); err != nil {
-		return stdoutErr(err)
-	}
-	return nil
-}
-
 // flush writes buffered output, then acknowledges what it held.
 func (p *printer) flush() error {
-	if err := p.flushOutput(); err != nil {
-		return err
+	if err := p.out.Flush(); err != nil {
+		return stdoutErr(err)
 	}
 	for _, m := range p.toAck {
 		if err := p.c.Ack(m); err != nil {

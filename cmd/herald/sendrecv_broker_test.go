@@ -73,18 +73,3 @@ func TestSendReceive_RealBroker(t *testing.T) {
 		t.Fatalf("receive on empty queue: exit %d after %s, want %d after 300ms", code, time.Since(start), exitTimeout)
 	}
 }
-
-func TestReceive_CountTakesNoExtraDelivery(t *testing.T) {
-	addr := startBroker(t)
-	if code, _, stderr := runCLI(t, "a\nb\nc\n", "--server", addr, "send", "--receipt", "/queue/cnt"); code != 0 {
-		t.Fatalf("send: %s", stderr)
-	}
-	if code, out, stderr := runCLI(t, "", "--server", addr, "receive", "--count", "2", "--ack", "client-individual", "/queue/cnt"); code != 0 || out != "a\nb\n" {
-		t.Fatalf("receive: exit %d %q %s", code, out, stderr)
-	}
-	// c was never handed out: its first delivery has delivery-count 1.
-	code, out, _ := runCLI(t, "", "--server", addr, "receive", "--count", "1", "--json", "/queue/cnt")
-	if code != 0 || !strings.Contains(out, `"delivery-count":"1"`) || strings.Contains(out, "redelivered") {
-		t.Fatalf("third message: %s", out)
-	}
-}
