@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,12 +221,29 @@ func (s *session) deliverTopic(f *stomp.Frame) bool {
 	}
 	if s.topicQ >= limit {
 		if s.b.cfg.Topics.SlowSubscriber == "drop-oldest" {
+			// Drop the oldest queued topic message, and say so on the
+			// next message of the same subscription: never a silent gap.
 			for i, it := range s.out {
-				if it.topic {
-					s.out = append(s.out[:i], s.out[i+1:]...)
-					s.topicQ--
-					break
+				if !it.topic {
+					continue
 				}
+				sub := it.f.Get("subscription")
+				// It may itself carry earlier drops: pass them on.
+				carried, _ := strconv.Atoi(it.f.Get("dropped-before"))
+				s.out = append(s.out[:i], s.out[i+1:]...)
+				s.topicQ--
+				next := f
+				for _, later := range s.out[i:] {
+					if later.topic && later.f.Get("subscription") == sub {
+						next = later.f
+						break
+					}
+				}
+				if next.Get("subscription") == sub {
+					n, _ := strconv.Atoi(next.Get("dropped-before"))
+					next.Headers.Set("dropped-before", strconv.Itoa(n+carried+1))
+				}
+				break
 			}
 			s.slowDrops.Add(1)
 			s.b.stats.slowDrops.Add(1)

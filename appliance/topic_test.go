@@ -135,3 +135,50 @@ func TestTopic_LastValue(t *testing.T) {
 		t.Fatalf("live message %q %v", m.Body, m.Headers)
 	}
 }
+
+func TestTopic_DropOldestAnnounced(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Topics.SubscriberBuffer = 16
+		c.Topics.SlowSubscriber = "drop-oldest"
+	})
+	slow := tb.raw(t)
+	slow.connect("1.2")
+	slow.write("SUBSCRIBE\nid:1\ndestination:/topic/burst\nreceipt:ok\n\n\x00")
+	if f := slow.frame(); f.Command != "RECEIPT" {
+		t.Fatalf("got %s", f.Command)
+	}
+	p := tb.dial(t)
+	body := strings.Repeat("y", 32<<10)
+	const n = 600 // ~19 MB: far more than socket buffers hold
+	for i := 0; i < n; i++ {
+		p.Send("/topic/burst", []byte(strconv.Itoa(i)+" "+body))
+	}
+	p.SendReceipt(ctxT(t), "/topic/burst", []byte("end"))
+	// Read everything: every missing message is announced by the
+	// dropped-before header of the next one.
+	next, announced, lost := 0, 0, 0
+	slow.c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		f := slow.frame()
+		if d := f.Get("dropped-before"); d != "" {
+			k, _ := strconv.Atoi(d)
+			announced += k
+		}
+		if string(f.Body) == "end" {
+			lost += n - next
+			break
+		}
+		i, _ := strconv.Atoi(strings.SplitN(string(f.Body), " ", 2)[0])
+		if i < next {
+			t.Fatalf("message %d after %d: out of order", i, next-1)
+		}
+		lost += i - next
+		next = i + 1
+	}
+	if lost == 0 {
+		t.Fatal("nothing was dropped: the test did not fill the buffer")
+	}
+	if announced != lost {
+		t.Fatalf("lost %d messages, announced %d", lost, announced)
+	}
+}
