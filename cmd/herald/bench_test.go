@@ -82,6 +82,8 @@ func TestBench_Errors(t *testing.T) {
 		code int
 		msg  string
 	}{
+		{[]string{"bench"}, exitUsage, "no bench command given"},
+		{[]string{"bench", "frob"}, exitUsage, `unknown bench command "frob"`},
 		{[]string{"bench", "send", "--producers", "0"}, exitUsage, "at least 1"},
 		{[]string{"bench", "send", "--duration", "0s"}, exitUsage, "--duration must be positive"},
 		{[]string{"bench", "send", "extra"}, exitUsage, "wrong number of arguments"},

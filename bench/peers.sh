@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# bench/peers.sh: run the same `herald bench` cases against Herald, RabbitMQ
+# (STOMP plugin) and NATS core on this machine, alternating, median of RUNS
+# runs each, and print a table with the ratios Herald/peer.
+#
+#   bench/peers.sh                 # install the peers if needed, run, stop them
+#   DURATION=10s RUNS=3 bench/peers.sh
+#   SKIP_INSTALL=1 KEEP_PEERS=1 bench/peers.sh
+#
+# Needs root (apt-get, writing /etc/rabbitmq/rabbitmq.conf), Debian 12, Go.
+# Ports: Herald STOMP 61614, RabbitMQ STOMP 61615 (AMQP 5672), NATS 4222; the
+# default 61613 is left alone. Results: $OUT (default /tmp/herald-peers-DATE),
+# one JSON line per run in runs.jsonl, the table in table.md.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-1s}
+RUNS=${RUNS:-3}
+SIZE=${SIZE:-1024}
+HERALD_PORT=${HERALD_PORT:-61614}
+RABBIT_PORT=${RABBIT_PORT:-61615}
+NATS_PORT=${NATS_PORT:-4222}
+PEERS=${PEERS:-"rabbitmq nats"} # drop one to skip it
+OUT=${OUT:-/tmp/herald-peers-$(date -u +%Y%m%dT%H%M%SZ)}
+WORK=$(mktemp -d /tmp/herald-peers.XXXXXX)
+mkdir -p "$OUT"
+export PATH=$PATH:/usr/local/go/bin
+
+log() { printf '%s peers.sh: %s\n' "$(date +%T)" "$*" >&2; }
+
+HERALDD_PID= NATS_PID= RABBIT_STARTED= EPMD_STARTED=
+cleanup() {
+	set +e
+	[ -n "$HERALDD_PID" ] && kill "$HERALDD_PID" 2>/dev/null && wait "$HERALDD_PID" 2>/dev/null
+	if [ -z "${KEEP_PEERS:-}" ]; then
+		[ -n "$NATS_PID" ] && kill "$NATS_PID" 2>/dev/null && wait "$NATS_PID" 2>/dev/null
+		if [ -n "$RABBIT_STARTED" ]; then
+			log "stopping RabbitMQ"
+			rabbitmqctl delete_queue bench-herald-peers >/dev/null 2>&1
+			rabbitmqctl stop >/dev/null 2>&1
+			# rabbitmq-server also started Erlang's port mapper; stop it if it was not running before.
+			[ -n "$EPMD_STARTED" ] && epmd -kill >/dev/null 2>&1
+		fi
+	fi
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+have() { command -v "$1" >/dev/null 2>&1; }
+want() { [[ " $PEERS " == *" $1 "* ]]; }
+
+# ---- install -----------------------------------------------------------
+if [ -z "${SKIP_INSTALL:-}" ]; then
+	pkgs=()
+	want rabbitmq && ! have rabbitmq-server && pkgs+=(rabbitmq-server)
+	want nats && ! have nats-server && pkgs+=(nats-server)
+	have jq || pkgs+=(jq)
+	if [ ${#pkgs[@]} -gt 0 ]; then
+		log "installing ${pkgs[*]}"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkgs[@]}" >"$WORK/apt.log" 2>&1 ||
+			{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkgs[@]}"; }
+	fi
+fi
+
+# ---- build and start Herald --------------------------------------------
+log "building heraldd and herald"
+(cd "$ROOT" && go build -o "$WORK/bin/" ./cmd/heraldd ./cmd/herald)
+HERALD=$WORK/bin/herald
+mkdir -p "$WORK/herald-data"
+"$WORK/bin/heraldd" --data-dir "$WORK/herald-data" --stomp-listen "127.0.0.1:$HERALD_PORT" \
+	--admin-socket "$WORK/herald-admin.sock" --log-level warn >"$OUT/heraldd.log" 2>&1 &
+HERALDD_PID=$!
+
+wait_port() { # host port what
+	for _ in $(seq 1 100); do
+		(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+		sleep 0.2
+	done
+	log "$3 is not listening on $1:$2"
+	return 1
+}
+wait_port 127.0.0.1 "$HERALD_PORT" heraldd
+
+# ---- RabbitMQ ----------------------------------------------------------
+RABBIT_OK=
+if want rabbitmq; then
+	if rabbitmqctl status >/dev/null 2>&1; then
+		log "RabbitMQ already running; using it (its stomp listener must be on $RABBIT_PORT)"
+	else
+		mkdir -p /etc/rabbitmq
+		cat >/etc/rabbitmq/rabbitmq.conf <<EOF
+# written by herald bench/peers.sh
+listeners.tcp.1 = 127.0.0.1:5672
+stomp.listeners.tcp.1 = 127.0.0.1:$RABBIT_PORT
+stomp.default_vhost = /
+loopback_users.guest = true
+EOF
+		rabbitmq-plugins --offline enable rabbitmq_stomp >/dev/null
+		pgrep -x epmd >/dev/null || EPMD_STARTED=1
+		log "starting RabbitMQ"
+		rabbitmq-server -detached >"$OUT/rabbitmq-start.log" 2>&1 || true
+		RABBIT_STARTED=1
+	fi
+	# await_startup fails at once while the node has not registered with epmd yet.
+	up=
+	for _ in $(seq 1 60); do
+		if rabbitmqctl await_startup >>"$OUT/rabbitmq-start.log" 2>&1; then
+			up=1
+			break
+		fi
+		sleep 2
+	done
+	if [ -n "$up" ] && wait_port 127.0.0.1 "$RABBIT_PORT" rabbitmq-stomp; then
+		RABBIT_OK=1
+		rabbitmqctl delete_queue bench-herald-peers >/dev/null 2>&1 || true
+	else
+		log "RabbitMQ did not start; see $OUT/rabbitmq-start.log and /var/log/rabbitmq/; carrying on without it"
+	fi
+fi
+
+# ---- NATS --------------------------------------------------------------
+NATS_OK=
+if want nats; then
+	nats-server -a 127.0.0.1 -p "$NATS_PORT" >"$OUT/nats.log" 2>&1 &
+	NATS_PID=$!
+	wait_port 127.0.0.1 "$NATS_PORT" nats-server && NATS_OK=1
+fi
+
+# ---- run ---------------------------------------------------------------
+# target NAME -> the global flags for herald
+target() {
+	case $1 in
+	herald) echo "--server 127.0.0.1:$HERALD_PORT" ;;
+	rabbitmq) echo "--server 127.0.0.1:$RABBIT_PORT --login guest --passcode guest" ;;
+	nats) echo "--server 127.0.0.1:$NATS_PORT" ;;
+	esac
+}
+
+# Cases: name | peers | bench arguments (the same for every target).
+CASES=(
+	"durable-4x64|herald rabbitmq|send --dest /queue/bench-herald-peers --producers 4 --window 64 --size $SIZE --persistent"
+	"durable-1x1|herald rabbitmq|send --dest /queue/bench-herald-peers --producers 1 --window 1 --size $SIZE --persistent"
+	"topic-1k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 1000 --size $SIZE"
+	"topic-10k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 10000 --size $SIZE"
+)
+
+: >"$OUT/runs.jsonl"
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+idx=0
+for c in "${CASES[@]}"; do
+	idx=$((idx + 1))
+	IFS='|' read -r name targets args <<<"$c"
+	for run in $(seq 1 "$RUNS"); do
+		for t in $targets; do
+			case $t in
+			rabbitmq) [ -n "$RABBIT_OK" ] || continue ;;
+			nats) [ -n "$NATS_OK" ] || continue ;;
+			esac
+			extra=
+			[ "$t" = nats ] && extra=--nats
+			[ "$t" = rabbitmq ] && extra="--vhost /" # RabbitMQ takes CONNECT's host header for the vhost
+			# shellcheck disable=SC2046,SC2086
+			if line=$("$HERALD" $(target "$t") bench $args $extra --duration "$DURATION" --warmup "$WARMUP" --json 2>"$WORK/err"); then
+				:
+			else
+				log "$name $t run $run failed: $(cat "$WORK/err")"
+				[ -n "$line" ] || continue
+			fi
+			load=$(cut -d' ' -f1 /proc/loadavg)
+			echo "$line" | jq -c --arg case "$name" --argjson idx "$idx" --arg target "$t" --argjson run "$run" --arg load "$load" \
+				'{case:$case,idx:$idx,target:$target,run:$run,load1:($load|tonumber)} + .' >>"$OUT/runs.jsonl"
+			log "$name $t run $run: $(echo "$line" | jq -r 'if .mode=="send" then "\(.msgs_per_s) msg/s p50 \(.receipt_latency.p50_us)us p99 \(.receipt_latency.p99_us)us errors \(.errors)" else "p50 \(.latency.p50_us)us p99 \(.latency.p99_us)us lost \(.lost) min delivered \(.min_delivered_per_s)/s" end')"
+		done
+	done
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- table -------------------------------------------------------------
+# Medians per case and target; ratio Herald/peer.
+{
+	echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), kernel $(uname -r)."
+	echo "Load average (1/5/15 min) before: $LOAD_BEFORE, after: $LOAD_AFTER. $RUNS runs of $DURATION (+$WARMUP warm-up) per case and target, alternating; medians."
+	echo
+	echo "| case | target | pub msg/s | msg/s | p50 ms | p99 ms | p999 ms | lost+errors | msg/s H/peer | p50 H/peer | p99 H/peer |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	jq -s -r '
+	  def med: sort | if length == 0 then null else .[(length-1)/2|floor] end;
+	  def lat: if .mode == "send" then .receipt_latency else .latency end;
+	  def rate: if .mode == "send" then .msgs_per_s else .min_delivered_per_s end;
+	  def sig(x): if x == 0 then "0" elif x >= 100 then (x | round | tostring)
+	              elif x >= 10 then ((x * 10 | round) / 10 | tostring)
+	              elif x >= 1 then ((x * 100 | round) / 100 | tostring)
+	              elif x >= 0.01 then ((x * 1000 | round) / 1000 | tostring)
+	              else "<0.01" end;
+	  def r(a; b): if a == null or b == null or b == 0 then "" else sig(a / b) end;
+	  def f(x): if x == null then "" else sig(x) end;
+	  group_by(.idx) | map(
+	    .[0].case as $case
+	    | [ group_by(.target)[] | {
+	          target: .[0].target,
+	          pub: (if .[0].mode == "topic" then ([.[] | .sent_per_s] | med) else null end),
+	          rate: ([.[] | rate] | med),
+	          p50: ([.[] | lat.p50_us / 1000] | med),
+	          p99: ([.[] | lat.p99_us / 1000] | med),
+	          p999: ([.[] | lat.p999_us / 1000] | med),
+	          bad: ([.[] | ((.lost // 0) + .errors)] | add)
+	        } ] as $t
+	    | ($t | map(select(.target == "herald")) | first) as $h
+	    | $t | sort_by(if .target == "herald" then 0 elif .target == "rabbitmq" then 1 else 2 end)[]
+	    | "| \($case) | \(.target) | \(if .pub == null then "" else (.pub | round | tostring) end) | \(.rate | round) | \(f(.p50)) | \(f(.p99)) | \(f(.p999)) | \(.bad) | " +
+	      (if .target == "herald" or $h == null then " |  |  |" else
+	        "\(r($h.rate; .rate)) | \(r($h.p50; .p50)) | \(r($h.p99; .p99)) |" end)
+	  ) | .[]' "$OUT/runs.jsonl"
+	echo
+	echo "pub msg/s: the topic publisher's achieved rate (a server can slow it by TCP flow control)."
+	echo "msg/s: confirmed SENDs per second (send cases); the slowest subscriber's delivered rate (topic cases)."
+	echo "p50/p99/p999: receipt latency (send); publisher-to-subscriber latency over all subscribers (topic)."
+	echo "lost+errors: summed over the runs; lost = sent in the window, not delivered within the 2 s drain."
+	echo "H/peer: Herald/peer; for msg/s above 1 favours Herald, for latencies below 1 does."
+} | tee "$OUT/table.md"
+log "results in $OUT"
