@@ -66,8 +66,11 @@ type Store struct {
 	closed bool
 	in     chan *appliance.Batch
 	done   chan completed
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	// truncate asks the writer for a TRUNCATE checkpoint between
+	// transactions (see checkpointer).
+	truncate chan chan struct{}
+	stop     chan struct{}
+	wg       sync.WaitGroup
 
 	qids map[string]int64 // writer-owned cache of queue ids
 
@@ -78,8 +81,9 @@ type Store struct {
 	backups                           atomic.Int32                   // backups running
 	commitHook                        func(ops int, d time.Duration) // metrics, optional
 
-	st  *stmts
-	zip *compressor
+	st       *stmts
+	pageSize int
+	zip      *compressor
 }
 
 type completed struct {
@@ -161,11 +165,19 @@ func (s *Store) Open(ctx context.Context) error {
 		s.closeDB()
 		return fmt.Errorf("open journal %s: journal_mode is %q, not wal (%v): is the file on a filesystem without shared-memory support?", s.cfg.Path, mode, err)
 	}
-	for _, q := range []string{"PRAGMA wal_autocheckpoint=0", "PRAGMA temp_store=MEMORY"} {
+	for _, q := range []string{
+		"PRAGMA wal_autocheckpoint=0", // checkpoints run in the background (checkpoint.go)
+		"PRAGMA temp_store=MEMORY",
+		fmt.Sprintf("PRAGMA journal_size_limit=%d", s.cfg.WALLimit), // a reset WAL shrinks back
+	} {
 		if _, err := wc.ExecContext(ctx, q); err != nil {
 			s.closeDB()
 			return fmt.Errorf("open journal %s: %s: %w", s.cfg.Path, q, err)
 		}
+	}
+	if err := wc.QueryRowContext(ctx, "PRAGMA page_size").Scan(&s.pageSize); err != nil {
+		s.closeDB()
+		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
 	}
 	if err := migrate(ctx, wc); err != nil {
 		s.closeDB()
@@ -183,6 +195,7 @@ func (s *Store) Open(ctx context.Context) error {
 	}
 	s.in = make(chan *appliance.Batch, DefaultIntake)
 	s.done = make(chan completed, 64)
+	s.truncate = make(chan chan struct{})
 	s.stop = make(chan struct{})
 	s.wg.Add(3)
 	go s.writer()
@@ -290,6 +303,10 @@ func (s *Store) writer() {
 			first = b
 		case <-prune.C:
 			s.pruneDedup()
+			continue
+		case done := <-s.truncate:
+			s.restart()
+			close(done)
 			continue
 		}
 		batches = append(batches[:0], first)
