@@ -216,7 +216,7 @@ func (q *queue) pageIn(ctx context.Context) error {
 }
 
 func (q *queue) maybePageLocked() {
-	if q.spilled && !q.paging && q.memLocked() < q.cfg.MemoryWindow/2 {
+	if q.spilled && !q.paging && q.memLocked() < q.cfg.MemoryWindow*3/4 {
 		q.b.wg.Add(1)
 		go func() {
 			defer q.b.wg.Done()
