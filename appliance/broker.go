@@ -47,6 +47,8 @@ type Broker struct {
 	listeners []net.Listener
 	closed    bool
 
+	temps map[string]*session // temporary queue -> owner (tempqueue.go)
+
 	topics *topicRegistry
 	sinks  []TopicSink
 
@@ -61,7 +63,7 @@ type Broker struct {
 
 type brokerStats struct {
 	connections, refused, slowDrops, staleAcks, dedupHits, deadLettered atomic.Uint64
-	topicIn, topicOut                                                   atomic.Uint64
+	topicIn, topicOut, tempDropped                                      atomic.Uint64
 }
 
 // New returns a Broker with defaults applied; Open recovers the journal.

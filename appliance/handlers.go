@@ -141,15 +141,23 @@ func (s *session) onSend(f *stomp.Frame) bool {
 	if !ok {
 		return false
 	}
-	kind, name, err := parseDest(dest, false)
+	kind, name, err := s.dest(dest, false)
 	if err != nil {
 		s.fail(f, "invalid destination", err.Error())
 		return false
 	}
 	s.msgsIn.Add(1)
 	if kind == destTopic {
-		s.b.publish(name, userHeaders(f), f.Body)
+		h := userHeaders(f)
+		s.rewriteReplyTo(h)
+		s.b.publish(name, h, f.Body)
 		s.receipt(f)
+		return true
+	}
+	if s.b.tempGone(name) {
+		s.b.stats.tempDropped.Add(1)
+		s.log.Debug("reply to a temporary queue whose connection is gone: dropped", "queue", name)
+		s.receipt(f, stomp.Header{Key: "dropped", Value: "temporary queue gone"})
 		return true
 	}
 	m, err := s.newMessage(f, name)
@@ -248,6 +256,7 @@ var errHeader = errors.New("appliance: invalid header")
 // JMSXGroupID/group-id.
 func (s *session) newMessage(f *stomp.Frame, queue string) (*Message, error) {
 	m := &Message{Queue: queue, Headers: userHeaders(f), Body: f.Body}
+	s.rewriteReplyTo(m.Headers)
 	now := s.b.now()
 	if v := f.Get("expires"); v != "" && v != "0" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -304,7 +313,7 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.fail(f, "too many subscriptions", fmt.Sprintf("A connection may hold at most %d subscriptions (stomp.max_subscriptions).", s.b.cfg.Stomp.MaxSubscriptions))
 		return false
 	}
-	kind, name, err := parseDest(dest, true)
+	kind, name, err := s.dest(dest, true)
 	if err != nil {
 		s.fail(f, "invalid destination", err.Error())
 		return false

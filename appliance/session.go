@@ -55,6 +55,7 @@ type session struct {
 
 	jpending atomic.Int64 // journal batches submitted, not completed
 	nsubs    atomic.Int32 // len(subs), readable by admin
+	temps    []string     // temporary queues this session owns; reader goroutine
 	done     chan struct{}
 
 	started                              time.Time
@@ -172,6 +173,7 @@ func (s *session) cleanup() {
 	}
 	s.subs = nil
 	s.txs = nil
+	s.dropTemps()
 	s.outMu.Lock()
 	s.ending = true
 	s.outMu.Unlock()

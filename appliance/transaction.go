@@ -65,7 +65,7 @@ func (s *session) buffer(id string, f *stomp.Frame) bool {
 		if !ok {
 			return false
 		}
-		if _, _, err := parseDest(dest, false); err != nil {
+		if _, _, err := s.dest(dest, false); err != nil {
 			s.fail(f, "invalid destination", err.Error())
 			return false
 		}
@@ -121,9 +121,15 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 	for _, bf := range tx.frames {
 		switch bf.Command {
 		case stomp.CmdSend:
-			kind, name, _ := parseDest(bf.Get("destination"), false)
+			kind, name, _ := s.dest(bf.Get("destination"), false)
 			if kind == destTopic {
-				topics = append(topics, topicMsg{name, userHeaders(bf), bf.Body})
+				h := userHeaders(bf)
+				s.rewriteReplyTo(h)
+				topics = append(topics, topicMsg{name, h, bf.Body})
+				continue
+			}
+			if s.b.tempGone(name) {
+				s.b.stats.tempDropped.Add(1)
 				continue
 			}
 			m, err := s.newMessage(bf, name)

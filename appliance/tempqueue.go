@@ -1,0 +1,106 @@
+package appliance
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// Temporary queues, for request/reply: /temp-queue/NAME names a queue
+// private to the connection that uses it. Herald maps it to the queue
+// "#tmp.SESSION.NAME" and rewrites a reply-to header naming /temp-queue/NAME
+// to /queue/#tmp.SESSION.NAME, so that a responder anywhere can SEND the
+// reply there. Only the owner may subscribe; the queue and its messages go
+// when the owner's connection ends, and replies sent after that are dropped
+// (with a RECEIPT when asked for, and counted).
+const (
+	prefixTempQueue = "/temp-queue/"
+	tempPrefix      = "#tmp."
+)
+
+// tempName is the queue behind /temp-queue/name for this session.
+func (s *session) tempName(name string) string {
+	return tempPrefix + strconv.FormatUint(s.id, 10) + "." + name
+}
+
+// dest resolves a destination header, mapping /temp-queue/ names to this
+// session's private queues.
+func (s *session) dest(d string, subscribing bool) (destKind, string, error) {
+	if rest, ok := strings.CutPrefix(d, prefixTempQueue); ok {
+		kind, name, err := parseDest(prefixQueue+rest, subscribing)
+		if err != nil {
+			return 0, "", fmt.Errorf("%w (in %s)", err, d)
+		}
+		full := s.tempName(name)
+		s.b.claimTemp(full, s)
+		return kind, full, nil
+	}
+	kind, name, err := parseDest(d, subscribing)
+	if err == nil && kind == destQueue && strings.HasPrefix(name, tempPrefix) && subscribing && s.b.tempOwner(name) != s {
+		return 0, "", fmt.Errorf("%w %q: a temporary queue is read only by the connection that made it", ErrBadDest, d)
+	}
+	return kind, name, err
+}
+
+// rewriteReplyTo turns a reply-to of /temp-queue/NAME into the queue a
+// responder can send to.
+func (s *session) rewriteReplyTo(h stomp.Headers) {
+	for i, kv := range h {
+		if kv.Key == "reply-to" {
+			if rest, ok := strings.CutPrefix(kv.Value, prefixTempQueue); ok && rest != "" {
+				full := s.tempName(rest)
+				s.b.claimTemp(full, s)
+				h[i].Value = prefixQueue + full
+			}
+			return
+		}
+	}
+}
+
+func (b *Broker) claimTemp(name string, s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.temps == nil {
+		b.temps = map[string]*session{}
+	}
+	if _, ok := b.temps[name]; !ok {
+		b.temps[name] = s
+		s.temps = append(s.temps, name)
+	}
+}
+
+func (b *Broker) tempOwner(name string) *session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.temps[name]
+}
+
+// tempGone reports whether name is a temporary queue whose owner is gone.
+func (b *Broker) tempGone(name string) bool {
+	return strings.HasPrefix(name, tempPrefix) && b.tempOwner(name) == nil
+}
+
+// dropTemps deletes the session's temporary queues and their messages.
+func (s *session) dropTemps() {
+	if len(s.temps) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, name := range s.temps {
+		s.b.mu.Lock()
+		delete(s.b.temps, name)
+		s.b.mu.Unlock()
+		if s.b.lookupQueue(name) == nil {
+			continue
+		}
+		if _, err := s.b.DeleteQueue(ctx, name); err != nil {
+			s.log.Warn("temporary queue not deleted", "queue", name, "err", err)
+		}
+	}
+	s.temps = nil
+}
