@@ -1,4 +1,4 @@
-// Package testenv holds test preconditions shared by Herald's packages.
+
 package testenv
 
 import (
