@@ -263,26 +263,38 @@ func DecodeConfig(src string, cfg *Config) error {
 		return err
 	}
 	if und := md.Undecoded(); len(und) > 0 {
+		lines := keyLines(src)
 		var msgs []string
-		for _, k := range und {
-			msgs = append(msgs, fmt.Sprintf("unknown key %q%s", k.String(), lineOf(src, k)))
+		for i, k := range und {
+			if i == 20 {
+				msgs = append(msgs, fmt.Sprintf("and %d more", len(und)-i))
+				break
+			}
+			where := ""
+			if n, ok := lines[k[len(k)-1]]; ok {
+				where = fmt.Sprintf(" at line %d", n)
+			}
+			msgs = append(msgs, fmt.Sprintf("unknown key %q%s", k.String(), where))
 		}
 		return fmt.Errorf("%s (see packaging/herald.toml for every key)", strings.Join(msgs, "; "))
 	}
 	return nil
 }
 
-func lineOf(src string, k toml.Key) string {
-	if len(k) == 0 {
-		return ""
-	}
-	re := regexp.MustCompile(`^\s*"?` + regexp.QuoteMeta(k[len(k)-1]) + `"?\s*=`)
+var keyLine = regexp.MustCompile(`^\s*"?([^"=\s]+)"?\s*=`)
+
+// keyLines maps each key name to the first line that assigns it, in one
+// pass (the error names the line of an unknown key).
+func keyLines(src string) map[string]int {
+	out := map[string]int{}
 	for i, l := range strings.Split(src, "\n") {
-		if re.MatchString(l) {
-			return fmt.Sprintf(" at line %d", i+1)
+		if m := keyLine.FindStringSubmatch(l); m != nil {
+			if _, seen := out[m[1]]; !seen {
+				out[m[1]] = i + 1
+			}
 		}
 	}
-	return ""
+	return out
 }
 
 // Validate reports every problem of cfg at once.
