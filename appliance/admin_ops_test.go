@@ -10,73 +10,73 @@ import (
 
 func TestAdmin_PeekPurgeDelete(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	sendN(t, p, "/queue/adm", 10, "m")
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/adm", "client-individual", hdr("prefetch-count", "2"))
 	held := []string{string(recv(t, sub).Body), string(recv(t, sub).Body)}
 	eq(t, held, []string{"m0", "m1"})
 
-	msgs, err := tb.b.Peek(ctxT(t), "adm", 3)
+	msgs, err := tb.B.Peek(ctxT(t), "adm", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(msgs) != 3 || string(msgs[0].Body) != "m0" || string(msgs[2].Body) != "m2" {
 		t.Fatalf("peek got %d messages", len(msgs))
 	}
-	n, err := tb.b.Purge(ctxT(t), "adm")
+	n, err := tb.B.Purge(ctxT(t), "adm")
 	if err != nil || n != 8 {
 		t.Fatalf("purge: n=%d err=%v, want 8 (the 2 in flight stay)", n, err)
 	}
-	v, _ := tb.b.Queue("adm")
+	v, _ := tb.B.Queue("adm")
 	if v.Messages != 2 || v.InFlight != 2 {
 		t.Fatalf("after purge: %+v", v)
 	}
-	if _, err := tb.b.DeleteQueue(ctxT(t), "adm"); !errors.Is(err, appliance.ErrQueueBusy) {
+	if _, err := tb.B.DeleteQueue(ctxT(t), "adm"); !errors.Is(err, appliance.ErrQueueBusy) {
 		t.Fatalf("delete with consumer: %v, want ErrQueueBusy", err)
 	}
 	c.Close()
 	// The two held come back; nothing purged does, even after a restart.
-	c2 := tb.dial(t)
+	c2 := tb.Dial(t)
 	sub2, _ := c2.Subscribe("/queue/adm", "auto")
 	eq(t, bodies(t, sub2, 2), []string{"m0", "m1"})
 	expectNone(t, sub2, 100*time.Millisecond)
 	c2.Close()
 	sendN(t, p, "/queue/adm", 3, "n")
 	time.Sleep(50 * time.Millisecond)
-	if n, err := tb.b.DeleteQueue(ctxT(t), "adm"); err != nil || n != 3 {
+	if n, err := tb.B.DeleteQueue(ctxT(t), "adm"); err != nil || n != 3 {
 		t.Fatalf("delete: n=%d err=%v", n, err)
 	}
-	if _, err := tb.b.Peek(ctxT(t), "adm", 1); !errors.Is(err, appliance.ErrNoQueue) {
+	if _, err := tb.B.Peek(ctxT(t), "adm", 1); !errors.Is(err, appliance.ErrNoQueue) {
 		t.Fatalf("peek deleted queue: %v", err)
 	}
-	tb.restart()
-	if qs := tb.b.Queues(); len(qs) != 0 {
+	tb.Restart()
+	if qs := tb.B.Queues(); len(qs) != 0 {
 		t.Fatalf("queues after restart: %+v", qs)
 	}
 }
 
 func TestAdmin_RequeueFromDLQ(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	sendN(t, p, "/queue/rq", 3, "m")
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/rq", "client-individual", hdr("prefetch-count", "3"))
 	for i := 0; i < 3; i++ {
 		c.Nack(recv(t, sub), hdr("requeue", "false"))
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if v, _ := tb.b.Queue("rq"); v.DLQDepth == 3 && v.Messages == 0 {
+		if v, _ := tb.B.Queue("rq"); v.DLQDepth == 3 && v.Messages == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			v, _ := tb.b.Queue("rq")
+			v, _ := tb.B.Queue("rq")
 			t.Fatalf("DLQ not filled: %+v", v)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	n, err := tb.b.Requeue(ctxT(t), "rq", 2)
+	n, err := tb.B.Requeue(ctxT(t), "rq", 2)
 	if err != nil || n != 2 {
 		t.Fatalf("requeue: n=%d err=%v", n, err)
 	}
@@ -87,7 +87,7 @@ func TestAdmin_RequeueFromDLQ(t *testing.T) {
 		}
 		c.Ack(m)
 	}
-	if v, _ := tb.b.Queue("DLQ.rq"); v.Messages != 1 {
+	if v, _ := tb.B.Queue("DLQ.rq"); v.Messages != 1 {
 		t.Fatalf("DLQ left with %d, want 1", v.Messages)
 	}
 }

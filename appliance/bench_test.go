@@ -34,15 +34,11 @@ func BenchmarkDurableSend(b *testing.B) {
 }
 
 func benchDurableSend(b *testing.B, size, producers, window int) {
-	tb := mustStartBroker(&testing.T{}, nil)
-	_ = tb
-	b.Cleanup(tb.stop)
-	tb.cfg.Journal.Sync = "full"
-	tb.restart()
+	tb := mustStartBroker(b, func(c *appliance.Config) { c.Journal.Sync = "full" })
 	body := make([]byte, size)
 	conns := make([]*client.Conn, producers)
 	for i := range conns {
-		c, err := client.Dial(context.Background(), tb.addr, client.Options{})
+		c, err := client.Dial(context.Background(), tb.Addr, client.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,7 +76,7 @@ func benchDurableSend(b *testing.B, size, producers, window int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	st := tb.store.Stats()
+	st := tb.Store.Stats()
 	b.ReportMetric(float64(per*producers)/b.Elapsed().Seconds(), "msgs/s")
 	if st.Commits > 0 {
 		b.ReportMetric(float64(st.Ops)/float64(st.Commits), "ops/commit")
@@ -135,12 +131,11 @@ func BenchmarkRawSQLite(b *testing.B) {
 func BenchmarkTopic(b *testing.B) {
 	for _, subs := range []int{1, 10} {
 		b.Run(fmt.Sprintf("subscribers=%d", subs), func(b *testing.B) {
-			tb := mustStartBroker(&testing.T{}, func(c *appliance.Config) { c.Topics.SubscriberBuffer = 1 << 20 })
-			b.Cleanup(tb.stop)
+			tb := mustStartBroker(b, func(c *appliance.Config) { c.Topics.SubscriberBuffer = 1 << 20 })
 			var wg sync.WaitGroup
 			lat := make([][]time.Duration, subs)
 			for i := 0; i < subs; i++ {
-				c, err := client.Dial(context.Background(), tb.addr, client.Options{SubscriptionBuffer: 1 << 16})
+				c, err := client.Dial(context.Background(), tb.Addr, client.Options{SubscriptionBuffer: 1 << 16})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -159,7 +154,7 @@ func BenchmarkTopic(b *testing.B) {
 					}
 				}(i)
 			}
-			p, err := client.Dial(context.Background(), tb.addr, client.Options{})
+			p, err := client.Dial(context.Background(), tb.Addr, client.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

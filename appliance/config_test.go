@@ -82,23 +82,23 @@ func TestQueue_PolicyLimits(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) {
 		c.Queues.Policies = []appliance.QueuePolicy{{Match: "small.*", MaxMessages: 1, FullPolicy: "reject"}}
 	})
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	sendN(t, p, "/queue/small.a", 1, "x")
 	if _, err := p.SendReceipt(ctxT(t), "/queue/small.a", []byte("y")); err == nil || !strings.Contains(err.Error(), "queue full") {
 		t.Fatalf("got %v, want queue full", err)
 	}
-	p2 := tb.dial(t)
+	p2 := tb.Dial(t)
 	sendN(t, p2, "/queue/big", 5, "x") // not matched: unlimited
 }
 
 func TestQueue_Expired(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	past := time.Now().Add(-time.Second).UnixMilli()
 	future := time.Now().Add(time.Hour).UnixMilli()
 	p.SendReceipt(ctxT(t), "/queue/ttl", []byte("stale"), hdr("expires", itoa(past)))
 	p.SendReceipt(ctxT(t), "/queue/ttl", []byte("fresh"), hdr("expires", itoa(future)))
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/ttl", "auto")
 	if m := recv(t, sub); string(m.Body) != "fresh" {
 		t.Fatalf("got %q, want fresh (stale expired)", m.Body)

@@ -107,16 +107,16 @@ func TestQueue_Deep(t *testing.T) {
 	const window = 10000
 	tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MemoryWindow = window })
 	start := time.Now()
-	fillQueue(t, tb.addr, "/queue/deep", n)
+	fillQueue(t, tb.Addr, "/queue/deep", n)
 	fillTime := time.Since(start)
-	v, _ := tb.b.Queue("deep")
+	v, _ := tb.B.Queue("deep")
 	if v.Messages != n || v.InMemory > window {
 		t.Fatalf("after fill: messages=%d (want %d) in_memory=%d (window %d)", v.Messages, n, v.InMemory, window)
 	}
 	start = time.Now()
-	tb.restart()
+	tb.Restart()
 	restart := time.Since(start)
-	v, _ = tb.b.Queue("deep")
+	v, _ = tb.B.Queue("deep")
 	if v.Messages != n || v.InMemory > window {
 		t.Fatalf("after restart: messages=%d in_memory=%d", v.Messages, v.InMemory)
 	}
@@ -127,14 +127,14 @@ func TestQueue_Deep(t *testing.T) {
 	// Per-connection order is kept; with 4 producers, check order within
 	// each residue class.
 	last := map[int]int{}
-	deepRate := drain(t, tb.addr, "/queue/deep", n, n/5, func(i int, m *stomp.Frame) {
+	deepRate := drain(t, tb.Addr, "/queue/deep", n, n/5, func(i int, m *stomp.Frame) {
 		seq, _ := strconv.Atoi(string(m.Body[:9]))
 		if prev, ok := last[seq%4]; ok && seq <= prev {
 			t.Fatalf("order broken: %d after %d", seq, prev)
 		}
 		last[seq%4] = seq
 		if i%10000 == 0 {
-			if v, _ := tb.b.Queue("deep"); v.InMemory > window+4096 {
+			if v, _ := tb.B.Queue("deep"); v.InMemory > window+4096 {
 				t.Fatalf("in memory %d while draining (window %d)", v.InMemory, window)
 			}
 		}
@@ -142,9 +142,9 @@ func TestQueue_Deep(t *testing.T) {
 	// The same drain at depth 1000: fill 1000, drain them, five times.
 	var shallowTime time.Duration
 	for r := 0; r < 5; r++ {
-		fillQueue(t, tb.addr, "/queue/shallow", 1000)
+		fillQueue(t, tb.Addr, "/queue/shallow", 1000)
 		start := time.Now()
-		drain(t, tb.addr, "/queue/shallow", 1000, 1000, nil)
+		drain(t, tb.Addr, "/queue/shallow", 1000, 1000, nil)
 		shallowTime += time.Since(start)
 	}
 	shallowRate := 5000 / shallowTime.Seconds()
@@ -152,7 +152,7 @@ func TestQueue_Deep(t *testing.T) {
 		n, float64(n)/fillTime.Seconds(), restart.Round(time.Millisecond), ms.HeapInuse>>20, rss>>20, deepRate, shallowRate, deepRate/shallowRate)
 	// Auto-ack deletes commit asynchronously: wait for them.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		v, _ := tb.b.Queue("deep")
+		v, _ := tb.B.Queue("deep")
 		if v.Messages == 0 {
 			break
 		}

@@ -37,7 +37,7 @@ func fill(t *testing.T, tb *testBroker, dest string) ([]string, error) {
 	var ok []string
 	body := strings.Repeat("x", 4000)
 	for i := 0; i < 100000; i++ {
-		c, err := client.Dial(ctxT(t), tb.addr, client.Options{})
+		c, err := client.Dial(ctxT(t), tb.Addr, client.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestDiskFull_Floor(t *testing.T) {
 	// It recovers by itself once space returns.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c := tb.dial(t)
+		c := tb.Dial(t)
 		_, err := c.SendReceipt(ctxT(t), "/queue/floor", []byte("after"))
 		c.Close()
 		if err == nil {
@@ -100,18 +100,18 @@ func TestDiskFull_ENOSPC(t *testing.T) {
 	// The daemon is alive; with space back, sends succeed again and
 	// nothing receipted was lost, also across a restart.
 	remount(t, dir, "64m")
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	if _, err := c.SendReceipt(ctxT(t), "/queue/enospc", []byte("after")); err != nil {
 		t.Fatalf("send after space returned: %v", err)
 	}
 	c.Close()
-	tb.restart()
+	tb.Restart()
 	checkAll(t, tb, "/queue/enospc", append(ok, "after"))
 }
 
 func checkAll(t *testing.T, tb *testBroker, dest string, want []string) {
 	t.Helper()
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, err := c.Subscribe(dest, "auto", hdr("prefetch-count", "1000"))
 	if err != nil {
 		t.Fatal(err)

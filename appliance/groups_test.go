@@ -26,7 +26,7 @@ func TestQueue_MessageGroups(t *testing.T) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for ci := 0; ci < 3; ci++ {
-		c := tb.dial(t)
+		c := tb.Dial(t)
 		sub, err := c.SubscribeReceipt(ctxT(t), "/queue/groups", "client-individual", hdr("prefetch-count", "5"))
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +67,7 @@ func TestQueue_MessageGroups(t *testing.T) {
 			}
 		}(fmt.Sprint("consumer", ci), c, sub)
 	}
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	for i := 0; i < perGroup; i++ {
 		for g := 0; g < groups; g++ {
 			gid := "g" + strconv.Itoa(g)
@@ -90,12 +90,12 @@ func TestQueue_MessageGroups(t *testing.T) {
 
 func TestQueue_GroupHeldThroughNackBackoff(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	for i := 0; i < 3; i++ {
 		p.SendReceipt(ctxT(t), "/queue/gn", []byte("a"+strconv.Itoa(i)), hdr("group-id", "A"))
 	}
 	p.SendReceipt(ctxT(t), "/queue/gn", []byte("free"))
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/gn", "client-individual", hdr("prefetch-count", "10"))
 	var got []string
 	for len(got) < 2 {

@@ -5,10 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -16,105 +13,17 @@ import (
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
-	"github.com/herald-mq/herald/journal"
+	"github.com/herald-mq/herald/internal/testbroker"
 )
 
 // testBroker is a real broker on 127.0.0.1:0 with a real SQLite journal in
-// a temporary directory.
-type testBroker struct {
-	t     *testing.T
-	dir   string
-	cfg   appliance.Config
-	store *journal.Store
-	b     *appliance.Broker
-	addr  string
-}
-
-func testConfig(dir string) appliance.Config {
-	cfg := appliance.DefaultConfig()
-	cfg.DataDir = dir
-	cfg.Stomp.Listen = "127.0.0.1:0"
-	cfg.Journal.Sync = "normal" // tests need not fsync; crash tests use full
-	cfg.Journal.MinFreeBytes = 0
-	cfg.Queues.RedeliveryMin = appliance.Duration{Duration: 20 * time.Millisecond}
-	cfg.Queues.RedeliveryMax = appliance.Duration{Duration: 200 * time.Millisecond}
-	return cfg
-}
+// a temporary directory (internal/testbroker).
+type testBroker = testbroker.Broker
 
 // mustStartBroker starts a broker; mutate adjusts the test config.
-func mustStartBroker(t *testing.T, mutate func(*appliance.Config)) *testBroker {
+func mustStartBroker(t testing.TB, mutate func(*appliance.Config)) *testBroker {
 	t.Helper()
-	cfg := testConfig(t.TempDir())
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	tb := &testBroker{t: t, dir: cfg.DataDir, cfg: cfg}
-	tb.start()
-	t.Cleanup(tb.stop)
-	return tb
-}
-
-func (tb *testBroker) start() {
-	t := tb.t
-	t.Helper()
-	if err := tb.cfg.Validate(); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	tb.store = journal.New(journal.Config{
-		Path:               filepath.Join(tb.dir, "herald.db"),
-		Sync:               tb.cfg.Journal.Sync,
-		DedupWindow:        tb.cfg.Queues.DedupWindow.Duration,
-		CheckpointInterval: 50 * time.Millisecond,
-	})
-	ctx := context.Background()
-	if err := tb.store.Open(ctx); err != nil {
-		t.Fatalf("open journal: %v", err)
-	}
-	tb.b = appliance.New(appliance.Options{Config: tb.cfg, Journal: tb.store, Version: "test", Logger: testLogger(t)})
-	if err := tb.b.Open(ctx); err != nil {
-		t.Fatalf("open broker: %v", err)
-	}
-	addr, err := tb.b.Listen(tb.cfg.Stomp.Listen)
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	tb.addr = addr.String()
-}
-
-// stop closes broker and journal; idempotent.
-func (tb *testBroker) stop() {
-	if tb.b == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := tb.b.Close(ctx); err != nil {
-		tb.t.Errorf("close broker: %v", err)
-	}
-	if err := tb.store.Close(ctx); err != nil {
-		tb.t.Errorf("close journal: %v", err)
-	}
-	tb.b = nil
-}
-
-// restart stops and starts the broker on the same data directory.
-func (tb *testBroker) restart() {
-	tb.stop()
-	tb.start()
-}
-
-func (tb *testBroker) dial(t *testing.T, opts ...func(*client.Options)) *client.Conn {
-	t.Helper()
-	o := client.Options{DialTimeout: 5 * time.Second}
-	for _, f := range opts {
-		f(&o)
-	}
-	c, err := client.Dial(context.Background(), tb.addr, o)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testbroker.Start(t, mutate)
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -169,9 +78,9 @@ type raw struct {
 	br *bufio.Reader
 }
 
-func (tb *testBroker) raw(t *testing.T) *raw {
+func dialRaw(t *testing.T, tb *testBroker) *raw {
 	t.Helper()
-	c, err := net.Dial("tcp", tb.addr)
+	c, err := net.Dial("tcp", tb.Addr)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -235,11 +144,3 @@ func (r *raw) connect(version string) *stomp.Frame {
 }
 
 func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
-
-// testLogger logs to the test's output when HERALD_TEST_LOG=1.
-func testLogger(t *testing.T) *slog.Logger {
-	if os.Getenv("HERALD_TEST_LOG") != "1" {
-		return nil
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}

@@ -39,20 +39,20 @@ func eq(t *testing.T, got, want []string) {
 func TestQueue_AckModes(t *testing.T) {
 	tb := mustStartBroker(t, nil)
 	t.Run("auto", func(t *testing.T) {
-		p := tb.dial(t)
+		p := tb.Dial(t)
 		sendN(t, p, "/queue/auto", 5, "m")
-		c := tb.dial(t)
+		c := tb.Dial(t)
 		sub, _ := c.Subscribe("/queue/auto", "auto")
 		eq(t, bodies(t, sub, 5), seq("m", 0, 5))
 		c.Disconnect(ctxT(t))
-		c2 := tb.dial(t)
+		c2 := tb.Dial(t)
 		sub2, _ := c2.Subscribe("/queue/auto", "auto")
 		expectNone(t, sub2, 200*time.Millisecond)
 	})
 	t.Run("client-individual", func(t *testing.T) {
-		p := tb.dial(t)
+		p := tb.Dial(t)
 		sendN(t, p, "/queue/ci", 4, "m")
-		c := tb.dial(t)
+		c := tb.Dial(t)
 		sub, _ := c.Subscribe("/queue/ci", "client-individual")
 		ms := make([]*stomp.Frame, 4)
 		for i := range ms {
@@ -68,7 +68,7 @@ func TestQueue_AckModes(t *testing.T) {
 			}
 		}
 		c.Close()
-		c2 := tb.dial(t)
+		c2 := tb.Dial(t)
 		sub2, _ := c2.Subscribe("/queue/ci", "client-individual")
 		for _, want := range []string{"m0", "m2"} {
 			m := recv(t, sub2)
@@ -80,9 +80,9 @@ func TestQueue_AckModes(t *testing.T) {
 		expectNone(t, sub2, 200*time.Millisecond)
 	})
 	t.Run("client cumulative", func(t *testing.T) {
-		p := tb.dial(t)
+		p := tb.Dial(t)
 		sendN(t, p, "/queue/cum", 5, "m")
-		c := tb.dial(t)
+		c := tb.Dial(t)
 		sub, _ := c.Subscribe("/queue/cum", "client")
 		ms := []*stomp.Frame{}
 		for i := 0; i < 5; i++ {
@@ -92,15 +92,15 @@ func TestQueue_AckModes(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Close()
-		c2 := tb.dial(t)
+		c2 := tb.Dial(t)
 		sub2, _ := c2.Subscribe("/queue/cum", "client")
 		eq(t, bodies(t, sub2, 2), []string{"m3", "m4"})
 		expectNone(t, sub2, 200*time.Millisecond)
 	})
 	t.Run("1.1 ack form", func(t *testing.T) {
-		p := tb.dial(t)
+		p := tb.Dial(t)
 		sendN(t, p, "/queue/v11", 2, "m")
-		c := tb.dial(t, func(o *client.Options) { o.AcceptVersion = "1.1" })
+		c := tb.Dial(t, func(o *client.Options) { o.AcceptVersion = "1.1" })
 		sub, _ := c.Subscribe("/queue/v11", "client-individual")
 		m0, m1 := recv(t, sub), recv(t, sub)
 		f := stomp.NewFrame("ACK", "message-id", m0.Get("message-id"), "subscription", m0.Get("subscription"))
@@ -120,9 +120,9 @@ func TestQueue_AckModes(t *testing.T) {
 
 func TestQueue_NackRedeliversInOrder(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	sendN(t, p, "/queue/nack", 3, "m")
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/nack", "client-individual", hdr("prefetch-count", "1"))
 	m0 := recv(t, sub)
 	start := time.Now()
@@ -151,9 +151,9 @@ func TestQueue_NackRedeliversInOrder(t *testing.T) {
 
 func TestQueue_Restart(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) { c.Journal.Sync = "full" })
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	sendN(t, p, "/queue/durable", 20, "m")
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/durable", "client-individual", hdr("prefetch-count", "5"))
 	// Ack the first five (receipted: durable), hold the next five unacked.
 	for i := 0; i < 5; i++ {
@@ -165,8 +165,8 @@ func TestQueue_Restart(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		recv(t, sub)
 	}
-	tb.restart()
-	c2 := tb.dial(t)
+	tb.Restart()
+	c2 := tb.Dial(t)
 	sub2, _ := c2.Subscribe("/queue/durable", "client-individual", hdr("prefetch-count", "100"))
 	got := bodies(t, sub2, 15)
 	eq(t, got, seq("m", 5, 20))
@@ -179,14 +179,14 @@ func TestQueue_CompetingConsumers(t *testing.T) {
 	var subs []*client.Subscription
 	var conns []*client.Conn
 	for i := 0; i < 3; i++ {
-		c := tb.dial(t)
+		c := tb.Dial(t)
 		s, err := c.SubscribeReceipt(ctxT(t), "/queue/work", "client-individual")
 		if err != nil {
 			t.Fatal(err)
 		}
 		subs, conns = append(subs, s), append(conns, c)
 	}
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	for i := 0; i < n; i++ {
 		if err := p.Send("/queue/work", []byte(strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
@@ -231,17 +231,17 @@ func TestQueue_CompetingConsumers(t *testing.T) {
 
 func TestQueue_KeptWhileNobodyListens(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	sendN(t, p, "/queue/later", 3, "x")
 	time.Sleep(100 * time.Millisecond)
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/later", "auto")
 	eq(t, bodies(t, sub, 3), seq("x", 0, 3))
 }
 
 func TestQueue_Transactions(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	for _, f := range []*stomp.Frame{
 		stomp.NewFrame("BEGIN", "transaction", "t1"),
 		stomp.NewFrame("SEND", "destination", "/queue/tx", "transaction", "t1"),
@@ -252,7 +252,7 @@ func TestQueue_Transactions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cons := tb.dial(t)
+	cons := tb.Dial(t)
 	sub, _ := cons.Subscribe("/queue/tx", "client-individual")
 	expectNone(t, sub, 150*time.Millisecond) // not visible before COMMIT
 	if _, err := c.Request(ctxT(t), stomp.NewFrame("COMMIT", "transaction", "t1")); err != nil {
@@ -273,7 +273,7 @@ func TestQueue_Transactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons.Close()
-	c3 := tb.dial(t)
+	c3 := tb.Dial(t)
 	sub3, _ := c3.Subscribe("/queue/tx", "auto")
 	expectNone(t, sub3, 200*time.Millisecond)
 }
@@ -284,9 +284,9 @@ func TestQueue_DeadLetterAfterMaxDeliveries(t *testing.T) {
 		c.Queues.RedeliveryMin = appliance.Duration{Duration: time.Millisecond}
 		c.Queues.RedeliveryMax = appliance.Duration{Duration: 5 * time.Millisecond}
 	})
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	sendN(t, p, "/queue/poison", 1, "bad")
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/poison", "client-individual")
 	for i := 1; i <= 3; i++ {
 		m := recv(t, sub)
@@ -315,7 +315,7 @@ func TestQueue_DeadLetterAfterMaxDeliveries(t *testing.T) {
 
 func TestQueue_Dedup(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	for i, alias := range []string{"dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id", "dedup-id"} {
 		r, err := p.SendReceipt(ctxT(t), "/queue/dd", []byte(fmt.Sprint(i)), hdr(alias, "vote-42"))
 		if err != nil {
@@ -325,7 +325,7 @@ func TestQueue_Dedup(t *testing.T) {
 			t.Fatalf("send %d: duplicate=%v", i, dup)
 		}
 	}
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/dd", "auto")
 	eq(t, bodies(t, sub, 1), []string{"0"})
 	expectNone(t, sub, 150*time.Millisecond)
@@ -333,9 +333,9 @@ func TestQueue_Dedup(t *testing.T) {
 
 func TestQueue_StaleAckIgnored(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	sendN(t, p, "/queue/stale", 1, "s")
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/stale", "client-individual", hdr("ack-timeout", "100"))
 	m1 := recv(t, sub)
 	// Held past the ack timeout: it comes back as a new attempt.
@@ -348,7 +348,7 @@ func TestQueue_StaleAckIgnored(t *testing.T) {
 		t.Fatalf("stale ack: %v", err)
 	}
 	c.Close()
-	c2 := tb.dial(t)
+	c2 := tb.Dial(t)
 	sub2, _ := c2.Subscribe("/queue/stale", "auto")
 	if m := recv(t, sub2); string(m.Body) != "s0" {
 		t.Fatalf("got %q", m.Body)
@@ -357,13 +357,13 @@ func TestQueue_StaleAckIgnored(t *testing.T) {
 
 func TestQueue_DelayedDelivery(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	start := time.Now()
 	if _, err := p.SendReceipt(ctxT(t), "/queue/later2", []byte("late"), hdr("AMQ_SCHEDULED_DELAY", "300")); err != nil {
 		t.Fatal(err)
 	}
 	sendN(t, p, "/queue/later2", 1, "now")
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/later2", "auto")
 	if m := recv(t, sub); string(m.Body) != "now0" {
 		t.Fatalf("got %q first, want now0", m.Body)
@@ -376,7 +376,7 @@ func TestQueue_DelayedDelivery(t *testing.T) {
 func TestQueue_FullPolicies(t *testing.T) {
 	t.Run("reject", func(t *testing.T) {
 		tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MaxMessages = 2; c.Queues.FullPolicy = "reject" })
-		p := tb.dial(t)
+		p := tb.Dial(t)
 		sendN(t, p, "/queue/full", 2, "x")
 		_, err := p.SendReceipt(ctxT(t), "/queue/full", []byte("over"))
 		if err == nil || !strings.Contains(err.Error(), "queue full") || !strings.Contains(err.Error(), "max_messages=2") {
@@ -388,7 +388,7 @@ func TestQueue_FullPolicies(t *testing.T) {
 			c.Queues.MaxMessages = 2
 			c.Queues.BlockTimeout = appliance.Duration{Duration: 5 * time.Second}
 		})
-		p := tb.dial(t)
+		p := tb.Dial(t)
 		sendN(t, p, "/queue/blk", 2, "x")
 		res, err := p.SendAsync("/queue/blk", []byte("third"))
 		if err != nil {
@@ -399,7 +399,7 @@ func TestQueue_FullPolicies(t *testing.T) {
 			t.Fatalf("third send completed while full: %+v", r)
 		case <-time.After(200 * time.Millisecond):
 		}
-		c := tb.dial(t)
+		c := tb.Dial(t)
 		sub, _ := c.Subscribe("/queue/blk", "client-individual")
 		m := recv(t, sub)
 		c.Ack(m)

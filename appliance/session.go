@@ -164,21 +164,24 @@ func (s *session) shutdown(reason string) {
 	s.conn.SetReadDeadline(time.Now())
 }
 
-// cleanup runs once the reader stops: subscriptions end (their unacked
-// messages return to their queues), open transactions are discarded, the
-// writer flushes what is queued, and the connection closes.
+// cleanup runs once the reader stops: the writer flushes what is queued,
+// subscriptions end (their unacked messages return to their queues), open
+// transactions are discarded, and the connection closes.
 func (s *session) cleanup() {
+	// Stop the writer first: once it has flushed, every MESSAGE it wrote has
+	// had its auto-ack applied, so ending the subscriptions below returns
+	// exactly the messages that never reached the socket.
+	s.outMu.Lock()
+	s.ending = true
+	s.outMu.Unlock()
+	close(s.stopW)
+	s.writerWG.Wait()
 	for _, sub := range s.subs {
 		s.endSubscription(sub)
 	}
 	s.subs = nil
 	s.txs = nil
 	s.dropTemps()
-	s.outMu.Lock()
-	s.ending = true
-	s.outMu.Unlock()
-	close(s.stopW)
-	s.writerWG.Wait()
 	s.conn.Close()
 	close(s.done)
 }

@@ -22,7 +22,7 @@ func TestConnect_Versions(t *testing.T) {
 		{"1.2,2.0", "1.2"},
 	} {
 		t.Run("accept="+tc.accept, func(t *testing.T) {
-			r := tb.raw(t)
+			r := dialRaw(t, tb)
 			hdrs := "host:x\n"
 			if tc.accept != "" {
 				hdrs += "accept-version:" + tc.accept + "\n"
@@ -41,7 +41,7 @@ func TestConnect_Versions(t *testing.T) {
 		})
 	}
 	t.Run("unsupported", func(t *testing.T) {
-		r := tb.raw(t)
+		r := dialRaw(t, tb)
 		r.write("CONNECT\naccept-version:2.0\nhost:x\n\n\x00")
 		f := r.frame()
 		if f.Command != "ERROR" || f.Get("version") != "1.0,1.1,1.2" {
@@ -50,14 +50,14 @@ func TestConnect_Versions(t *testing.T) {
 		r.closed()
 	})
 	t.Run("STOMP frame", func(t *testing.T) {
-		r := tb.raw(t)
+		r := dialRaw(t, tb)
 		r.write("STOMP\naccept-version:1.2\nhost:x\n\n\x00")
 		if f := r.frame(); f.Command != "CONNECTED" {
 			t.Fatalf("got %s, want CONNECTED", f.Command)
 		}
 	})
 	t.Run("frame before CONNECT", func(t *testing.T) {
-		r := tb.raw(t)
+		r := dialRaw(t, tb)
 		r.write("SEND\ndestination:/queue/x\n\nhi\x00")
 		f := r.frame()
 		if f.Command != "ERROR" || !strings.Contains(f.Get("message"), "CONNECT") {
@@ -69,7 +69,7 @@ func TestConnect_Versions(t *testing.T) {
 
 func TestReceipts_EveryFrame(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	r := tb.raw(t)
+	r := dialRaw(t, tb)
 	r.connect("1.2")
 	frames := []string{
 		"SUBSCRIBE\nid:s1\ndestination:/topic/t\nreceipt:r1\n\n\x00",
@@ -107,7 +107,7 @@ func TestFrames_EscapingAndBodies(t *testing.T) {
 	tb := mustStartBroker(t, nil)
 	for _, v := range []string{"1.0", "1.1", "1.2"} {
 		t.Run(v, func(t *testing.T) {
-			c := tb.dial(t, func(o *client.Options) { o.AcceptVersion = v })
+			c := tb.Dial(t, func(o *client.Options) { o.AcceptVersion = v })
 			if c.Version() != v {
 				t.Fatalf("version %s, want %s", c.Version(), v)
 			}
@@ -139,7 +139,7 @@ func TestFrames_EscapingAndBodies(t *testing.T) {
 		})
 	}
 	t.Run("CRLF", func(t *testing.T) {
-		r := tb.raw(t)
+		r := dialRaw(t, tb)
 		r.write("CONNECT\r\naccept-version:1.2\r\nhost:x\r\n\r\n\x00\r\n")
 		if f := r.frame(); f.Command != "CONNECTED" {
 			t.Fatalf("got %s", f.Command)
@@ -162,7 +162,7 @@ func TestMalformedInput(t *testing.T) {
 		c.Stomp.MaxHeaders = 8
 	})
 	// A healthy connection that must carry on through every bad one.
-	good := tb.dial(t)
+	good := tb.Dial(t)
 	sub, err := good.SubscribeReceipt(ctxT(t), "/topic/alive", "auto")
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestMalformedInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := tb.raw(t)
+			r := dialRaw(t, tb)
 			if tc.connect {
 				r.connect("1.2")
 			}
@@ -217,7 +217,7 @@ func TestFramesBeforeClose(t *testing.T) {
 	// catstomp writes its SENDs and closes the socket without DISCONNECT:
 	// every frame that arrived must still be processed.
 	tb := mustStartBroker(t, nil)
-	r := tb.raw(t)
+	r := dialRaw(t, tb)
 	r.connect("1.1")
 	var sb strings.Builder
 	for i := 0; i < 50; i++ {
@@ -225,7 +225,7 @@ func TestFramesBeforeClose(t *testing.T) {
 	}
 	r.write(sb.String())
 	r.c.Close()
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, err := c.Subscribe("/queue/catstomp", "client-individual", hdr("prefetch-count", "100"))
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestHeartBeats(t *testing.T) {
 		c.Stomp.HeartbeatReceive = appliance.Duration{Duration: 100 * time.Millisecond}
 	})
 	t.Run("server beats", func(t *testing.T) {
-		r := tb.raw(t)
+		r := dialRaw(t, tb)
 		r.write("CONNECT\naccept-version:1.2\nhost:x\nheart-beat:0,100\n\n\x00")
 		if f := r.frame(); f.Command != "CONNECTED" || f.Get("heart-beat") != "100,100" {
 			t.Fatalf("got %s %v", f.Command, f.Headers)
@@ -257,7 +257,7 @@ func TestHeartBeats(t *testing.T) {
 		}
 	})
 	t.Run("silent client closed", func(t *testing.T) {
-		r := tb.raw(t)
+		r := dialRaw(t, tb)
 		r.write("CONNECT\naccept-version:1.2\nhost:x\nheart-beat:100,0\n\n\x00")
 		r.frame()
 		start := time.Now()
@@ -278,7 +278,7 @@ func TestHeartBeats(t *testing.T) {
 		}
 	})
 	t.Run("late beats tolerated", func(t *testing.T) {
-		r := tb.raw(t)
+		r := dialRaw(t, tb)
 		r.write("CONNECT\naccept-version:1.2\nhost:x\nheart-beat:100,0\n\n\x00")
 		r.frame()
 		for i := 0; i < 5; i++ {
@@ -297,7 +297,7 @@ func TestLimits(t *testing.T) {
 		c.Stomp.MaxConnections = 3
 		c.Stomp.MaxSubscriptions = 2
 	})
-	c1 := tb.dial(t)
+	c1 := tb.Dial(t)
 	for i := 0; i < 2; i++ {
 		if _, err := c1.SubscribeReceipt(ctxT(t), "/topic/l", "auto"); err != nil {
 			t.Fatal(err)
@@ -313,10 +313,10 @@ func TestLimits(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("connection not closed after ERROR")
 	}
-	tb.dial(t)
-	tb.dial(t)
-	tb.dial(t)
-	r := tb.raw(t)
+	tb.Dial(t)
+	tb.Dial(t)
+	tb.Dial(t)
+	r := dialRaw(t, tb)
 	f := r.frame()
 	if f.Command != stomp.CmdError || !strings.Contains(f.Get("message"), "too many connections") {
 		t.Fatalf("got %s %v, want ERROR too many connections", f.Command, f.Headers)
@@ -326,7 +326,7 @@ func TestLimits(t *testing.T) {
 func TestDisconnect_ReceiptAfterPendingWork(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) { c.Journal.Sync = "full" })
 	for i := 0; i < 20; i++ {
-		r := tb.raw(t)
+		r := dialRaw(t, tb)
 		r.connect("1.2")
 		// SENDs without receipts, then DISCONNECT with one: the RECEIPT must
 		// come, and only once the SENDs are durable.
@@ -341,8 +341,8 @@ func TestDisconnect_ReceiptAfterPendingWork(t *testing.T) {
 		}
 		r.closed()
 	}
-	tb.restart()
-	c := tb.dial(t)
+	tb.Restart()
+	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/disc", "auto", hdr("prefetch-count", "1000"))
 	bodies(t, sub, 200)
 	expectNone(t, sub, 100*time.Millisecond)
@@ -350,7 +350,7 @@ func TestDisconnect_ReceiptAfterPendingWork(t *testing.T) {
 
 func TestLimits_MaxQueues(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MaxQueues = 3 })
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	for _, q := range []string{"a", "b", "c"} {
 		if _, err := c.SendReceipt(ctxT(t), "/queue/"+q, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -360,7 +360,7 @@ func TestLimits_MaxQueues(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "too many queues") {
 		t.Fatalf("fourth queue: got %v, want too many queues", err)
 	}
-	c2 := tb.dial(t)
+	c2 := tb.Dial(t)
 	if _, err := c2.SendReceipt(ctxT(t), "/queue/a", []byte("existing queues still work")); err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,10 @@ import (
 func TestTempQueue_RequestReply(t *testing.T) {
 	tb := mustStartBroker(t, nil)
 	// A responder serving /queue/rpc.
-	srv := tb.dial(t)
+	srv := tb.Dial(t)
 	reqs, _ := srv.SubscribeReceipt(ctxT(t), "/queue/rpc", "auto")
 	// The requester subscribes to its temporary queue and asks.
-	cli := tb.dial(t)
+	cli := tb.Dial(t)
 	replies, err := cli.SubscribeReceipt(ctxT(t), "/temp-queue/answers", "auto")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestTempQueue_RequestReply(t *testing.T) {
 		t.Fatalf("reply %q", m.Body)
 	}
 	// Nobody else may read it.
-	thief := tb.dial(t)
+	thief := tb.Dial(t)
 	if _, err := thief.SubscribeReceipt(ctxT(t), replyTo, "auto"); err == nil || !strings.Contains(err.Error(), "temporary queue") {
 		t.Fatalf("another connection subscribed to %s: %v", replyTo, err)
 	}
@@ -44,7 +44,7 @@ func TestTempQueue_RequestReply(t *testing.T) {
 	name := strings.TrimPrefix(replyTo, "/queue/")
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, ok := tb.b.Queue(name); !ok {
+		if _, ok := tb.B.Queue(name); !ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -56,7 +56,7 @@ func TestTempQueue_RequestReply(t *testing.T) {
 	if err != nil || r.Get("dropped") == "" {
 		t.Fatalf("late reply: receipt %v, err %v; want a RECEIPT with dropped", r, err)
 	}
-	if _, ok := tb.b.Queue(name); ok {
+	if _, ok := tb.B.Queue(name); ok {
 		t.Fatal("a late reply recreated the temporary queue")
 	}
 }

@@ -35,13 +35,13 @@ func TestMatchTopic(t *testing.T) {
 
 func TestTopic_FanOutAndWildcards(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	exact, _ := c.SubscribeReceipt(ctxT(t), "/topic/metrics.cpu", "auto")
 	star, _ := c.SubscribeReceipt(ctxT(t), "/topic/metrics.*", "auto")
 	rest, _ := c.SubscribeReceipt(ctxT(t), "/topic/metrics.>", "auto")
-	other := tb.dial(t)
+	other := tb.Dial(t)
 	none, _ := other.SubscribeReceipt(ctxT(t), "/topic/logs.>", "auto")
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	p.SendReceipt(ctxT(t), "/topic/metrics.cpu", []byte("cpu 1"), hdr("x-h", "v"))
 	p.SendReceipt(ctxT(t), "/topic/metrics.disk.sda", []byte("disk 2"))
 	if m := recv(t, exact); string(m.Body) != "cpu 1" || m.Get("x-h") != "v" || m.Get("destination") != "/topic/metrics.cpu" {
@@ -57,9 +57,9 @@ func TestTopic_FanOutAndWildcards(t *testing.T) {
 
 func TestTopic_NoSubscriberIsGone(t *testing.T) {
 	tb := mustStartBroker(t, nil)
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	p.SendReceipt(ctxT(t), "/topic/void", []byte("lost"))
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	sub, _ := c.SubscribeReceipt(ctxT(t), "/topic/void", "auto")
 	p.SendReceipt(ctxT(t), "/topic/void", []byte("seen"))
 	if m := recv(t, sub); string(m.Body) != "seen" {
@@ -70,15 +70,15 @@ func TestTopic_NoSubscriberIsGone(t *testing.T) {
 func TestTopic_SlowSubscriberDropped(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) { c.Topics.SubscriberBuffer = 64 })
 	// A subscriber that never reads its socket.
-	slow := tb.raw(t)
+	slow := dialRaw(t, tb)
 	slow.connect("1.2")
 	slow.write("SUBSCRIBE\nid:1\ndestination:/topic/firehose\nreceipt:ok\n\n\x00")
 	if f := slow.frame(); f.Command != "RECEIPT" {
 		t.Fatalf("got %s", f.Command)
 	}
-	fast := tb.dial(t)
+	fast := tb.Dial(t)
 	sub, _ := fast.SubscribeReceipt(ctxT(t), "/topic/firehose", "auto")
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	body := []byte(strings.Repeat("x", 8192))
 	const n = 2000
 	// Paced in bursts of 16 so that the fast subscriber never lags more than
@@ -113,11 +113,11 @@ func TestTopic_SlowSubscriberDropped(t *testing.T) {
 
 func TestTopic_LastValue(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) { c.Topics.LastValue = true })
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	p.SendReceipt(ctxT(t), "/topic/temp.kitchen", []byte("20"))
 	p.SendReceipt(ctxT(t), "/topic/temp.kitchen", []byte("21"), hdr("unit", "C"))
 	p.SendReceipt(ctxT(t), "/topic/temp.hall", []byte("18"))
-	c := tb.dial(t)
+	c := tb.Dial(t)
 	exact, _ := c.SubscribeReceipt(ctxT(t), "/topic/temp.kitchen", "auto")
 	if m := recv(t, exact); string(m.Body) != "21" || m.Get("last-value") != "true" || m.Get("unit") != "C" {
 		t.Fatalf("got %q %v, want the last value 21 marked last-value", m.Body, m.Headers)
@@ -141,13 +141,13 @@ func TestTopic_DropOldestAnnounced(t *testing.T) {
 		c.Topics.SubscriberBuffer = 16
 		c.Topics.SlowSubscriber = "drop-oldest"
 	})
-	slow := tb.raw(t)
+	slow := dialRaw(t, tb)
 	slow.connect("1.2")
 	slow.write("SUBSCRIBE\nid:1\ndestination:/topic/burst\nreceipt:ok\n\n\x00")
 	if f := slow.frame(); f.Command != "RECEIPT" {
 		t.Fatalf("got %s", f.Command)
 	}
-	p := tb.dial(t)
+	p := tb.Dial(t)
 	body := strings.Repeat("y", 32<<10)
 	const n = 600 // ~19 MB: far more than socket buffers hold
 	for i := 0; i < n; i++ {

@@ -19,100 +19,43 @@ import (
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
-	"github.com/herald-mq/herald/journal"
+	"github.com/herald-mq/herald/internal/testbroker"
 )
 
 // broker is a real broker on 127.0.0.1:0 with a real SQLite journal in a
-// temporary directory (the pattern of appliance/helpers_test.go).
+// temporary directory (internal/testbroker).
 type broker struct {
-	t     *testing.T
-	cfg   appliance.Config
-	store *journal.Store
-	b     *appliance.Broker
-	addr  string // host:port
-	host  string
-	port  string
+	*testbroker.Broker
 }
 
 func startBroker(t *testing.T, mutate func(*appliance.Config)) *broker {
 	t.Helper()
-	cfg := appliance.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Stomp.Listen = "127.0.0.1:0"
-	cfg.Journal.Sync = "normal" // no fsync in tests
-	cfg.Journal.MinFreeBytes = 0
-	cfg.Queues.RedeliveryMin = appliance.Duration{Duration: 50 * time.Millisecond}
-	cfg.Queues.RedeliveryMax = appliance.Duration{Duration: 500 * time.Millisecond}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	tb := &broker{t: t, cfg: cfg}
-	tb.start()
-	// Registered before any child process, so it runs after they are killed.
-	t.Cleanup(tb.stop)
-	return tb
+	// Registered before any child process, so it stops after they are
+	// killed.
+	return &broker{testbroker.Start(t, func(c *appliance.Config) {
+		c.Queues.RedeliveryMin = appliance.Duration{Duration: 50 * time.Millisecond}
+		c.Queues.RedeliveryMax = appliance.Duration{Duration: 500 * time.Millisecond}
+		if mutate != nil {
+			mutate(c)
+		}
+	})}
 }
 
-func (tb *broker) start() {
-	t, cfg := tb.t, tb.cfg
-	t.Helper()
-	tb.store = journal.New(journal.Config{
-		Path:               filepath.Join(cfg.DataDir, "herald.db"),
-		Sync:               cfg.Journal.Sync,
-		DedupWindow:        cfg.Queues.DedupWindow.Duration,
-		CheckpointInterval: 50 * time.Millisecond,
-	})
-	ctx := context.Background()
-	if err := tb.store.Open(ctx); err != nil {
-		t.Fatalf("open journal: %v", err)
-	}
-	tb.b = appliance.New(appliance.Options{Config: cfg, Journal: tb.store, Version: "interop-test"})
-	if err := tb.b.Open(ctx); err != nil {
-		t.Fatalf("open broker: %v", err)
-	}
-	addr, err := tb.b.Listen(cfg.Stomp.Listen)
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	tb.addr = addr.String()
-	tb.host, tb.port, _ = net.SplitHostPort(tb.addr)
-}
-
-// restart stops the broker and starts it again on the same data directory
-// (on a new port).
-func (tb *broker) restart() {
-	tb.t.Helper()
-	tb.stop()
-	tb.start()
-}
-
-func (tb *broker) stop() {
-	if tb.b == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := tb.b.Close(ctx); err != nil {
-		tb.t.Errorf("close broker: %v", err)
-	}
-	if err := tb.store.Close(ctx); err != nil {
-		tb.t.Errorf("close journal: %v", err)
-	}
-	tb.b = nil
+// hostPort splits the listener address (it changes on restart).
+func (tb *broker) hostPort() (host, port string) {
+	host, port, _ = net.SplitHostPort(tb.Addr)
+	return host, port
 }
 
 // queue returns the broker's view of queue name (zero view if absent).
 func (tb *broker) queue(name string) appliance.QueueView {
-	v, _ := tb.b.Queue(name)
+	v, _ := tb.B.Queue(name)
 	return v
 }
 
 // topic returns the broker's view of topic name (zero view if absent).
 func (tb *broker) topic(name string) appliance.TopicView {
-	for _, v := range tb.b.Topics() {
+	for _, v := range tb.B.Topics() {
 		if v.Name == name {
 			return v
 		}
@@ -124,7 +67,7 @@ func (tb *broker) topic(name string) appliance.TopicView {
 // third-party client sent or to feed it.
 func (tb *broker) dial(t *testing.T) *client.Conn {
 	t.Helper()
-	c, err := client.Dial(context.Background(), tb.addr, client.Options{DialTimeout: 5 * time.Second})
+	c, err := client.Dial(context.Background(), tb.Addr, client.Options{DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}

@@ -16,7 +16,8 @@ import (
 
 // rubyEnv points stompcat/catstomp at the test broker.
 func rubyEnv(tb *broker) []string {
-	return []string{"STOMP_HOST=" + tb.host, "STOMP_PORT=" + tb.port, "STOMP_USER=", "STOMP_PASSWORD="}
+	host, port := tb.hostPort()
+	return []string{"STOMP_HOST=" + host, "STOMP_PORT=" + port, "STOMP_USER=", "STOMP_PASSWORD="}
 }
 
 func lines(prefix string, n int) []string {
@@ -75,7 +76,7 @@ func TestRubyStomp_TopicThreeSubscribers(t *testing.T) {
 	// Topic messages are not stored: send only once all three are subscribed.
 	waitUntil(t, 15*time.Second, "3 subscribers on topic x",
 		func() bool { return tb.topic("x").Subscribers == 3 },
-		func() string { return fmt.Sprintf("%+v%s", tb.b.Topics(), describe(cats)) })
+		func() string { return fmt.Sprintf("%+v%s", tb.B.Topics(), describe(cats)) })
 	want := lines("topic", 50)
 	catstompSend(t, tb, catstomp, "/topic/x", want)
 	for i, c := range cats {
@@ -163,8 +164,8 @@ func TestRubyStomp_QueueKeptWithoutSubscribers(t *testing.T) {
 		func() bool { return tb.queue("kept").Messages == len(want) },
 		func() string { return fmt.Sprintf("%+v", tb.queue("kept")) })
 	waitUntil(t, 5*time.Second, "catstomp's connection gone",
-		func() bool { return tb.b.Stats().Connections == 0 },
-		func() string { return strconv.Itoa(tb.b.Stats().Connections) })
+		func() bool { return tb.B.Stats().Connections == 0 },
+		func() string { return strconv.Itoa(tb.B.Stats().Connections) })
 
 	cats := startStompcats(t, tb, stompcat, "/queue/kept", 1)
 	waitUntil(t, 15*time.Second, "stompcat to print 200 lines",
@@ -190,7 +191,7 @@ func TestRubyStomp_QueueKeptAcrossRestart(t *testing.T) {
 	waitUntil(t, 10*time.Second, "50 messages stored in queue kept.restart",
 		func() bool { return tb.queue("kept.restart").Messages == len(want) },
 		func() string { return fmt.Sprintf("%+v", tb.queue("kept.restart")) })
-	tb.restart()
+	tb.Restart()
 	cats := startStompcats(t, tb, stompcat, "/queue/kept.restart", 1)
 	waitUntil(t, 15*time.Second, "stompcat to print 50 lines after the restart",
 		func() bool { return len(received(cats[0])) >= len(want) },
@@ -214,7 +215,7 @@ func TestRubyStomp_Gem12ClientIndividual(t *testing.T) {
 		Again     []pyMsg           `json:"again"`
 		Version   string            `json:"stomp_gem_version"`
 	}
-	runJSON(t, 30*time.Second, &res, rb, testdata(t, "rubystomp_ack.rb"), tb.addr, "/queue/rb.ack")
+	runJSON(t, 30*time.Second, &res, rb, testdata(t, "rubystomp_ack.rb"), tb.Addr, "/queue/rb.ack")
 	t.Logf("stomp gem %s, protocol %s, CONNECTED %v", res.Version, res.Protocol, res.Connected)
 	if res.Protocol != "1.2" || res.Connected["version"] != "1.2" {
 		t.Errorf("negotiated %q (CONNECTED %v), want 1.2", res.Protocol, res.Connected)

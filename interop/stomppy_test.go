@@ -36,7 +36,7 @@ func TestStompPy_Connect12(t *testing.T) {
 		Connected map[string]string `json:"connected"`
 		Version   string            `json:"stomp_py_version"`
 	}
-	runPy(t, &res, "connect", tb.addr)
+	runPy(t, &res, "connect", tb.Addr)
 	t.Logf("stomp.py %s, CONNECTED %v", res.Version, res.Connected)
 	if v := res.Connected["version"]; v != "1.2" {
 		t.Errorf("CONNECTED version = %q, want 1.2", v)
@@ -52,8 +52,8 @@ func TestStompPy_Connect12(t *testing.T) {
 	}
 	// The DISCONNECT (with receipt) must leave no connection behind.
 	waitUntil(t, 5*time.Second, "no connections after DISCONNECT",
-		func() bool { return tb.b.Stats().Connections == 0 },
-		func() string { return strconv.Itoa(tb.b.Stats().Connections) })
+		func() bool { return tb.B.Stats().Connections == 0 },
+		func() string { return strconv.Itoa(tb.B.Stats().Connections) })
 }
 
 // SEND with a receipt header: every RECEIPT arrives, and a RECEIPT means
@@ -67,7 +67,7 @@ func TestStompPy_SendWithReceipts(t *testing.T) {
 		Sent     []string `json:"sent"`
 		Receipts []string `json:"receipts"`
 	}
-	runPy(t, &res, "send-receipts", tb.addr, "/queue/py.receipts", strconv.Itoa(n))
+	runPy(t, &res, "send-receipts", tb.Addr, "/queue/py.receipts", strconv.Itoa(n))
 	got := slices.Clone(res.Receipts)
 	slices.Sort(got)
 	if !slices.Equal(got, res.Sent) || len(got) != n {
@@ -127,7 +127,7 @@ func testAckNack(t *testing.T, tb *broker, version string) {
 		First []pyMsg `json:"first"`
 		Again []pyMsg `json:"again"`
 	}
-	runPy(t, &res, "ack-nack", tb.addr, "/queue/py.ack", version)
+	runPy(t, &res, "ack-nack", tb.Addr, "/queue/py.ack", version)
 	if len(res.First) != 5 {
 		t.Fatalf("first deliveries: %+v, want 5", res.First)
 	}
@@ -167,7 +167,7 @@ func TestStompPy_DisconnectReceiptAfterDurable(t *testing.T) {
 	var res struct {
 		Receipts []string `json:"receipts"`
 	}
-	runPy(t, &res, "send-disconnect", tb.addr, "/queue/py.disc", strconv.Itoa(n))
+	runPy(t, &res, "send-disconnect", tb.Addr, "/queue/py.disc", strconv.Itoa(n))
 	if !slices.Contains(res.Receipts, "bye") {
 		t.Fatalf("no RECEIPT for DISCONNECT: %v", res.Receipts)
 	}
@@ -187,7 +187,7 @@ func TestStompPy_AckInTransaction(t *testing.T) {
 		AfterAbort []string `json:"after_abort"`
 		Second     []pyMsg  `json:"second_connection"`
 	}
-	runPy(t, &res, "tx-ack", tb.addr, "/queue/py.txack")
+	runPy(t, &res, "tx-ack", tb.Addr, "/queue/py.txack")
 	if !slices.Equal(res.AfterAbort, []string{"txack-1"}) {
 		t.Errorf("after the aborted ACK the first consumer had %v, want only txack-1 (prefetch 1, no credit returned)", res.AfterAbort)
 	}
@@ -216,7 +216,7 @@ func TestStompPy_Transaction(t *testing.T) {
 		AfterCommit  []string `json:"after_commit"`
 		All          []string `json:"all"`
 	}
-	runPy(t, &res, "transaction", tb.addr, "/queue/py.tx")
+	runPy(t, &res, "transaction", tb.Addr, "/queue/py.tx")
 	if len(res.BeforeCommit) != 0 {
 		t.Errorf("delivered before COMMIT: %v", res.BeforeCommit)
 	}
@@ -256,7 +256,7 @@ func TestStompPy_BinaryBody(t *testing.T) {
 		RecvLen int               `json:"recv_len"`
 		Headers map[string]string `json:"headers"`
 	}
-	runPy(t, &res, "binary", tb.addr, "/queue/py.bin", in, out)
+	runPy(t, &res, "binary", tb.Addr, "/queue/py.bin", in, out)
 	got, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +297,7 @@ func TestStompPy_Heartbeats(t *testing.T) {
 		Alive        bool              `json:"is_connected_after_hold"`
 		Body         string            `json:"body_after_hold"`
 	}
-	runPy(t, &res, "heartbeat", tb.addr, "/queue/py.hb", "3.5")
+	runPy(t, &res, "heartbeat", tb.Addr, "/queue/py.hb", "3.5")
 	t.Logf("heart-beat result: %+v", res)
 	if hb := res.Connected["heart-beat"]; hb != "500,500" {
 		t.Errorf("CONNECTED heart-beat %q, want 500,500", hb)

@@ -1,41 +1,18 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/herald-mq/herald/appliance"
-	"github.com/herald-mq/herald/journal"
+	"github.com/herald-mq/herald/internal/testbroker"
 )
 
 // startBroker runs a real broker with a real SQLite journal on 127.0.0.1:0.
 func startBroker(t *testing.T) string {
 	t.Helper()
-	cfg := appliance.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Journal.MinFreeBytes = 0
-	st := journal.New(journal.Config{Path: filepath.Join(cfg.DataDir, "herald.db"), Sync: "normal"})
-	ctx := context.Background()
-	if err := st.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b := appliance.New(appliance.Options{Config: cfg, Journal: st})
-	if err := b.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := b.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		b.Close(ctx)
-		st.Close(ctx)
-	})
-	return addr.String()
+	return testbroker.Start(t, nil).Addr
 }
 
 func TestSendReceive_RealBroker(t *testing.T) {

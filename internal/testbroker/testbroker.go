@@ -1,0 +1,129 @@
+// Package testbroker starts a real Herald broker for tests: a real SQLite
+// journal in a temporary directory and a STOMP listener on 127.0.0.1:0.
+// Tests in several packages share it instead of each wiring their own.
+package testbroker
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/journal"
+)
+
+// Broker is a running broker and its journal.
+type Broker struct {
+	T     testing.TB
+	Dir   string
+	Cfg   appliance.Config
+	Store *journal.Store
+	B     *appliance.Broker
+	Addr  string // host:port of the STOMP listener
+}
+
+// Config returns the test defaults for data directory dir: listener on
+// 127.0.0.1:0, sync "normal" (tests that need fsyncs set "full"), no disk
+// floor, and short redelivery back-off.
+func Config(dir string) appliance.Config {
+	cfg := appliance.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.Stomp.Listen = "127.0.0.1:0"
+	cfg.Journal.Sync = "normal"
+	cfg.Journal.MinFreeBytes = 0
+	cfg.Queues.RedeliveryMin = appliance.Duration{Duration: 20 * time.Millisecond}
+	cfg.Queues.RedeliveryMax = appliance.Duration{Duration: 200 * time.Millisecond}
+	return cfg
+}
+
+// Start starts a broker on a new temporary directory; mutate adjusts the
+// config first. It stops with the test.
+func Start(t testing.TB, mutate func(*appliance.Config)) *Broker {
+	t.Helper()
+	cfg := Config(t.TempDir())
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	b := &Broker{T: t, Dir: cfg.DataDir, Cfg: cfg}
+	b.start()
+	t.Cleanup(b.Stop)
+	return b
+}
+
+func (b *Broker) start() {
+	t := b.T
+	t.Helper()
+	if err := b.Cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	b.Store = journal.New(journal.Config{
+		Path:               filepath.Join(b.Dir, "herald.db"),
+		Sync:               b.Cfg.Journal.Sync,
+		DedupWindow:        b.Cfg.Queues.DedupWindow.Duration,
+		CheckpointInterval: 50 * time.Millisecond,
+	})
+	ctx := context.Background()
+	if err := b.Store.Open(ctx); err != nil {
+		t.Fatalf("open journal: %v", err)
+	}
+	b.B = appliance.New(appliance.Options{Config: b.Cfg, Journal: b.Store, Version: "test", Logger: logger()})
+	if err := b.B.Open(ctx); err != nil {
+		t.Fatalf("open broker: %v", err)
+	}
+	addr, err := b.B.Listen(b.Cfg.Stomp.Listen)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	b.Addr = addr.String()
+}
+
+// Stop closes broker and journal; idempotent.
+func (b *Broker) Stop() {
+	if b.B == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.B.Close(ctx); err != nil {
+		b.T.Errorf("close broker: %v", err)
+	}
+	if err := b.Store.Close(ctx); err != nil {
+		b.T.Errorf("close journal: %v", err)
+	}
+	b.B = nil
+}
+
+// Restart stops and starts the broker on the same data directory (on a new
+// port).
+func (b *Broker) Restart() {
+	b.T.Helper()
+	b.Stop()
+	b.start()
+}
+
+// Dial connects Herald's Go client; the connection closes with the test.
+func (b *Broker) Dial(t testing.TB, opts ...func(*client.Options)) *client.Conn {
+	t.Helper()
+	o := client.Options{DialTimeout: 5 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	c, err := client.Dial(context.Background(), b.Addr, o)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// logger logs to stderr when HERALD_TEST_LOG=1.
+func logger() *slog.Logger {
+	if os.Getenv("HERALD_TEST_LOG") != "1" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
