@@ -14,6 +14,7 @@ import (
 	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/internal/testbroker"
 	"github.com/herald-mq/herald/journal"
 )
 
@@ -33,44 +34,18 @@ type Daemon struct {
 // Start starts a daemon; mutate adjusts its config. Cleanup stops it.
 func Start(t testing.TB, mutate func(*appliance.Config)) *Daemon {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := appliance.DefaultConfig()
-	cfg.DataDir = dir
-	cfg.Stomp.Listen = "127.0.0.1:0"
-	cfg.Journal.Sync = "normal"
-	cfg.Journal.MinFreeBytes = 0
-	cfg.Queues.RedeliveryMin = appliance.Duration{Duration: 10 * time.Millisecond}
-	cfg.Queues.RedeliveryMax = appliance.Duration{Duration: 50 * time.Millisecond}
-	cfg.Admin.Socket = filepath.Join(dir, "admin.sock")
-	cfg.Admin.MetricsListen = "127.0.0.1:0"
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	d := &Daemon{Dir: dir, Socket: cfg.Admin.Socket, Config: cfg, Level: new(slog.LevelVar)}
 	metrics := admin.NewMetrics("test")
-	d.Store = journal.New(journal.Config{
-		Path:               filepath.Join(dir, "herald.db"),
-		Sync:               cfg.Journal.Sync,
-		DedupWindow:        cfg.Queues.DedupWindow.Duration,
-		CheckpointInterval: 50 * time.Millisecond,
-	})
-	d.Store.SetCommitHook(metrics.ObserveCommit)
-	ctx := context.Background()
-	if err := d.Store.Open(ctx); err != nil {
-		t.Fatalf("open journal: %v", err)
-	}
-	d.Broker = appliance.New(appliance.Options{Config: cfg, Journal: d.Store, Version: "test"})
-	if err := d.Broker.Open(ctx); err != nil {
-		t.Fatalf("open broker: %v", err)
-	}
-	addr, err := d.Broker.Listen(cfg.Stomp.Listen)
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	d.STOMP = addr.String()
+	tb := testbroker.StartWith(t, func(c *appliance.Config) {
+		c.Queues.RedeliveryMin = appliance.Duration{Duration: 10 * time.Millisecond}
+		c.Queues.RedeliveryMax = appliance.Duration{Duration: 50 * time.Millisecond}
+		c.Admin.Socket = filepath.Join(c.DataDir, "admin.sock")
+		c.Admin.MetricsListen = "127.0.0.1:0"
+		if mutate != nil {
+			mutate(c)
+		}
+	}, metrics.ObserveCommit)
+	cfg := tb.Cfg
+	d := &Daemon{Dir: tb.Dir, Socket: cfg.Admin.Socket, STOMP: tb.Addr, Config: cfg, Broker: tb.B, Store: tb.Store, Level: new(slog.LevelVar)}
 	d.Server = admin.New(admin.Options{
 		Socket:        cfg.Admin.Socket,
 		MetricsListen: cfg.Admin.MetricsListen,
@@ -81,10 +56,11 @@ func Start(t testing.TB, mutate func(*appliance.Config)) *Daemon {
 		Version:       "test",
 		Metrics:       metrics,
 	})
-	if err := d.Server.Start(ctx); err != nil {
+	if err := d.Server.Start(context.Background()); err != nil {
 		t.Fatalf("admin start: %v", err)
 	}
 	d.Metrics = d.Server.MetricsAddr()
+	// Runs before testbroker's own cleanup: the admin server goes first.
 	t.Cleanup(d.stop)
 	return d
 }
@@ -93,8 +69,6 @@ func (d *Daemon) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d.Server.Close(ctx)
-	d.Broker.Close(ctx)
-	d.Store.Close(ctx)
 }
 
 // Dial connects a STOMP client; Cleanup closes it.

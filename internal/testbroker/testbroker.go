@@ -24,6 +24,8 @@ type Broker struct {
 	Store *journal.Store
 	B     *appliance.Broker
 	Addr  string // host:port of the STOMP listener
+
+	hook func(ops int, d time.Duration)
 }
 
 // Config returns the test defaults for data directory dir: listener on
@@ -44,11 +46,17 @@ func Config(dir string) appliance.Config {
 // config first. It stops with the test.
 func Start(t testing.TB, mutate func(*appliance.Config)) *Broker {
 	t.Helper()
+	return StartWith(t, mutate, nil)
+}
+
+// StartWith is Start with a journal commit hook (metrics tests).
+func StartWith(t testing.TB, mutate func(*appliance.Config), commitHook func(ops int, d time.Duration)) *Broker {
+	t.Helper()
 	cfg := Config(t.TempDir())
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	b := &Broker{T: t, Dir: cfg.DataDir, Cfg: cfg}
+	b := &Broker{T: t, Dir: cfg.DataDir, Cfg: cfg, hook: commitHook}
 	b.start()
 	t.Cleanup(b.Stop)
 	return b
@@ -66,6 +74,9 @@ func (b *Broker) start() {
 		DedupWindow:        b.Cfg.Queues.DedupWindow.Duration,
 		CheckpointInterval: 50 * time.Millisecond,
 	})
+	if b.hook != nil {
+		b.Store.SetCommitHook(b.hook)
+	}
 	ctx := context.Background()
 	if err := b.Store.Open(ctx); err != nil {
 		t.Fatalf("open journal: %v", err)
