@@ -186,6 +186,14 @@ func (s *session) cleanup() {
 	close(s.done)
 }
 
+// isEnding reports whether the session is closing (its last frame queued or
+// its connection gone).
+func (s *session) isEnding() bool {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	return s.ending
+}
+
 // --- output -------------------------------------------------------------
 
 func (s *session) push(it outItem) bool {

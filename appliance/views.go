@@ -226,6 +226,9 @@ func (b *Broker) Connections() []ConnView {
 	b.mu.Unlock()
 	out := make([]ConnView, 0, len(ss))
 	for _, s := range ss {
+		if s.isEnding() {
+			continue
+		}
 		out = append(out, ConnView{
 			ID:            s.id,
 			Peer:          s.peer,
@@ -251,8 +254,8 @@ func (b *Broker) CloseConnection(id uint64, reason string) bool {
 	b.mu.Lock()
 	s := b.sessions[id]
 	b.mu.Unlock()
-	if s == nil {
-		return false
+	if s == nil || s.isEnding() {
+		return false // gone, or already on its way out
 	}
 	s.log.Info("connection closed by the operator", "reason", reason)
 	s.shutdown(reason)

@@ -43,7 +43,8 @@ func main() {
 
 // run executes the CLI and returns the process exit code.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	err := newApp(stdin, stdout, stderr).Run(args)
+	app := newApp(stdin, stdout, stderr)
+	err := app.Run(reorderArgs(app, args))
 	if err == nil {
 		return exitOK
 	}
@@ -115,31 +116,14 @@ func onUsageError(cCtx *cli.Context, err error, isSubcommand bool) error {
 	return usageErrorf("%v; see: herald --help", err)
 }
 
-// checkArgs validates the positional arguments of a command: between min and
-// max of them, and no flag after them (flags must come first).
+// checkArgs validates the number of positional arguments of a command.
+// Flags written after the arguments were already moved in front of them
+// (reorderArgs); what remains is an argument, even if it starts with "-".
 func checkArgs(cCtx *cli.Context, min, max int, usage string) error {
-	args := cCtx.Args().Slice()
-	for _, a := range args {
-		name := strings.SplitN(strings.TrimLeft(a, "-"), "=", 2)[0]
-		if strings.HasPrefix(a, "-") && len(a) > 1 && flagDefined(cCtx.Command, name) {
-			return usageErrorf("flag %s must come before the arguments: herald %s", a, usage)
-		}
-	}
-	if len(args) < min || len(args) > max {
+	if n := cCtx.Args().Len(); n < min || n > max {
 		return usageErrorf("wrong number of arguments: herald %s", usage)
 	}
 	return nil
-}
-
-func flagDefined(cmd *cli.Command, name string) bool {
-	for _, f := range cmd.Flags {
-		for _, n := range f.Names() {
-			if n == name {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // dial connects to the server named by the global flags, turning failures

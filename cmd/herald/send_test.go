@@ -38,7 +38,6 @@ func TestCLI_ExitCodes(t *testing.T) {
 		{"unknown command", []string{"frob"}, exitUsage, `unknown command "frob"`},
 		{"send without DEST", []string{"send"}, exitUsage, "wrong number of arguments"},
 		{"send too many args", []string{"send", "/q", "a", "b"}, exitUsage, "wrong number of arguments"},
-		{"send flag after DEST", []string{"send", "/q", "--receipt"}, exitUsage, "must come before the arguments"},
 		{"send unknown flag", []string{"send", "--bogus", "/q"}, exitUsage, "see: herald send --help"},
 		{"send bad header", []string{"send", "--header", "novalue", "/q", "x"}, exitUsage, "want key=value"},
 		{"send reserved header", []string{"send", "--header", "receipt=1", "/q", "x"}, exitUsage, "set by herald itself"},

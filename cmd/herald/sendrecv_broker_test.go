@@ -50,3 +50,18 @@ func TestSendReceive_RealBroker(t *testing.T) {
 		t.Fatalf("receive on empty queue: exit %d after %s, want %d after 300ms", code, time.Since(start), exitTimeout)
 	}
 }
+
+func TestCLI_FlagsAfterArguments(t *testing.T) {
+	addr := startBroker(t)
+	if code, _, stderr := runCLI(t, "", "--server", addr, "send", "/queue/order", "hello", "--receipt", "--header", "k=v"); code != 0 {
+		t.Fatalf("send with flags after DEST: exit %d: %s", code, stderr)
+	}
+	// After "--", a flag-like word is a body.
+	if code, _, stderr := runCLI(t, "", "--server", addr, "send", "/queue/order", "--receipt", "--", "--json"); code != 0 {
+		t.Fatalf("send -- --json: exit %d: %s", code, stderr)
+	}
+	code, out, stderr := runCLI(t, "", "--server", addr, "receive", "/queue/order", "--count", "2")
+	if code != 0 || out != "hello\n--json\n" {
+		t.Fatalf("receive with flags after DEST: exit %d, %q, %s", code, out, stderr)
+	}
+}
