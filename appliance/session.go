@@ -55,6 +55,7 @@ type session struct {
 
 	jpending atomic.Int64 // journal batches submitted, not completed
 	nsubs    atomic.Int32 // len(subs), readable by admin
+	hurry    atomic.Bool  // being dropped: short write deadline
 	temps    []string     // temporary queues this session owns; reader goroutine
 	done     chan struct{}
 
@@ -159,9 +160,7 @@ func (s *session) readError(err error) {
 
 // shutdown ends the session from outside (server stop, admin close).
 func (s *session) shutdown(reason string) {
-	s.fail(nil, reason, "")
-	// Unblock the reader; the writer still flushes the ERROR.
-	s.conn.SetReadDeadline(time.Now())
+	s.drop(reason, "")
 }
 
 // cleanup runs once the reader stops: the writer flushes what is queued,
@@ -184,6 +183,27 @@ func (s *session) cleanup() {
 	s.dropTemps()
 	s.conn.Close()
 	close(s.done)
+}
+
+// lastWriteTimeout bounds the writes of a session that is being dropped (a
+// slow subscriber, a server shutdown): its last frames get a short chance,
+// and its unacknowledged queue messages go back to their queues soon.
+const lastWriteTimeout = 5 * time.Second
+
+func (s *session) writeTimeout() time.Duration {
+	if s.hurry.Load() {
+		return min(lastWriteTimeout, s.b.cfg.Stomp.WriteTimeout.Duration)
+	}
+	return s.b.cfg.Stomp.WriteTimeout.Duration
+}
+
+// drop ends the session from outside its reader: an ERROR saying why, a
+// short deadline for the writes still pending, and the reader woken.
+func (s *session) drop(msg, detail string) {
+	s.hurry.Store(true)
+	s.conn.SetWriteDeadline(time.Now().Add(lastWriteTimeout))
+	s.fail(nil, msg, detail)
+	s.conn.SetReadDeadline(time.Now())
 }
 
 // isEnding reports whether the session is closing (its last frame queued or
@@ -265,8 +285,7 @@ func (s *session) deliverTopic(f *stomp.Frame) bool {
 			s.slowDrops.Add(1)
 			s.b.stats.slowDrops.Add(1)
 			s.log.Warn("slow subscriber dropped", "buffered", limit)
-			s.fail(nil, "slow consumer", fmt.Sprintf("More than %d topic messages were waiting for this connection (topics.subscriber_buffer); it is closed so that other subscribers are not slowed.", limit))
-			s.conn.SetReadDeadline(time.Now())
+			s.drop("slow consumer", fmt.Sprintf("More than %d topic messages were waiting for this connection (topics.subscriber_buffer); it is closed so that other subscribers are not slowed.", limit))
 			return false
 		}
 	}
@@ -340,7 +359,7 @@ func (s *session) writer() {
 				return
 			}
 			if hb > 0 && time.Since(lastWrite) >= hb*3/4 {
-				s.conn.SetWriteDeadline(time.Now().Add(s.b.cfg.Stomp.WriteTimeout.Duration))
+				s.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout()))
 				if _, err := s.conn.Write([]byte{'\n'}); err != nil {
 					s.writeFailed(err)
 					return
@@ -349,7 +368,7 @@ func (s *session) writer() {
 			}
 			continue
 		}
-		s.conn.SetWriteDeadline(time.Now().Add(s.b.cfg.Stomp.WriteTimeout.Duration))
+		s.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout()))
 		last := false
 		var err error
 		for _, it := range items {
