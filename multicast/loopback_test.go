@@ -16,8 +16,8 @@ import (
 // second. Needs root; skipped otherwise.
 func BenchmarkLoopback(b *testing.B) {
 	tp := newTopo(b, "h")
-	sh(b, "ip", "-n", tp.hosts["h"], "link", "set", "lo", "multicast", "on")
-	sh(b, "ip", "-n", tp.hosts["h"], "route", "add", "239.255.0.0/16", "dev", "lo")
+	sh(b, "ip", "-n", tp.NS["h"], "link", "set", "lo", "multicast", "on")
+	sh(b, "ip", "-n", tp.NS["h"], "route", "add", "239.255.0.0/16", "dev", "lo")
 	body := make([]byte, 64)
 
 	b.Run("raw", func(b *testing.B) {

@@ -5,22 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/herald-mq/herald/internal/testenv"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Real-socket tests between network namespaces. Topology: a bridge in its own namespace, one
@@ -29,137 +25,33 @@ import (
 
 const nsPrefix = "hmc-"
 
-// requireNetns skips (or, with HERALD_REQUIRE_ROOT_TESTS=1, fails) when the test cannot create
-// namespaces.
-func requireNetns(t testing.TB, tools ...string) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("netns tests skipped in -short mode")
-	}
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root (CAP_NET_ADMIN and CAP_SYS_ADMIN to create network namespaces)")
-	}
-	for _, tool := range append([]string{"ip"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = append(missing, fmt.Sprintf("%s (Debian package %s)", tool, map[string]string{"ip": "iproute2", "nft": "nftables"}[tool]))
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	msg := "needs " + strings.Join(missing, ", ")
-	if os.Getenv("HERALD_REQUIRE_ROOT_TESTS") == "1" {
-		t.Fatal(msg + " (HERALD_REQUIRE_ROOT_TESTS=1)")
-	}
-	t.Skip(msg)
+// topo is the test network (internal/testenv.Net).
+type topo struct {
+	*testenv.Net
+	t testing.TB
 }
 
 func sh(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// removeStaleNamespaces deletes namespaces left by earlier runs that died before their cleanup.
-func removeStaleNamespaces() {
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if !strings.HasPrefix(name, nsPrefix) {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.Split(strings.TrimPrefix(name, nsPrefix), "-")[0])
-		if err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) == nil {
-			continue // another live test process owns it
-		}
-		exec.Command("ip", "netns", "del", name).Run()
-	}
-}
-
-var nsSeq struct {
-	sync.Mutex
-	n int
-}
-
-type topo struct {
-	t     testing.TB
-	br    string
-	hosts map[string]string     // host -> namespace
-	addr  map[string]netip.Addr // host -> address on eth0
+	return testenv.Sh(t, args...)
 }
 
 // newTopo creates the bridge namespace and one namespace per host.
 func newTopo(t testing.TB, hosts ...string) *topo {
-	requireNetns(t)
-	removeStaleNamespaces()
-	nsSeq.Lock()
-	nsSeq.n++
-	id := fmt.Sprintf("%s%d-%d", nsPrefix, os.Getpid(), nsSeq.n)
-	nsSeq.Unlock()
-	tp := &topo{t: t, br: id + "-br", hosts: map[string]string{}, addr: map[string]netip.Addr{}}
-	t.Cleanup(func() {
-		for _, ns := range tp.hosts {
-			exec.Command("ip", "netns", "del", ns).Run()
-		}
-		exec.Command("ip", "netns", "del", tp.br).Run()
-	})
-	sh(t, "ip", "netns", "add", tp.br)
-	sh(t, "ip", "-n", tp.br, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
-	sh(t, "ip", "-n", tp.br, "link", "set", "br0", "up")
-	for i, h := range hosts {
-		ns := id + "-" + h
-		tp.hosts[h] = ns
-		tp.addr[h] = netip.AddrFrom4([4]byte{198, 18, 77, byte(i + 1)})
-		sh(t, "ip", "netns", "add", ns)
-		v := fmt.Sprintf("v%d", i)
-		sh(t, "ip", "-n", tp.br, "link", "add", v, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		sh(t, "ip", "-n", tp.br, "link", "set", v, "master", "br0", "up")
-		sh(t, "ip", "-n", ns, "addr", "add", tp.addr[h].String()+"/24", "dev", "eth0")
-		sh(t, "ip", "-n", ns, "link", "set", "eth0", "up")
-		sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	// Wait for the links (IPv4 works at once; give the bridge ports a moment to forward).
-	time.Sleep(100 * time.Millisecond)
-	return tp
+	t.Helper()
+	return &topo{Net: testenv.NewNet(t, nsPrefix, 77, hosts...), t: t}
 }
 
 // in runs f on a thread switched into host's namespace: sockets created by f live there.
 func (tp *topo) in(host string, f func()) {
 	tp.t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
+	if err := tp.In(host, func() error { f(); return nil }); err != nil {
 		tp.t.Fatal(err)
 	}
-	defer orig.Close()
-	target, err := os.Open(filepath.Join("/run/netns", tp.hosts[host]))
-	if err != nil {
-		tp.t.Fatal(err)
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		tp.t.Fatal(err)
-	}
-	defer func() {
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			panic(err) // a thread stuck in the wrong namespace must not go back to the pool
-		}
-	}()
-	f()
 }
 
 // dropShare makes host drop one incoming UDP datagram to port in ten, at random.
-func (tp *topo) dropShare(host string, port uint16) {
-	ns := tp.hosts[host]
-	sh(tp.t, "ip", "netns", "exec", ns, "nft", "add", "table", "inet", "t")
-	sh(tp.t, "ip", "netns", "exec", ns, "nft", "add", "chain", "inet", "t", "input", "{ type filter hook input priority 0 ; }")
-	sh(tp.t, "ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "t", "input", "udp", "dport", fmt.Sprint(port), "numgen", "random", "mod", "10", "0", "drop")
-}
+func (tp *topo) dropShare(host string, port uint16) { tp.DropShare(host, int(port)) }
 
 func (tp *topo) startSender(host string, cfg SenderConfig) *Sender {
 	tp.t.Helper()
@@ -310,7 +202,7 @@ func (tp *topo) startReceiver(host string, cfg helperConfig) *child {
 		t.Fatal(err)
 	}
 	js, _ := json.Marshal(cfg)
-	cmd := exec.Command("ip", "netns", "exec", tp.hosts[host], exe, "-test.run=^TestHelperReceiver$", "-test.count=1")
+	cmd := exec.Command("ip", "netns", "exec", tp.NS[host], exe, "-test.run=^TestHelperReceiver$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "HERALD_HELPER_RECEIVER="+string(js))
 	cmd.Stderr = tlogWriter{t}
 	out, _ := cmd.StdoutPipe()
@@ -444,7 +336,6 @@ func publishN(t *testing.T, s *Sender, count map[string]uint64, n int, rate int,
 }
 
 func TestNetns_LossyLink(t *testing.T) {
-	requireNetns(t, "nft")
 	tp := newTopo(t, "s", "r1", "r2", "r3")
 	const group, port, n = "239.255.7.1:7401", 7401, 30000
 	tp.dropShare("r3", port)
@@ -555,7 +446,7 @@ func TestNetns_ForgedDatagrams(t *testing.T) {
 		var conn *net.UDPConn
 		tp.in("x", func() {
 			var err error
-			conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: tp.addr["x"].AsSlice()})
+			conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: tp.Addr["x"].AsSlice()})
 			if err != nil {
 				panic(err)
 			}
@@ -577,7 +468,7 @@ func TestNetns_ForgedDatagrams(t *testing.T) {
 			conn.WriteToUDP(NewAuth([]byte("guessed key"), 1).Sign(d), g)
 			k, _ := AppendPacket(nil, &Packet{PacketHeader: PacketHeader{Type: TypeNAK, Session: sess, Seq: uint64(n + 1)},
 				Receiver: 666, Ranges: []Range{{1, 1 << 20}}})
-			conn.WriteToUDPAddrPort(k, netip.AddrPortFrom(tp.addr["s"], src.Port())) // unsigned
+			conn.WriteToUDPAddrPort(k, netip.AddrPortFrom(tp.Addr["s"], src.Port())) // unsigned
 			n++
 			time.Sleep(100 * time.Microsecond)
 		}

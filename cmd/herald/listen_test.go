@@ -9,8 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -21,7 +19,6 @@ import (
 	"time"
 
 	"golang.org/x/net/ipv4"
-	"golang.org/x/sys/unix"
 
 	"github.com/herald-mq/herald/internal/testenv"
 	"github.com/herald-mq/herald/multicast"
@@ -97,29 +94,7 @@ func listenNS(t *testing.T) string {
 
 // inNS runs f on an OS thread switched into namespace ns.
 func inNS(ns string, f func()) error {
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open(filepath.Join("/run/netns", ns))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return err // the thread stays locked and dies with its goroutine
-	}
-	runtime.UnlockOSThread()
-	return nil
+	return testenv.InNamespace(ns, func() error { f(); return nil })
 }
 
 const (

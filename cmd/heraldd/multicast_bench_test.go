@@ -73,7 +73,7 @@ func BenchmarkMulticastE2EThroughput(b *testing.B) {
 				if err != nil {
 					return err
 				}
-				if sc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(n.addr["app"])}); err != nil {
+				if sc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(n.Addr["app"].String())}); err != nil {
 					return err
 				}
 				return ipv4.NewPacketConn(sc).SetMulticastInterface(ifi)
@@ -118,7 +118,7 @@ func BenchmarkMulticastE2EThroughput(b *testing.B) {
 
 	b.Run("appliance", func(b *testing.B) {
 		const group = "239.255.78.10:7810"
-		d := n.startDaemon(b, "app", writeDaemonConfig(b, b.TempDir(), n.addr["app"], mcChannel{group: group, topics: []string{"metrics.>"}}))
+		d := n.startDaemon(b, "app", writeDaemonConfig(b, b.TempDir(), n.Addr["app"].String(), mcChannel{group: group, topics: []string{"metrics.>"}}))
 		r := mcBenchReceiver(b, n, "r1", group)
 		pub := n.dialStomp(b, "app", d.stomp)
 		var got, gaps atomic.Int64
@@ -184,7 +184,7 @@ func waitIdle(c *atomic.Int64, d time.Duration) bool {
 func BenchmarkMulticastE2ELatency(b *testing.B) {
 	const group, rate = "239.255.78.12:7812", 10000
 	n := newMCNet(b, "app", "r1")
-	d := n.startDaemon(b, "app", writeDaemonConfig(b, b.TempDir(), n.addr["app"], mcChannel{group: group, topics: []string{"metrics.>"}}))
+	d := n.startDaemon(b, "app", writeDaemonConfig(b, b.TempDir(), n.Addr["app"].String(), mcChannel{group: group, topics: []string{"metrics.>"}}))
 	r := mcBenchReceiver(b, n, "r1", group)
 	pub := n.dialStomp(b, "app", d.stomp)
 	lat := make(chan []time.Duration)

@@ -5,24 +5,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/net/ipv4"
-	"golang.org/x/sys/unix"
 
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
@@ -40,128 +36,32 @@ import (
 // sender's answers to forged NAKs are observed on the wire by the forger itself.
 
 const (
-	mcNSPrefix = "hde-"      // namespaces of these tests; stale ones are removed at start
-	mcSubnet   = "198.18.78" // + ".N/24"
+	mcNSPrefix = "hde-" // namespaces of these tests; stale ones are removed at start
+	mcSubnet   = 78     // 198.18.78.N/24
 	mcStomp    = 61613
 )
 
-var mcNetSeq atomic.Int32
-
-// mcNet is the test topology.
+// mcNet is the test topology (internal/testenv.Net).
 type mcNet struct {
-	t    testing.TB
-	br   string
-	ns   map[string]string // host -> namespace
-	addr map[string]string // host -> IPv4 address of its eth0
-}
-
-func mcRun(args ...string) (string, error) {
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return string(out), nil
+	*testenv.Net
+	t testing.TB
 }
 
 func mcSh(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := mcRun(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testenv.Sh(t, args...)
 }
 
-// removeStaleMCNamespaces deletes namespaces with our prefix left by runs that died before their
-// cleanup (their pid, the first field after the prefix, is gone).
-func removeStaleMCNamespaces() {
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if !strings.HasPrefix(name, mcNSPrefix) {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.Split(strings.TrimPrefix(name, mcNSPrefix), "-")[0])
-		if err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) == nil {
-			continue // a live test process owns it
-		}
-		exec.Command("ip", "netns", "del", name).Run()
-	}
-}
-
-// newMCNet creates the bridge namespace and one namespace per host; hosts get .1, .2, ... in
-// order. Everything is deleted at cleanup.
+// newMCNet creates the bridge namespace and one namespace per host; hosts
+// get .1, .2, ... in order. Everything is deleted at cleanup.
 func newMCNet(t testing.TB, hosts ...string) *mcNet {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("network namespace tests skipped in -short mode")
-	}
-	testenv.RequireRoot(t, "ip", "nft")
-	removeStaleMCNamespaces()
-	id := fmt.Sprintf("%s%d-%d", mcNSPrefix, os.Getpid(), mcNetSeq.Add(1))
-	n := &mcNet{t: t, br: id + "-br", ns: map[string]string{}, addr: map[string]string{}}
-	t.Cleanup(func() {
-		for _, ns := range n.ns {
-			exec.Command("ip", "netns", "del", ns).Run()
-		}
-		exec.Command("ip", "netns", "del", n.br).Run()
-	})
-	mcSh(t, "ip", "netns", "add", n.br)
-	mcSh(t, "ip", "-n", n.br, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
-	mcSh(t, "ip", "-n", n.br, "link", "set", "br0", "up")
-	for i, h := range hosts {
-		ns := id + "-" + h
-		n.ns[h] = ns
-		n.addr[h] = fmt.Sprintf("%s.%d", mcSubnet, i+1)
-		mcSh(t, "ip", "netns", "add", ns)
-		v := fmt.Sprintf("v%d", i)
-		mcSh(t, "ip", "-n", n.br, "link", "add", v, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		mcSh(t, "ip", "-n", n.br, "link", "set", v, "master", "br0", "up")
-		mcSh(t, "ip", "-n", ns, "addr", "add", n.addr[h]+"/24", "dev", "eth0")
-		mcSh(t, "ip", "-n", ns, "link", "set", "eth0", "up")
-		mcSh(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	time.Sleep(100 * time.Millisecond) // let the bridge ports forward
-	return n
+	return &mcNet{Net: testenv.NewNet(t, mcNSPrefix, mcSubnet, hosts...), t: t}
 }
 
-// in runs f on an OS thread switched into host's namespace: sockets f creates live there (and
-// keep working from any goroutine afterwards).
-func (n *mcNet) in(host string, f func() error) error {
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open(filepath.Join("/run/netns", n.ns[host]))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns %s: %w", n.ns[host], err)
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// Leave the thread locked: it dies with its goroutine instead of going back to the pool
-		// in the wrong namespace.
-		return errors.Join(ferr, fmt.Errorf("setns back: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
+func (n *mcNet) in(host string, f func() error) error { return n.In(host, f) }
 
-// dropShare makes host drop one incoming UDP datagram to port in ten, at random.
-func (n *mcNet) dropShare(host string, port int) {
-	ns := n.ns[host]
-	mcSh(n.t, "ip", "netns", "exec", ns, "nft", "add", "table", "inet", "t")
-	mcSh(n.t, "ip", "netns", "exec", ns, "nft", "add", "chain", "inet", "t", "input", "{ type filter hook input priority 0; }")
-	mcSh(n.t, "ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "t", "input", "udp", "dport", strconv.Itoa(port), "numgen", "random", "mod", "10", "0", "drop")
-}
+func (n *mcNet) dropShare(host string, port int) { n.DropShare(host, port) }
 
 // dialStomp connects to the appliance from inside host's namespace.
 func (n *mcNet) dialStomp(t testing.TB, host, addr string) *client.Conn {
@@ -262,13 +162,13 @@ func (n *mcNet) startDaemon(t testing.TB, host, config string) *mcDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", n.ns[host], exe, "--config", config)
+	cmd := exec.Command("ip", "netns", "exec", n.NS[host], exe, "--config", config)
 	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
 	cmd.Stderr = &lineLogger{t: t, prefix: "heraldd"}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start heraldd: %v", err)
 	}
-	d := &mcDaemon{cmd: cmd, done: make(chan struct{}), stomp: fmt.Sprintf("%s:%d", n.addr[host], mcStomp)}
+	d := &mcDaemon{cmd: cmd, done: make(chan struct{}), stomp: fmt.Sprintf("%s:%d", n.Addr[host].String(), mcStomp)}
 	go func() { cmd.Wait(); close(d.done) }()
 	t.Cleanup(d.kill)
 	deadline := time.Now().Add(20 * time.Second)
@@ -341,7 +241,7 @@ type mcListener struct {
 // startListener runs `herald listen` in host's namespace and returns once it has joined group.
 func (n *mcNet) startListener(t testing.TB, herald, host, group string, extra ...string) *mcListener {
 	t.Helper()
-	args := append([]string{"netns", "exec", n.ns[host], herald, "listen", "--group", group, "--interface", "eth0", "--json", "--stats"}, extra...)
+	args := append([]string{"netns", "exec", n.NS[host], herald, "listen", "--group", group, "--interface", "eth0", "--json", "--stats"}, extra...)
 	cmd := exec.Command("ip", args...)
 	l := &mcListener{name: host, cmd: cmd, stderr: &lineLogger{t: t, prefix: "listen " + host}, done: make(chan struct{})}
 	cmd.Stderr = l.stderr
@@ -375,7 +275,8 @@ func (n *mcNet) startListener(t testing.TB, herald, host, group string, extra ..
 	ip, _, _ := strings.Cut(group, ":")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, _ := mcRun("ip", "-n", n.ns[host], "maddr", "show", "dev", "eth0")
+		outb, _ := exec.Command("ip", "-n", n.NS[host], "maddr", "show", "dev", "eth0").CombinedOutput()
+		out := string(outb)
 		if strings.Contains(out, " "+ip+"\n") || strings.Contains(out, " "+ip+" ") {
 			return l
 		}
@@ -713,7 +614,7 @@ func (n *mcNet) forge(host, group string, stop <-chan struct{}) <-chan forgeResu
 			if err := ipv4.NewPacketConn(rc).JoinGroup(ifi, &net.UDPAddr{IP: g.Addr().AsSlice()}); err != nil {
 				return err
 			}
-			if sc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(n.addr[host])}); err != nil {
+			if sc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(n.Addr[host].String())}); err != nil {
 				return err
 			}
 			return ipv4.NewPacketConn(sc).SetMulticastInterface(ifi)
@@ -817,14 +718,14 @@ func TestMulticastE2E(t *testing.T) {
 	t.Run("LossyLink", func(t *testing.T) {
 		const group, port, total = "239.255.78.1:7801", 7801, 20000
 		nw.dropShare("r3", port)
-		t.Cleanup(func() { exec.Command("ip", "netns", "exec", nw.ns["r3"], "nft", "delete", "table", "inet", "t").Run() })
+		t.Cleanup(func() { exec.Command("ip", "netns", "exec", nw.NS["r3"], "nft", "delete", "table", "inet", "t").Run() })
 		ls := []*mcListener{
 			nw.startListener(t, herald, "r1", group),
 			nw.startListener(t, herald, "r2", group),
 			nw.startListener(t, herald, "r3", group),
 		}
 		dir := t.TempDir()
-		d := nw.startDaemon(t, "app", writeDaemonConfig(t, dir, nw.addr["app"], mcChannel{group: group, topics: []string{"metrics.>"}}))
+		d := nw.startDaemon(t, "app", writeDaemonConfig(t, dir, nw.Addr["app"].String(), mcChannel{group: group, topics: []string{"metrics.>"}}))
 		tally := subscribeTally(t, nw.dialStomp(t, "app", d.stomp), "/topic/>")
 		pub := nw.dialStomp(t, "app", d.stomp)
 		count := map[string]uint64{}
@@ -861,7 +762,7 @@ func TestMulticastE2E(t *testing.T) {
 		topics := []string{"metrics.cpu", "metrics.cpu", "metrics.mem"}
 		r1 := nw.startListener(t, herald, "r1", group)
 		dir := t.TempDir()
-		cfg := writeDaemonConfig(t, dir, nw.addr["app"], mcChannel{group: group, topics: []string{"metrics.>"}})
+		cfg := writeDaemonConfig(t, dir, nw.Addr["app"].String(), mcChannel{group: group, topics: []string{"metrics.>"}})
 		d := nw.startDaemon(t, "app", cfg)
 		pub := nw.dialStomp(t, "app", d.stomp)
 		c1 := map[string]uint64{}
@@ -907,7 +808,7 @@ func TestMulticastE2E(t *testing.T) {
 		r1 := nw.startListener(t, herald, "r1", group)
 		r2 := nw.startListener(t, herald, "r2", group)
 		dir := t.TempDir()
-		d := nw.startDaemon(t, "app", writeDaemonConfig(t, dir, nw.addr["app"], mcChannel{group: group, topics: []string{"metrics.>"}}))
+		d := nw.startDaemon(t, "app", writeDaemonConfig(t, dir, nw.Addr["app"].String(), mcChannel{group: group, topics: []string{"metrics.>"}}))
 		pub := nw.dialStomp(t, "app", d.stomp)
 		count := map[string]uint64{}
 		publish(t, pub, count, topics, 2000, 10000)
@@ -943,7 +844,7 @@ func TestMulticastE2E(t *testing.T) {
 		}
 		r1 := nw.startListener(t, herald, "r1", group, "--key-file", keyFile, "--key-id", "1")
 		r2 := nw.startListener(t, herald, "r2", group, "--key-file", keyFile, "--key-id", "1")
-		d := nw.startDaemon(t, "app", writeDaemonConfig(t, dir, nw.addr["app"],
+		d := nw.startDaemon(t, "app", writeDaemonConfig(t, dir, nw.Addr["app"].String(),
 			mcChannel{group: group, topics: []string{"metrics.>"}, keyFile: keyFile, keyID: 1}))
 		stop := make(chan struct{})
 		forged := nw.forge("x", group, stop)
