@@ -236,14 +236,17 @@ func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 }
 
 // userHeaders returns the SEND headers to keep with the message.
+// Repeated headers are dropped (the first wins); a frame holds few headers
+// (stomp.max_headers bounds them), so a scan beats a map on this hot path.
 func userHeaders(f *stomp.Frame) stomp.Headers {
 	h := make(stomp.Headers, 0, len(f.Headers))
-	seen := make(map[string]bool, len(f.Headers))
 	for _, kv := range f.Headers {
-		if transportHeaders[kv.Key] || seen[kv.Key] {
+		if transportHeaders[kv.Key] {
 			continue
 		}
-		seen[kv.Key] = true
+		if _, dup := h.Lookup(kv.Key); dup {
+			continue
+		}
 		h = append(h, kv)
 	}
 	return h

@@ -541,14 +541,26 @@ func (q *queue) autoAcked(ds []*delivery) {
 	q.mu.Lock()
 	ops := make([]Op, 0, len(ds))
 	taken := ds[:0:0]
+	subs := map[*subscription]bool{}
 	for _, d := range ds {
 		if d.released {
 			continue
 		}
 		q.endLocked(d)
-		q.removeFromSubLocked(d)
+		subs[d.sub] = true
 		ops = append(ops, Op{Kind: OpDelete, ID: d.msg.ID})
 		taken = append(taken, d)
+	}
+	// One pass per subscription rather than a search and a copy per message.
+	for sub := range subs {
+		kept := sub.inflight[:0]
+		for _, d := range sub.inflight {
+			if !d.released {
+				kept = append(kept, d)
+			}
+		}
+		clear(sub.inflight[len(kept):])
+		sub.inflight = kept
 	}
 	q.dispatchLocked()
 	q.mu.Unlock()
