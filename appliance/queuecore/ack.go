@@ -1,0 +1,265 @@
+package queuecore
+
+import "sort"
+
+// Ack acknowledges the delivery of message id to con (attempt 0: whichever
+// attempt con holds, the STOMP 1.0/1.1 form). For AckClient it covers every
+// earlier delivery of con too. It returns the journal batch that makes it
+// durable, for the caller to submit (alone or within a transaction), or
+// stale when con holds no such delivery (ignored and counted).
+func (c *Core) Ack(con *Consumer, id uint64, attempt int, now int64) (b *Batch, stale bool) {
+	taken := c.take(con, id, attempt)
+	if taken == nil {
+		c.StaleAcks++
+		return nil, true
+	}
+	var p pend
+	for _, d := range taken {
+		d.Msg.state = stLeaving
+		p.ops = append(p.ops, Op{Kind: OpDelete, Msg: d.Msg})
+		p.ds = append(p.ds, d)
+	}
+	b = c.emitDirect(p)
+	c.end(now)
+	return b, false
+}
+
+// Nack returns the deliveries an ACK of the same token would cover: after a
+// back-off, or to the dead-letter queue when requeue is false or they
+// reached max_deliveries. The message keeps blocking its group during its
+// back-off. The batch is the caller's to submit.
+func (c *Core) Nack(con *Consumer, id uint64, attempt int, requeue bool, now int64) (b *Batch, stale bool) {
+	taken := c.take(con, id, attempt)
+	if taken == nil {
+		c.StaleAcks++
+		return nil, true
+	}
+	var p pend
+	for _, d := range taken {
+		m := d.Msg
+		switch {
+		case c.cfg.DeadLetter && !requeue:
+			m.state = stLeaving
+			p.ops = append(p.ops, Op{Kind: OpDeadLetter, Msg: m, Reason: "nack"})
+		case c.cfg.DeadLetter && c.cfg.MaxDeliveries > 0 && m.Deliveries >= c.cfg.MaxDeliveries:
+			m.state = stLeaving
+			p.ops = append(p.ops, Op{Kind: OpDeadLetter, Msg: m, Reason: "max-deliveries"})
+		default:
+			m.NotBefore = now + c.backoff(m.Deliveries)
+			p.ops = append(p.ops, Op{Kind: OpRelease, Msg: m, NotBefore: m.NotBefore})
+			c.place(m, now)
+		}
+		p.ds = append(p.ds, d)
+	}
+	b = c.emitDirect(p)
+	c.end(now)
+	return b, false
+}
+
+// emitDirect registers a batch the caller submits itself.
+func (c *Core) emitDirect(p pend) *Batch {
+	c.nextSeq++
+	pp := p
+	c.pending[c.nextSeq] = &pp
+	return &Batch{Seq: c.nextSeq, Ops: p.ops}
+}
+
+// take removes the deliveries an ack of (id, attempt) covers from con.
+func (c *Core) take(con *Consumer, id uint64, attempt int) []*Delivery {
+	idx := -1
+	for i, d := range con.inflight {
+		if d.Msg.ID == id && (attempt == 0 || d.Attempt == attempt) {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 || !con.inflight[idx].claimed {
+		return nil
+	}
+	var taken, kept []*Delivery
+	if con.Mode == AckClient {
+		for _, d := range con.inflight[:idx+1] {
+			if d.claimed {
+				taken = append(taken, d)
+			} else {
+				kept = append(kept, d)
+			}
+		}
+		kept = append(kept, con.inflight[idx+1:]...)
+	} else {
+		taken = []*Delivery{con.inflight[idx]}
+		kept = append(append(kept, con.inflight[:idx]...), con.inflight[idx+1:]...)
+	}
+	con.inflight = kept
+	for _, d := range taken {
+		d.ended = true
+		c.dropDeadline(d)
+		delete(c.flight, d.Msg.ID)
+	}
+	return taken
+}
+
+// Written reports auto-ack deliveries whose MESSAGE was written: they are
+// deleted.
+func (c *Core) Written(ds []*Delivery, now int64) {
+	var touched []*Consumer
+	for _, d := range ds {
+		if d.ended {
+			continue
+		}
+		d.ended = true
+		delete(c.flight, d.Msg.ID)
+		d.Msg.state = stLeaving
+		c.addWork(Op{Kind: OpDelete, Msg: d.Msg}, d)
+		touched = append(touched, d.C)
+	}
+	for _, con := range touched {
+		kept := con.inflight[:0]
+		for _, d := range con.inflight {
+			if !d.ended {
+				kept = append(kept, d)
+			}
+		}
+		clear(con.inflight[len(kept):])
+		con.inflight = kept
+	}
+	c.end(now)
+}
+
+// Done reports the outcome of batch seq: committed (err == nil, with the
+// journal's result) or failed as a whole.
+func (c *Core) Done(seq uint64, res Result, err error, now int64) {
+	p := c.pending[seq]
+	if p == nil {
+		return
+	}
+	delete(c.pending, seq)
+	retryAt := int64(0)
+	if err != nil {
+		c.failStreak++
+		c.JournalFailures++
+		retryAt = now + c.retryDelay(c.failStreak)
+		c.out.Events = append(c.out.Events, Event{Kind: EvJournalFailed, Err: err})
+	} else {
+		c.failStreak = 0
+	}
+	for i, op := range p.ops {
+		m := op.Msg
+		var d *Delivery
+		if i < len(p.ds) {
+			d = p.ds[i]
+		}
+		switch op.Kind {
+		case OpClaim:
+			if d == nil {
+				continue // a revert of an abandoned claim
+			}
+			c.claimDone(d, err, retryAt, now)
+		case OpDelete, OpDrop, OpDeadLetter, OpMoveOut:
+			if err != nil {
+				c.leaveFailed(m, retryAt, now)
+				continue
+			}
+			c.left(m)
+			switch op.Kind {
+			case OpDelete:
+				c.Acked++
+			case OpDrop:
+				c.Expired++
+			case OpDeadLetter:
+				c.DeadLettered++
+				if op.Reason == "expired" {
+					c.Expired++
+				}
+				c.out.Moved = append(c.out.Moved, Moved{Msg: m, NewID: newID(res, i), Reason: op.Reason})
+				c.out.Events = append(c.out.Events, Event{Kind: EvDeadLettered, ID: m.ID, Reason: op.Reason})
+			case OpMoveOut:
+				c.out.Moved = append(c.out.Moved, Moved{Msg: m, NewID: newID(res, i), Queue: op.Target})
+			}
+		case OpRelease:
+			// Only the back-off's durability; memory already has it.
+		case OpPurge:
+			c.purgeDone(op, res, err)
+		}
+	}
+	c.end(now)
+}
+
+func newID(res Result, i int) uint64 {
+	if i < len(res.NewIDs) {
+		return res.NewIDs[i]
+	}
+	return 0
+}
+
+func (c *Core) claimDone(d *Delivery, err error, retryAt, now int64) {
+	m := d.Msg
+	switch {
+	case err != nil:
+		// Not delivered: the count goes back, and the message waits out a
+		// back-off still holding its group, so that nothing of its group
+		// overtakes it.
+		m.Deliveries = d.Attempt - 1
+		d.ended = true
+		c.dropDeadline(d)
+		delete(c.flight, m.ID)
+		if !d.abandoned {
+			d.C.inflight = removeDelivery(d.C.inflight, d)
+		}
+		m.NotBefore = max(m.NotBefore, retryAt)
+		c.place(m, now)
+	case d.abandoned:
+		// The consumer left before the MESSAGE could go out: it was never
+		// delivered, so its durable count goes back too.
+		m.Deliveries = d.Attempt - 1
+		d.ended = true
+		c.dropDeadline(d)
+		delete(c.flight, m.ID)
+		c.addWork(Op{Kind: OpClaim, Msg: m, Deliveries: m.Deliveries}, nil)
+		c.place(m, now)
+	default:
+		d.claimed = true
+		c.out.Deliver = append(c.out.Deliver, d)
+	}
+}
+
+// left finishes a message whose delete or move committed.
+func (c *Core) left(m *Msg) {
+	c.count--
+	c.bytes -= m.Size
+	delete(c.byID, m.ID)
+	m.state = stNone
+	if m.holdsGroup {
+		m.holdsGroup = false
+		c.ready.release(m.Group)
+	}
+	c.out.Space = true
+}
+
+// leaveFailed puts back a message whose delete or move failed: it is
+// still in the journal, so it is delivered again after a back-off (never a
+// hot loop against a failing disk).
+func (c *Core) leaveFailed(m *Msg, retryAt, now int64) {
+	if m.ID > c.memTail {
+		// Never in memory (requeue of a message not paged in): the pager
+		// finds it again.
+		delete(c.byID, m.ID)
+		m.state = stNone
+		return
+	}
+	m.NotBefore = max(m.NotBefore, retryAt)
+	c.place(m, now)
+}
+
+func removeDelivery(s []*Delivery, d *Delivery) []*Delivery {
+	for i, x := range s {
+		if x == d {
+			return append(s[:i], s[i+1:]...)
+		}
+	}
+	return s
+}
+
+func sortDeliveries(ds []*Delivery) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i].Msg.ID < ds[j].Msg.ID })
+}

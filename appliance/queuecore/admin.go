@@ -1,0 +1,113 @@
+package queuecore
+
+import "container/heap"
+
+// Purge starts deleting every message of the queue that is not in flight
+// (nor already on its way out). Memory changes only when the batch
+// commits; until then dispatch pauses. It returns nil while another purge
+// is pending.
+func (c *Core) Purge(now int64) *Batch {
+	if c.purging {
+		return nil
+	}
+	c.purging = true
+	keep := make([]uint64, 0, len(c.flight))
+	for id, m := range c.byID {
+		if m.state == stFlight || m.state == stLeaving {
+			keep = append(keep, id)
+		}
+	}
+	for id := range c.flight {
+		if c.byID[id] == nil {
+			keep = append(keep, id)
+		}
+	}
+	return c.emitDirect(pend{ops: []Op{{Kind: OpPurge, UpTo: c.lastID, Keep: keep}}})
+}
+
+func (c *Core) purgeDone(op Op, res Result, err error) {
+	c.purging = false
+	if err != nil {
+		return
+	}
+	keep := make(map[uint64]bool, len(op.Keep))
+	for _, id := range op.Keep {
+		keep[id] = true
+	}
+	for id, m := range c.byID {
+		if id > op.UpTo || keep[id] {
+			continue
+		}
+		switch m.state {
+		case stReady:
+			c.ready.remove(m)
+		case stDelayed:
+			c.delayed.remove(m)
+			m.state = stNone
+			if m.holdsGroup {
+				m.holdsGroup = false
+				c.ready.release(m.Group)
+			}
+		default:
+			continue
+		}
+		delete(c.byID, id)
+	}
+	c.memTail = max(c.memTail, op.UpTo)
+	c.count -= res.Affected
+	c.bytes -= res.Bytes
+	c.out.Space = true
+	c.out.Events = append(c.out.Events, Event{Kind: EvPurged, Reason: "purge"})
+}
+
+// MoveOut starts moving messages loaded from the journal (in ID order) to
+// queue target: requeue out of a dead-letter queue. Messages in flight or
+// already leaving are skipped. It returns nil when none can move. Memory
+// changes only when the batch commits.
+func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
+	var p pend
+	for _, lm := range msgs {
+		m := c.byID[lm.ID]
+		switch {
+		case m == nil:
+			if lm.ID <= c.memTail {
+				continue // gone meanwhile
+			}
+			m = lm
+			c.byID[m.ID] = m
+		case m.state == stReady:
+			c.ready.remove(m)
+		case m.state == stDelayed:
+			heap.Remove(&c.delayed, m.heapIdx)
+		default:
+			continue
+		}
+		m.state = stLeaving
+		p.ops = append(p.ops, Op{Kind: OpMoveOut, Msg: m, Target: target})
+	}
+	if len(p.ops) == 0 {
+		return nil
+	}
+	return c.emitDirect(p)
+}
+
+// Snapshot is what the admin views show of a queue.
+type Snapshot struct {
+	Count, InFlight, Delayed, Consumers, InMemory int
+	Bytes                                         int64
+	Oldest                                        int64 // ms of the oldest enqueue in memory, 0 if none
+	Spilled, Purging                              bool
+	Stats
+}
+
+// Snapshot returns the queue's counts.
+func (c *Core) Snapshot() Snapshot {
+	s := Snapshot{Count: c.count, Bytes: c.bytes, InFlight: len(c.flight), Delayed: len(c.delayed),
+		Consumers: len(c.consumers), InMemory: len(c.byID), Spilled: c.spilled, Purging: c.purging, Stats: c.Stats}
+	for _, m := range c.byID {
+		if m.Enqueued > 0 && (s.Oldest == 0 || m.Enqueued < s.Oldest) {
+			s.Oldest = m.Enqueued
+		}
+	}
+	return s
+}

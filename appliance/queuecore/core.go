@@ -1,0 +1,482 @@
+package queuecore
+
+import (
+	"container/heap"
+	"math/rand/v2"
+	"strconv"
+)
+
+// Defaults for Config.
+const (
+	DefaultWindow        = 10000
+	DefaultGroupOverflow = 4
+	DefaultRetryMin      = 250    // ms
+	DefaultRetryMax      = 30_000 // ms
+)
+
+// Config is one queue's effective settings.
+type Config struct {
+	Window        int   // ready messages kept in memory; the rest is paged in
+	GroupOverflow int   // multiples of Window that blocked groups may add to memory
+	MaxMessages   int   // 0 = no limit
+	MaxBytes      int64 // 0 = no limit
+	MaxDeliveries int   // dead-letter after this many; 0 = never
+	RedeliveryMin int64 // ms, NACK back-off, doubled per delivery
+	RedeliveryMax int64 // ms
+	DeadLetter    bool  // false for a dead-letter queue: it never dead-letters
+	ExpiredToDLQ  bool  // expired messages move to the DLQ instead of being dropped
+	RetryMin      int64 // ms back-off of messages whose journal write failed
+	RetryMax      int64 // ms
+}
+
+// Stats are the queue's counters.
+type Stats struct {
+	Enqueued, Delivered, Redelivered, Acked, Expired, DeadLettered uint64
+	StaleAcks, AckTimeouts, JournalFailures                        uint64
+}
+
+// Core is one queue's state machine. The zero value is not usable: New.
+type Core struct {
+	cfg Config
+	rng *rand.Rand
+
+	ready     readyIndex
+	delayed   delayHeap
+	byID      map[uint64]*Msg // every message in memory, any state
+	flight    map[uint64]*Delivery
+	consumers []*Consumer
+	rr        int
+
+	count        int   // committed messages of the queue, every state
+	bytes        int64 // their Size
+	pendingN     int   // reserved enqueues not yet committed
+	pendingBytes int64
+
+	lastID      uint64 // highest committed ID of this queue
+	memTail     uint64 // every message with ID <= memTail is in memory or gone
+	spilled     bool   // the journal may hold messages > memTail
+	spillSeq    uint64
+	paging      bool
+	pageRetryAt int64
+
+	purging      bool
+	deadlines    int   // deliveries with an ack deadline
+	nextDeadline int64 // earliest of them (a lower bound)
+	failStreak   int   // consecutive failed batches
+
+	nextSeq uint64
+	pending map[uint64]*pend
+	work    pend // journal work of the current input, emitted at its end
+
+	out Output
+	Stats
+}
+
+// pend is a batch waiting for its outcome: ops and, aligned with them, the
+// deliveries they finish (claims).
+type pend struct {
+	ops []Op
+	ds  []*Delivery
+}
+
+// Output is what the core asks of the shell; see the package doc.
+type Output struct {
+	Batches []*Batch
+	Deliver []*Delivery
+	PageIn  *PageIn
+	Moved   []Moved
+	Events  []Event
+	Wake    int64
+	Space   bool
+}
+
+// New returns an empty queue core. seed makes its random choices (NACK
+// back-off jitter) reproducible.
+func New(cfg Config, seed uint64) *Core {
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.GroupOverflow <= 0 {
+		cfg.GroupOverflow = DefaultGroupOverflow
+	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = DefaultRetryMin
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryMin)
+	}
+	if cfg.RedeliveryMax < cfg.RedeliveryMin {
+		cfg.RedeliveryMax = cfg.RedeliveryMin
+	}
+	return &Core{
+		cfg:     cfg,
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		byID:    map[uint64]*Msg{},
+		flight:  map[uint64]*Delivery{},
+		pending: map[uint64]*pend{},
+	}
+}
+
+// Config returns the core's settings.
+func (c *Core) Config() Config { return c.cfg }
+
+// Take returns the outputs collected since the last Take.
+func (c *Core) Take() Output {
+	o := c.out
+	c.out = Output{}
+	o.Wake = c.wake()
+	return o
+}
+
+func (c *Core) wake() int64 {
+	var w int64
+	at := func(t int64) {
+		if t > 0 && (w == 0 || t < w) {
+			w = t
+		}
+	}
+	if len(c.delayed) > 0 {
+		at(c.delayed[0].NotBefore)
+	}
+	if c.deadlines > 0 {
+		at(c.nextDeadline)
+	}
+	if c.spilled && !c.paging && c.pageRetryAt > 0 {
+		at(c.pageRetryAt)
+	}
+	return w
+}
+
+// --- limits and enqueue -------------------------------------------------
+
+// Reserve counts an enqueue of size bytes against the limits before it is
+// journaled, counting enqueues still pending commit. It returns false and
+// the setting that refused it when the queue is full.
+func (c *Core) Reserve(size int64) (bool, string) {
+	if c.cfg.MaxMessages > 0 && c.count+c.pendingN >= c.cfg.MaxMessages {
+		return false, "max_messages=" + strconv.Itoa(c.cfg.MaxMessages)
+	}
+	if c.cfg.MaxBytes > 0 && c.bytes+c.pendingBytes+size > c.cfg.MaxBytes {
+		return false, "max_bytes=" + strconv.FormatInt(c.cfg.MaxBytes, 10)
+	}
+	c.pendingN++
+	c.pendingBytes += size
+	return true, ""
+}
+
+// Unreserve returns a reservation whose enqueue did not happen (failed, or
+// a duplicate).
+func (c *Core) Unreserve(size int64) {
+	c.pendingN--
+	c.pendingBytes -= size
+	c.out.Space = true
+}
+
+// Recover sets what the journal holds for the queue at startup; the
+// messages themselves are paged in.
+func (c *Core) Recover(count int, bytes int64, maxID uint64, now int64) {
+	c.count, c.bytes, c.lastID = count, bytes, maxID
+	c.spilled = count > 0
+	c.dispatch(now)
+}
+
+// Committed adds a message whose enqueue (or move into this queue) is
+// durable. reserved says whether Reserve counted it.
+func (c *Core) Committed(m *Msg, reserved bool, now int64) {
+	if reserved {
+		c.pendingN--
+		c.pendingBytes -= m.Size
+	}
+	c.count++
+	c.bytes += m.Size
+	c.lastID = max(c.lastID, m.ID)
+	c.Enqueued++
+	switch {
+	case m.ID <= c.memTail || c.byID[m.ID] != nil:
+		// already paged in by a load that saw the commit first
+	case c.spilled || c.windowFull():
+		c.spilled = true
+		c.spillSeq++
+	default:
+		c.memTail = m.ID
+		c.place(m, now)
+	}
+	c.end(now)
+}
+
+func (c *Core) windowFull() bool {
+	return len(c.ready.elig) >= c.cfg.Window || c.ready.n >= c.cfg.Window*c.cfg.GroupOverflow
+}
+
+// place puts a message that is in memory and not held where it belongs.
+func (c *Core) place(m *Msg, now int64) {
+	c.byID[m.ID] = m
+	if m.NotBefore > now {
+		m.state = stDelayed
+		heap.Push(&c.delayed, m)
+		return
+	}
+	if m.holdsGroup {
+		m.holdsGroup = false
+		c.ready.release(m.Group)
+	}
+	c.ready.add(m)
+}
+
+// --- paging -------------------------------------------------------------
+
+func (c *Core) maybePage(now int64) {
+	if !c.spilled || c.paging || now < c.pageRetryAt {
+		return
+	}
+	if len(c.ready.elig) >= c.cfg.Window*3/4 {
+		return
+	}
+	limit := min(c.cfg.Window, c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
+	if limit < 1 {
+		return
+	}
+	c.paging = true
+	c.out.PageIn = &PageIn{After: c.memTail, Limit: limit, seq: c.spillSeq}
+}
+
+// Paged delivers the messages a PageIn loaded (in ID order), or its error.
+func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
+	c.paging = false
+	if err != nil {
+		c.pageRetryAt = now + c.retryDelay(1)
+		c.JournalFailures++
+		c.out.Events = append(c.out.Events, Event{Kind: EvJournalFailed, Reason: "page in", Err: err})
+		c.end(now)
+		return
+	}
+	c.pageRetryAt = 0
+	for _, m := range msgs {
+		if m.ID <= c.memTail || c.byID[m.ID] != nil {
+			continue
+		}
+		c.memTail = m.ID
+		c.place(m, now)
+	}
+	if len(msgs) < req.Limit && c.spillSeq == req.seq {
+		c.spilled = false
+	}
+	c.end(now)
+}
+
+// --- consumers ----------------------------------------------------------
+
+// Subscribe adds a consumer.
+func (c *Core) Subscribe(con *Consumer, now int64) {
+	if con.Prefetch < 1 {
+		con.Prefetch = 1
+	}
+	c.consumers = append(c.consumers, con)
+	c.end(now)
+}
+
+// Unsubscribe removes a consumer; what it held returns to the queue at its
+// original position (or is dead-lettered at max_deliveries).
+func (c *Core) Unsubscribe(con *Consumer, now int64) {
+	for i, x := range c.consumers {
+		if x == con {
+			c.consumers = append(c.consumers[:i], c.consumers[i+1:]...)
+			break
+		}
+	}
+	con.closed = true
+	held := con.inflight
+	con.inflight = nil
+	for _, d := range held {
+		if !d.claimed {
+			d.abandoned = true // finished when its claim completes
+			continue
+		}
+		c.release(d, now)
+	}
+	c.end(now)
+}
+
+// Consumers is the number of subscribed consumers.
+func (c *Core) Consumers() int { return len(c.consumers) }
+
+// Holds reports whether con holds message id.
+func (c *Core) Holds(con *Consumer, id uint64) bool {
+	d := c.flight[id]
+	return d != nil && d.C == con && !d.abandoned
+}
+
+// --- dispatch -----------------------------------------------------------
+
+// Tick is the clock input: delayed messages due, ack deadlines passed.
+func (c *Core) Tick(now int64) { c.end(now) }
+
+// end finishes every input: dispatch, then emit the journal work.
+func (c *Core) end(now int64) {
+	c.dispatch(now)
+	if len(c.work.ops) > 0 {
+		c.emit(c.work)
+		c.work = pend{}
+	}
+}
+
+func (c *Core) emit(p pend) *Batch {
+	c.nextSeq++
+	pp := p
+	c.pending[c.nextSeq] = &pp
+	b := &Batch{Seq: c.nextSeq, Ops: p.ops}
+	c.out.Batches = append(c.out.Batches, b)
+	return b
+}
+
+func (c *Core) addWork(op Op, d *Delivery) {
+	c.work.ops = append(c.work.ops, op)
+	c.work.ds = append(c.work.ds, d)
+}
+
+func (c *Core) dispatch(now int64) {
+	c.promote(now)
+	if !c.purging {
+		for len(c.ready.elig) > 0 {
+			con := c.nextConsumer()
+			if con == nil {
+				break
+			}
+			m := c.ready.pop()
+			m.holdsGroup = m.Group != "" // it holds its group until it leaves or is ready again
+			if m.Expires != 0 && m.Expires <= now {
+				c.expire(m)
+				continue
+			}
+			m.Deliveries++
+			m.state = stFlight
+			d := &Delivery{Msg: m, C: con, Attempt: m.Deliveries}
+			c.flight[m.ID] = d
+			con.inflight = append(con.inflight, d)
+			c.Delivered++
+			if m.Deliveries > 1 {
+				c.Redelivered++
+			}
+			if con.Mode == AckAuto {
+				d.claimed = true
+				c.out.Deliver = append(c.out.Deliver, d)
+				continue
+			}
+			if con.AckTimeout > 0 {
+				d.deadline = now + con.AckTimeout
+				if c.deadlines == 0 || d.deadline < c.nextDeadline {
+					c.nextDeadline = d.deadline
+				}
+				c.deadlines++
+			}
+			c.addWork(Op{Kind: OpClaim, Msg: m, Deliveries: d.Attempt}, d)
+		}
+	}
+	c.maybePage(now)
+}
+
+func (c *Core) nextConsumer() *Consumer {
+	n := len(c.consumers)
+	for i := 0; i < n; i++ {
+		con := c.consumers[(c.rr+i)%n]
+		if len(con.inflight) < con.Prefetch {
+			c.rr = (c.rr + i + 1) % n
+			return con
+		}
+	}
+	return nil
+}
+
+// promote makes due delayed messages ready and ends deliveries whose ack
+// deadline passed.
+func (c *Core) promote(now int64) {
+	for len(c.delayed) > 0 && c.delayed[0].NotBefore <= now {
+		m := heap.Pop(&c.delayed).(*Msg)
+		c.place(m, now)
+	}
+	if c.deadlines == 0 || now < c.nextDeadline {
+		return
+	}
+	c.deadlines, c.nextDeadline = 0, 0
+	var expired []*Delivery
+	for _, d := range c.flight {
+		if d.deadline == 0 || d.ended || d.abandoned {
+			continue
+		}
+		if d.claimed && d.deadline <= now {
+			expired = append(expired, d)
+			continue
+		}
+		if c.deadlines == 0 || d.deadline < c.nextDeadline {
+			c.nextDeadline = d.deadline
+		}
+		c.deadlines++
+	}
+	// Map order is random: release in ID order so the outcome is
+	// reproducible.
+	sortDeliveries(expired)
+	for _, d := range expired {
+		d.C.inflight = removeDelivery(d.C.inflight, d)
+		c.AckTimeouts++
+		c.out.Events = append(c.out.Events, Event{Kind: EvAckTimeout, ID: d.Msg.ID})
+		c.release(d, now)
+	}
+}
+
+// release ends a claimed delivery that was neither acked nor nacked
+// (disconnect, ack timeout): the message goes back to its position, or to
+// the dead-letter queue when it reached max_deliveries.
+func (c *Core) release(d *Delivery, now int64) {
+	d.ended = true
+	c.dropDeadline(d)
+	delete(c.flight, d.Msg.ID)
+	m := d.Msg
+	if c.cfg.DeadLetter && c.cfg.MaxDeliveries > 0 && m.Deliveries >= c.cfg.MaxDeliveries {
+		c.deadLetter(m, "max-deliveries")
+		return
+	}
+	c.place(m, now)
+}
+
+func (c *Core) dropDeadline(d *Delivery) {
+	if d.deadline != 0 && c.deadlines > 0 {
+		c.deadlines--
+	}
+	d.deadline = 0
+}
+
+func (c *Core) expire(m *Msg) {
+	if c.cfg.ExpiredToDLQ && c.cfg.DeadLetter {
+		c.deadLetter(m, "expired")
+		return
+	}
+	m.state = stLeaving
+	c.addWork(Op{Kind: OpDrop, Msg: m}, nil)
+}
+
+func (c *Core) deadLetter(m *Msg, reason string) {
+	m.state = stLeaving
+	c.addWork(Op{Kind: OpDeadLetter, Msg: m, Reason: reason}, nil)
+}
+
+func (c *Core) retryDelay(streak int) int64 {
+	d := c.cfg.RetryMin
+	for i := 1; i < streak && d < c.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.RetryMax)
+}
+
+// backoff is the NACK redelivery delay after n deliveries: exponential from
+// RedeliveryMin, capped at RedeliveryMax, with ±25% jitter.
+func (c *Core) backoff(n int) int64 {
+	d := c.cfg.RedeliveryMin
+	for i := 1; i < n && d < c.cfg.RedeliveryMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.RedeliveryMax)
+	if d <= 0 {
+		return 0
+	}
+	return d + c.rng.Int64N(d/2+1) - d/4
+}

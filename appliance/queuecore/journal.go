@@ -1,0 +1,74 @@
+package queuecore
+
+// OpKind is what one journal operation of the core does.
+type OpKind uint8
+
+// Journal operation kinds. The shell maps them to its journal's operations.
+const (
+	OpDelete     OpKind = iota + 1 // ack or auto-ack: delete Msg
+	OpDrop                         // expired: delete Msg
+	OpClaim                        // set Msg's delivery count to Deliveries
+	OpRelease                      // Msg not deliverable before NotBefore
+	OpDeadLetter                   // move Msg to the dead-letter queue (Reason says why)
+	OpMoveOut                      // requeue: move Msg to another queue (Target)
+	OpPurge                        // delete every message with ID <= UpTo except Keep
+)
+
+// Op is one journal operation.
+type Op struct {
+	Kind       OpKind
+	Msg        *Msg
+	Deliveries int    // OpClaim
+	NotBefore  int64  // OpRelease
+	Reason     string // OpDeadLetter: nack, max-deliveries, expired
+	Target     string // OpMoveOut
+	UpTo       uint64 // OpPurge
+	Keep       []uint64
+}
+
+// Batch is journal work applied atomically. Seq names it in Done.
+type Batch struct {
+	Seq uint64
+	Ops []Op
+}
+
+// Result is what the journal reports back for a committed batch.
+type Result struct {
+	NewIDs   []uint64 // per op: the moved message's new ID (OpDeadLetter, OpMoveOut)
+	Affected int      // OpPurge: messages deleted
+	Bytes    int64    // OpPurge: their size
+}
+
+// Moved is a message that left this queue for another, under a new ID.
+type Moved struct {
+	Msg    *Msg
+	NewID  uint64
+	Queue  string // "" = this queue's dead-letter queue
+	Reason string
+}
+
+// PageIn asks the shell to load messages with ID > After, at most Limit.
+type PageIn struct {
+	After uint64
+	Limit int
+	seq   uint64
+}
+
+// Event is something the shell logs or counts.
+type Event struct {
+	Kind   EventKind
+	ID     uint64
+	Reason string
+	Err    error
+}
+
+// EventKind names an Event.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EvAckTimeout EventKind = iota + 1
+	EvDeadLettered
+	EvJournalFailed // a batch failed; its messages retry after a back-off
+	EvPurged
+)

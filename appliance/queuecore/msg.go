@@ -1,0 +1,69 @@
+package queuecore
+
+// Msg is the core's view of one queue message. The shell keeps what it
+// needs to build frames in Ref.
+type Msg struct {
+	ID         uint64
+	Size       int64 // weight for max_bytes and byte counts; fixed while in this queue
+	Group      string
+	NotBefore  int64 // ms; not deliverable before
+	Expires    int64 // ms; 0 = never
+	Enqueued   int64 // ms of the first commit
+	Deliveries int   // delivery attempts whose claim committed (or auto-ack writes)
+	Scheduled  bool  // delayed by its producer (not a redelivery back-off)
+	Ref        any
+
+	state      msgState
+	holdsGroup bool // waiting out a back-off while still blocking its group
+	heapIdx    int
+}
+
+type msgState uint8
+
+const (
+	stNone    msgState = iota // not in memory
+	stReady                   // in the ready index
+	stDelayed                 // in the delay heap
+	stFlight                  // held by a delivery
+	stLeaving                 // its delete/move/dead-letter is being committed
+)
+
+// AckMode is a subscription's acknowledgement mode.
+type AckMode uint8
+
+// Acknowledgement modes.
+const (
+	AckAuto AckMode = iota
+	AckClient
+	AckClientIndividual
+)
+
+// Consumer is one subscription of the queue. The shell fills the exported
+// fields before Subscribe and must not change them afterwards.
+type Consumer struct {
+	Ref        any
+	Prefetch   int
+	Mode       AckMode
+	AckTimeout int64 // ms; 0 = none
+
+	inflight []*Delivery // delivery order, for cumulative acks
+	closed   bool
+}
+
+// InFlight is the number of deliveries the consumer holds.
+func (c *Consumer) InFlight() int { return len(c.inflight) }
+
+// Delivery is one delivery attempt of a message to a consumer.
+type Delivery struct {
+	Msg     *Msg
+	C       *Consumer
+	Attempt int
+
+	claimed   bool  // claim committed (or auto-ack): MESSAGE may go out
+	abandoned bool  // consumer left while the claim was pending
+	ended     bool  // acked, nacked, released
+	deadline  int64 // ack deadline, 0 = none
+}
+
+// AutoAck reports whether the delivery is deleted once written.
+func (d *Delivery) AutoAck() bool { return d.C.Mode == AckAuto }
