@@ -5,26 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/herald-mq/herald/appliance/queuecore"
 )
 
 // Errors of the admin operations.
 var (
 	ErrNoQueue   = errors.New("appliance: no such queue")
 	ErrQueueBusy = errors.New("appliance: queue has consumers")
+	ErrPurging   = errors.New("appliance: a purge of this queue is already running")
 )
-
-// apply submits ops as one batch and waits for the commit.
-func (b *Broker) apply(ctx context.Context, ops []Op) (*Batch, error) {
-	done := make(chan error, 1)
-	batch := &Batch{Ops: ops, Done: func(_ *Batch, err error) { done <- err }}
-	b.j.Submit(batch)
-	select {
-	case err := <-done:
-		return batch, err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for the journal: %w (the operation may still complete)", ctx.Err())
-	}
-}
 
 func (b *Broker) mustQueue(name string) (*queue, error) {
 	q := b.lookupQueue(name)
@@ -55,70 +45,74 @@ func (b *Broker) Purge(ctx context.Context, name string) (int, error) {
 	return q.purge(ctx)
 }
 
+// waitCore submits core batch cb and waits for its commit. The core learns
+// the outcome from the completion whether or not ctx ends first.
+func (q *queue) waitCore(ctx context.Context, cb *queuecore.Batch) (*Batch, error) {
+	type result struct {
+		b   *Batch
+		err error
+	}
+	done := make(chan result, 1)
+	q.submitCore(cb, func(b *Batch, err error) { done <- result{b, err} })
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the journal: %w (the operation may still complete)", ctx.Err())
+	}
+}
+
+// purge deletes what is not in flight. Memory changes only once the
+// journal committed: a failed purge leaves the queue as it was.
 func (q *queue) purge(ctx context.Context) (int, error) {
-	q.mu.Lock()
-	keep := make([]uint64, 0, len(q.inflight))
-	for id := range q.inflight {
-		keep = append(keep, id)
+	var cb *queuecore.Batch
+	q.run(func(now int64) { cb = q.core.Purge(now) })
+	if cb == nil {
+		return 0, fmt.Errorf("purge %s: %w; wait for it and retry", q.name, ErrPurging)
 	}
-	upTo := q.lastID
-	// Nothing up to upTo may come back into memory: clear the window and
-	// move the paging cursor past it. In-flight messages stay; a NACK
-	// returns them as usual.
-	for _, m := range q.delayed {
-		if m.holdsGroup {
-			m.holdsGroup = false
-			q.releaseGroupLocked(m.Group)
-		}
-	}
-	q.ready, q.delayed = nil, nil
-	q.memTail = max(q.memTail, upTo)
-	q.spilled = false
-	q.mu.Unlock()
-	batch, err := q.b.apply(ctx, []Op{{Kind: OpPurge, Queue: q.name, ID: upTo, Keep: keep}})
+	batch, err := q.waitCore(ctx, cb)
 	if err != nil {
 		return 0, fmt.Errorf("purge %s: %w", q.name, err)
 	}
-	op := batch.Ops[0]
-	q.mu.Lock()
-	q.count -= op.Affected
-	q.bytes -= op.Bytes
-	q.signalSpaceLocked()
-	q.mu.Unlock()
-	q.b.log.Info("queue purged", "queue", q.name, "messages", op.Affected)
-	return op.Affected, nil
+	n := batch.Ops[0].Affected
+	q.b.log.Info("queue purged", "queue", q.name, "messages", n)
+	return n, nil
 }
 
 // DeleteQueue purges queue and forgets it. A queue with consumers is not
-// deleted (ErrQueueBusy).
+// deleted (ErrQueueBusy). A SUBSCRIBE or SEND racing with the delete finds
+// the name's new queue.
 func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
-	q, err := b.mustQueue(name)
-	if err != nil {
-		return 0, err
+	b.mu.Lock()
+	q := b.queues[name]
+	if q == nil {
+		b.mu.Unlock()
+		return 0, fmt.Errorf("%w %q: list queues with: herald queues", ErrNoQueue, name)
 	}
 	q.mu.Lock()
-	n := len(q.consumers)
+	n := q.core.Consumers()
+	if n == 0 {
+		q.deleted = true
+		delete(b.queues, name)
+	}
 	q.mu.Unlock()
+	b.mu.Unlock()
 	if n > 0 {
 		return 0, fmt.Errorf("%w: %s has %d consumers; close them first (herald connections)", ErrQueueBusy, name, n)
 	}
 	purged, err := q.purge(ctx)
+	q.stop()
 	if err != nil {
 		return 0, err
 	}
-	b.mu.Lock()
-	if b.queues[name] == q {
-		delete(b.queues, name)
-	}
-	b.mu.Unlock()
-	q.stopTimers()
 	b.log.Info("queue deleted", "queue", name, "messages", purged)
 	return purged, nil
 }
 
 // Requeue moves up to max (0: all) messages of the dead-letter queue of
 // name back to the tail of name, oldest first, with their dlq-* headers
-// removed and their delivery count reset.
+// removed and their delivery count reset. Messages of the DLQ in flight
+// are skipped, however many.
 func (b *Broker) Requeue(ctx context.Context, name string, maxN int) (int, error) {
 	if strings.HasPrefix(name, b.cfg.Queues.DeadLetterQueue) {
 		return 0, fmt.Errorf("%w %q: name the original queue, not its DLQ (herald queue requeue %s)", ErrNoQueue, name, strings.TrimPrefix(name, b.cfg.Queues.DeadLetterQueue))
@@ -127,99 +121,38 @@ func (b *Broker) Requeue(ctx context.Context, name string, maxN int) (int, error
 	if err != nil {
 		return 0, err
 	}
-	target := b.queue(name)
+	b.queue(name) // the target exists before moves reach it
 	moved := 0
+	var after uint64
 	for maxN == 0 || moved < maxN {
 		want := 1000
 		if maxN > 0 {
 			want = min(want, maxN-moved)
 		}
-		n, err := dlq.requeueTo(ctx, target, want)
-		moved += n
+		msgs, err := b.j.Load(ctx, dlq.name, after, want)
 		if err != nil {
-			return moved, err
+			return moved, fmt.Errorf("requeue from %s: %w", dlq.name, err)
 		}
-		if n == 0 {
+		if len(msgs) == 0 {
 			break
 		}
+		after = msgs[len(msgs)-1].ID
+		cms := make([]*queuecore.Msg, len(msgs))
+		for i, m := range msgs {
+			cms[i] = coreMsg(m)
+		}
+		var cb *queuecore.Batch
+		dlq.run(func(now int64) { cb = dlq.core.MoveOut(cms, name, now) })
+		if cb == nil {
+			continue // all of these in flight: look further
+		}
+		if _, err := dlq.waitCore(ctx, cb); err != nil {
+			return moved, fmt.Errorf("requeue from %s: %w", dlq.name, err)
+		}
+		moved += len(cb.Ops)
 	}
 	if moved > 0 {
 		b.log.Info("dead letters requeued", "queue", name, "messages", moved)
 	}
 	return moved, nil
-}
-
-// requeueTo moves up to n of q's messages not in flight to target.
-func (q *queue) requeueTo(ctx context.Context, target *queue, n int) (int, error) {
-	msgs, err := q.b.j.Load(ctx, q.name, 0, n+64)
-	if err != nil {
-		return 0, err
-	}
-	q.mu.Lock()
-	var ops []Op
-	var picked []*Message
-	var maxID uint64
-	for _, m := range msgs {
-		if len(picked) == n {
-			break
-		}
-		if _, held := q.inflight[m.ID]; held {
-			continue
-		}
-		h := m.Headers.Clone()
-		for _, k := range []string{"dlq-original-destination", "dlq-reason", "dlq-delivery-count"} {
-			h.Del(k)
-		}
-		m.Headers = h
-		picked = append(picked, m)
-		maxID = max(maxID, m.ID)
-		ops = append(ops, Op{Kind: OpMove, ID: m.ID, Queue: target.name, Headers: h})
-	}
-	if len(picked) == 0 {
-		q.mu.Unlock()
-		return 0, nil
-	}
-	// Take them out of memory and keep the pager from reading them back.
-	gone := make(map[uint64]bool, len(picked))
-	for _, m := range picked {
-		gone[m.ID] = true
-	}
-	keepReady := q.ready[:0]
-	for _, m := range q.ready {
-		if !gone[m.ID] {
-			keepReady = append(keepReady, m)
-		}
-	}
-	q.ready = keepReady
-	var keepDelayed delayHeap
-	for _, m := range q.delayed {
-		if !gone[m.ID] {
-			keepDelayed = append(keepDelayed, m)
-		}
-	}
-	q.delayed = keepDelayed
-	initHeap(&q.delayed)
-	q.memTail = max(q.memTail, maxID)
-	q.mu.Unlock()
-
-	batch, err := q.b.apply(ctx, ops)
-	if err != nil {
-		// Nothing moved: put them back where they were.
-		q.mu.Lock()
-		for _, m := range picked {
-			q.placeLocked(m, q.b.now())
-		}
-		q.mu.Unlock()
-		return 0, fmt.Errorf("requeue from %s: %w", q.name, err)
-	}
-	q.mu.Lock()
-	for _, m := range picked {
-		q.count--
-		q.bytes -= int64(m.Size())
-	}
-	q.mu.Unlock()
-	for i, m := range picked {
-		target.committed(&Message{ID: batch.Ops[i].NewID, Queue: target.name, Headers: m.Headers, Body: m.Body, Group: m.Group, Enqueued: m.Enqueued}, false)
-	}
-	return len(picked), nil
 }

@@ -57,8 +57,19 @@ type Broker struct {
 	diskChecked atomic.Int64 // unix ns of the last statfs
 	stats       brokerStats
 
-	wg   sync.WaitGroup // accept loops, sessions, disk watcher
+	wg   sync.WaitGroup // accept loops, sessions, disk watcher, pump
 	stop chan struct{}
+
+	// Background work of queues (page-ins): counted in wg while bgOpen.
+	bgMu   sync.Mutex
+	bgOpen bool
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	pumpStop      chan struct{}
+	pump          *pump        // submits journal work produced by completions
+	seed          atomic.Uint64 // per-queue seeds of the cores' random choices
+	journalFailed atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
 }
 
 type brokerStats struct {
@@ -78,7 +89,8 @@ func New(o Options) *Broker {
 		o.Version = "dev"
 	}
 	c := o.Config
-	return &Broker{
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Broker{
 		cfg:     c,
 		j:       o.Journal,
 		log:     o.Logger,
@@ -94,7 +106,55 @@ func New(o Options) *Broker {
 		sessions: map[uint64]*session{},
 		topics:   newTopicRegistry(),
 		stop:     make(chan struct{}),
+		bgOpen:   true,
+		ctx:      ctx,
+		cancel:   cancel,
 	}
+	b.seed.Store(uint64(o.Now().UnixNano()))
+	b.pump = newPump()
+	b.pumpStop = make(chan struct{})
+	return b
+}
+
+var errBrokerClosed = errors.New("appliance: broker closed")
+
+// goBackground runs fn on a goroutine the broker waits for at Close; false
+// when the broker is closing (fn does not run).
+func (b *Broker) goBackground(fn func()) bool {
+	b.bgMu.Lock()
+	defer b.bgMu.Unlock()
+	if !b.bgOpen {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// journalResult records the outcome of a journal batch for JournalHealthy.
+func (b *Broker) journalResult(err error) {
+	if err == nil {
+		if b.journalFailed.Load() != 0 {
+			b.journalFailed.Store(0)
+		}
+		return
+	}
+	if errors.Is(err, errTxAborted) {
+		return
+	}
+	b.journalFailed.Store(b.now().UnixMilli())
+}
+
+// JournalHealthy reports whether the last journal batch committed; when it
+// did not, it says since when writes fail.
+func (b *Broker) JournalHealthy() (bool, time.Time) {
+	if ms := b.journalFailed.Load(); ms != 0 {
+		return false, time.UnixMilli(ms)
+	}
+	return true, time.Time{}
 }
 
 // AddTopicSink registers s for every topic it matches. Call before Listen.
@@ -109,16 +169,12 @@ func (b *Broker) Open(ctx context.Context) error {
 	}
 	for _, st := range states {
 		q := b.queue(st.Name)
-		q.mu.Lock()
-		q.count, q.bytes, q.spilled, q.lastID = st.Count, st.Bytes, true, st.MaxID
-		q.mu.Unlock()
-		if err := q.pageIn(ctx); err != nil {
-			return fmt.Errorf("recover queue %s: %w", st.Name, err)
-		}
+		q.run(func(now int64) { q.core.Recover(st.Count, st.Bytes, st.MaxID, now) })
 		b.log.Info("queue recovered", "queue", st.Name, "messages", st.Count, "bytes", st.Bytes)
 	}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.watchDisk()
+	go func() { defer b.wg.Done(); b.pump.run(b.pumpStop) }()
 	return nil
 }
 
@@ -229,15 +285,33 @@ func (b *Broker) Close(ctx context.Context) error {
 	for _, s := range sessions {
 		s.shutdown("server shutting down")
 	}
+	// Sessions end first (their unacked messages return to the queues,
+	// which may still page in), then queues stop, then the rest.
+	sessionsDone := make(chan struct{})
+	go func() {
+		for _, s := range sessions {
+			<-s.done
+		}
+		close(sessionsDone)
+	}()
+	select {
+	case <-sessionsDone:
+	case <-ctx.Done():
+	}
+	b.bgMu.Lock()
+	b.bgOpen = false
+	b.bgMu.Unlock()
+	for _, q := range queues {
+		q.stop()
+	}
+	close(b.pumpStop)
+	b.cancel()
 	done := make(chan struct{})
 	go func() { b.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		return fmt.Errorf("broker close: %w", ctx.Err())
-	}
-	for _, q := range queues {
-		q.stopTimers()
 	}
 	return nil
 }

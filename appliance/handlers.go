@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/herald-mq/herald/appliance/queuecore"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
@@ -176,7 +177,7 @@ func (s *session) onSend(f *stomp.Frame) bool {
 	receipt := f.Get("receipt")
 	s.submit(&Batch{Ops: []Op{{Kind: OpEnqueue, Msg: m}}, Done: func(b *Batch, err error) {
 		if err != nil {
-			q.enqueueFailed()
+			q.enqueueFailed(m)
 			s.log.Error("message not stored", "queue", name, "err", err)
 			s.fail(f, "message not stored", err.Error())
 			s.conn.SetReadDeadline(time.Now())
@@ -184,7 +185,7 @@ func (s *session) onSend(f *stomp.Frame) bool {
 		}
 		op := &b.Ops[0]
 		if op.Duplicate {
-			q.enqueueFailed()
+			q.enqueueFailed(m)
 			s.b.stats.dedupHits.Add(1)
 			if receipt != "" {
 				s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "duplicate", "true", "message-id", strconv.FormatUint(op.DupOf, 10)))
@@ -254,6 +255,10 @@ func userHeaders(f *stomp.Frame) stomp.Headers {
 
 var errHeader = errors.New("appliance: invalid header")
 
+// maxDelayMs bounds delays and ack timeouts (10 years), so that adding one
+// to the clock cannot wrap.
+const maxDelayMs = 10 * 365 * 24 * int64(time.Hour/time.Millisecond)
+
 // newMessage builds a queue message from a SEND, reading the headers that
 // steer it: expires, AMQ_SCHEDULED_DELAY/delay, dedup-id (aliases),
 // JMSXGroupID/group-id.
@@ -271,8 +276,8 @@ func (s *session) newMessage(f *stomp.Frame, queue string) (*Message, error) {
 	for _, k := range []string{"AMQ_SCHEDULED_DELAY", "delay"} {
 		if v := f.Get(k); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("%w: %s %q: want a delay in milliseconds", errHeader, k, v)
+			if err != nil || n < 0 || n > maxDelayMs {
+				return nil, fmt.Errorf("%w: %s %q: want a delay in milliseconds, from 0 to %d (10 years)", errHeader, k, v, int64(maxDelayMs))
 			}
 			m.NotBefore = now.UnixMilli() + n
 			break
@@ -344,9 +349,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.fail(f, "too many queues", err.Error())
 		return false
 	}
-	sub.prefetch = sub.q.cfg.Prefetch
+	con := &queuecore.Consumer{Ref: sub, Prefetch: sub.q.cfg.Prefetch, Mode: queuecore.AckMode(sub.ack)}
 	if sub.ack == ackAuto {
-		sub.prefetch = s.b.cfg.Queues.AutoPrefetch
+		con.Prefetch = s.b.cfg.Queues.AutoPrefetch
 	}
 	for _, k := range []string{"prefetch-count", "activemq.prefetchSize"} {
 		if v := f.Get(k); v != "" {
@@ -355,24 +360,29 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 				s.fail(f, "invalid "+k, fmt.Sprintf("%s must be an integer from 1 to 65535; got %q.", k, v))
 				return false
 			}
-			sub.prefetch = n
+			con.Prefetch = n
 			break
 		}
 	}
-	sub.ackTimeout = sub.q.cfg.AckTimeout.Duration
+	con.AckTimeout = sub.q.cfg.AckTimeout.Milliseconds()
 	if v := f.Get("ack-timeout"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			s.fail(f, "invalid ack-timeout", fmt.Sprintf("ack-timeout is in milliseconds; got %q.", v))
+		if err != nil || n < 0 || n > maxDelayMs {
+			s.fail(f, "invalid ack-timeout", fmt.Sprintf("ack-timeout is in milliseconds, from 0 to %d; got %q.", int64(maxDelayMs), v))
 			return false
 		}
-		sub.ackTimeout = time.Duration(n) * time.Millisecond
+		con.AckTimeout = n
 	}
+	sub.con = con
 	s.subs[id] = sub
 	s.nsubs.Add(1)
 	// Receipt first, so a client waiting for it sees it before messages.
 	s.receipt(f)
-	sub.q.addConsumer(sub)
+	for !sub.q.addConsumer(sub) {
+		// Deleted meanwhile (herald queue delete): subscribe to the name's
+		// new queue.
+		sub.q = s.b.queue(name)
+	}
 	return true
 }
 

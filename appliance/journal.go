@@ -44,6 +44,7 @@ type Op struct {
 	NotBefore  int64         // OpRelease
 	Queue      string        // OpMove: destination queue
 	Headers    stomp.Headers // OpMove: replacement headers (nil: keep)
+	Size       int           // OpMove: the moved message's Size with its new headers (0: keep)
 
 	Duplicate bool // out, OpEnqueue: dedup id seen before; DupOf holds the first ID
 	DupOf     uint64

@@ -16,8 +16,6 @@ type Message struct {
 	Group      string
 	DedupID    string
 	Enqueued   int64 // ms since epoch of the first commit
-
-	holdsGroup bool // in NACK back-off, still blocking its group
 }
 
 // Size is the message's weight for byte limits and memory accounting.

@@ -1,25 +1,29 @@
 package appliance
 
 import (
-	"container/heap"
-	"context"
-	"math/rand/v2"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/herald-mq/herald/appliance/queuecore"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
-// queue is one durable queue. Every committed message is in the journal;
-// memory holds only a window of the ready ones (the rest is paged in by ID as
-// the queue drains), the delayed ones, and those in flight.
+// queue is the shell around one queue's deterministic core
+// (queuecore.Core): it serialises calls into the core under mu, turns the
+// core's journal operations into journal batches, writes the MESSAGE
+// frames it asks for, owns its timer and runs its page-ins.
 //
-// Lock order: queue.mu, then session.outMu. Never call Journal.Submit with
-// queue.mu held: completions take queue.mu.
+// Journal completions only signal: a completion feeds the core under mu and
+// hands the core's new journal work to the broker's pump (kick); it never
+// submits, publishes or blocks. Callers that are not completions submit the
+// work themselves (flush).
+//
+// Lock order: Broker.mu, then queue.mu, then session.outMu. No queue.mu is
+// held while another queue's is taken (dead-letter and requeue moves are
+// handed over after unlocking).
 type queue struct {
 	b    *Broker
 	name string
@@ -28,136 +32,274 @@ type queue struct {
 	// messages are redelivered however often they are NACKed.
 	isDLQ bool
 
-	mu        sync.Mutex
-	ready     []*Message // deliverable, sorted by ID
-	delayed   delayHeap  // not deliverable before NotBefore
-	timer     *time.Timer
-	timerAt   time.Time
-	inflight  map[uint64]*delivery
-	consumers []*subscription
-	rr        int
-
-	count   int   // committed messages in the queue, every state
-	bytes   int64 // their Size
-	pending int   // enqueues submitted, not yet committed (for limits)
-	space   chan struct{}
-
-	// paging: messages with ID > memTail may be in the journal only.
-	memTail  uint64
-	groups   map[string]int // message groups with a message in flight (or in NACK back-off)
-	lastID   uint64         // highest committed message ID known to this queue
-	spilled  bool
-	spillSeq uint64
-	paging   bool
-
-	claims   []claim // claims to submit, in dispatch order
+	mu       sync.Mutex
+	core     *queuecore.Core
+	outbox   []*queuecore.Batch // journal work to submit, in order
 	flushing bool
-	dead     []pendingDead // dead-letter moves to submit
-	drops    []*Message    // expired messages to delete
-	timeouts int           // in-flight deliveries with an ack deadline
+	space    chan struct{} // closed and replaced when limits free up
+	timer    *time.Timer
+	timerAt  int64 // ms the timer is armed for, 0 = none
+	deleted  bool  // removed by DeleteQueue: callers re-resolve the name
+	closed   bool  // broker closing: no more timers or page-ins
+	failLog  rateLog
 
-	ackTimeouts, staleAcks, blocked, blockedNs atomic.Uint64
-
-	enqueued, delivered, redelivered, acked, expired, dlqMoved atomic.Uint64
+	blocked, blockedNs atomic.Uint64
 }
 
-type claim struct {
-	d     *delivery
-	frame *stomp.Frame
-}
-
-// delivery is one delivery attempt of a message to a subscription.
-type delivery struct {
-	msg      *Message
-	sub      *subscription
-	attempt  int
-	token    string
-	released bool // returned, acked or dead-lettered: no longer held
-	claimed  bool // claim committed (or not needed): MESSAGE may be sent
-	deadline time.Time
-}
+// delivery is one delivery attempt, as the core tracks it.
+type delivery = queuecore.Delivery
 
 func newQueue(b *Broker, name string) *queue {
-	return &queue{b: b, name: name, cfg: b.cfg.Queues.For(name), isDLQ: strings.HasPrefix(name, b.cfg.Queues.DeadLetterQueue), inflight: map[uint64]*delivery{}, groups: map[string]int{}, space: make(chan struct{})}
+	c := b.cfg.Queues.For(name)
+	isDLQ := strings.HasPrefix(name, b.cfg.Queues.DeadLetterQueue)
+	core := queuecore.New(queuecore.Config{
+		Window:        c.MemoryWindow,
+		MaxMessages:   c.MaxMessages,
+		MaxBytes:      c.MaxBytes,
+		MaxDeliveries: c.MaxDeliveries,
+		RedeliveryMin: c.RedeliveryMin.Milliseconds(),
+		RedeliveryMax: c.RedeliveryMax.Milliseconds(),
+		DeadLetter:    !isDLQ,
+		ExpiredToDLQ:  c.ExpiredToDLQ,
+	}, b.seed.Add(1))
+	return &queue{b: b, name: name, cfg: c, isDLQ: isDLQ, core: core, space: make(chan struct{})}
 }
 
-// --- ready list ---------------------------------------------------------
+func (q *queue) nowMs() int64 { return q.b.now().UnixMilli() }
 
-func (q *queue) insertReadyLocked(m *Message) {
-	n := len(q.ready)
-	if n == 0 || q.ready[n-1].ID < m.ID {
-		q.ready = append(q.ready, m)
-		return
-	}
-	i := sort.Search(n, func(i int) bool { return q.ready[i].ID >= m.ID })
-	if i < n && q.ready[i].ID == m.ID {
-		return
-	}
-	q.ready = append(q.ready, nil)
-	copy(q.ready[i+1:], q.ready[i:])
-	q.ready[i] = m
-}
-
-// placeLocked puts a message that is not in flight where it belongs.
-func (q *queue) placeLocked(m *Message, now time.Time) {
-	if m.NotBefore > now.UnixMilli() {
-		heap.Push(&q.delayed, m)
-		q.armTimerLocked()
-		return
-	}
-	q.insertReadyLocked(m)
-}
-
-func (q *queue) memLocked() int { return len(q.ready) + len(q.delayed) }
-
-// --- enqueue ------------------------------------------------------------
-
-// committed adds a message whose enqueue is durable. reserved says whether
-// it was counted by reserve.
-func (q *queue) committed(m *Message, reserved bool) {
-	q.enqueued.Add(1)
-	q.mu.Lock()
-	if reserved {
-		q.pending--
-	}
-	q.count++
-	q.bytes += int64(m.Size())
-	q.lastID = max(q.lastID, m.ID)
-	if m.ID <= q.memTail {
-		// already paged in by a reader that saw the commit first
-	} else if q.spilled || q.memLocked() >= q.cfg.MemoryWindow {
-		q.spilled = true
-		q.spillSeq++
-	} else {
-		q.memTail = m.ID
-		q.placeLocked(m, q.b.now())
-	}
-	q.dispatchLocked()
-	q.mu.Unlock()
+// run feeds the core under the lock and applies its outputs, then submits
+// the journal work itself: for callers that may block (readers, admin,
+// timers, page-ins).
+func (q *queue) run(fn func(now int64)) {
+	moved := q.stepLocked(fn)
+	q.handOver(moved, false)
 	q.flush()
 }
 
-// enqueueFailed undoes the pending count of an enqueue that did not commit.
-func (q *queue) enqueueFailed() {
+// signal is run for journal completions: the journal work goes to the
+// broker's pump instead of being submitted here.
+func (q *queue) signal(fn func(now int64)) {
+	moved := q.stepLocked(fn)
+	q.handOver(moved, true)
+	q.kick()
+}
+
+func (q *queue) stepLocked(fn func(now int64)) []queuecore.Moved {
 	q.mu.Lock()
-	q.pending--
-	q.signalSpaceLocked()
+	defer q.mu.Unlock()
+	fn(q.nowMs())
+	return q.applyLocked()
+}
+
+// applyLocked carries out the core's outputs, except the moves to other
+// queues, which it returns.
+func (q *queue) applyLocked() []queuecore.Moved {
+	out := q.core.Take()
+	q.outbox = append(q.outbox, out.Batches...)
+	for _, d := range out.Deliver {
+		sub := d.C.Ref.(*subscription)
+		f := q.frameFor(d)
+		if d.AutoAck() {
+			sub.s.deliverQueue(f, d)
+		} else {
+			sub.s.deliverQueue(f, nil)
+		}
+	}
+	if out.Space {
+		q.signalSpaceLocked()
+	}
+	for _, ev := range out.Events {
+		q.logEvent(ev)
+	}
+	if out.PageIn != nil {
+		q.startPageIn(out.PageIn)
+	}
+	q.armTimerLocked(out.Wake)
+	return out.Moved
+}
+
+// handOver gives moved messages to the queues they moved to.
+func (q *queue) handOver(moved []queuecore.Moved, completion bool) {
+	for _, mv := range moved {
+		m := mv.Msg.Ref.(*Message)
+		target := mv.Queue
+		var h stomp.Headers
+		if target == "" {
+			target = q.deadLetterQueue()
+			h = q.deadLetterHeaders(m, mv.Msg.Deliveries, mv.Reason)
+			q.b.stats.deadLettered.Add(1)
+			q.b.log.Warn("message dead-lettered", "queue", q.name, "id", m.ID, "dlq", target, "dlq_id", mv.NewID, "reason", mv.Reason, "deliveries", mv.Msg.Deliveries)
+		} else {
+			h = requeueHeaders(m)
+		}
+		nm := &Message{ID: mv.NewID, Queue: target, Headers: h, Body: m.Body, Group: m.Group, Enqueued: m.Enqueued}
+		tq := q.b.queue(target)
+		if completion {
+			tq.signal(func(now int64) { tq.core.Committed(coreMsg(nm), false, now) })
+		} else {
+			tq.run(func(now int64) { tq.core.Committed(coreMsg(nm), false, now) })
+		}
+	}
+}
+
+// coreMsg is the core's view of m.
+func coreMsg(m *Message) *queuecore.Msg {
+	return &queuecore.Msg{ID: m.ID, Size: int64(m.Size()), Group: m.Group, NotBefore: m.NotBefore,
+		Expires: m.Expires, Enqueued: m.Enqueued, Deliveries: m.Deliveries, Ref: m}
+}
+
+// --- journal work -------------------------------------------------------
+
+// kick asks the broker's pump to flush this queue.
+func (q *queue) kick() { q.b.pump.add(q) }
+
+// flush submits the journal work the core produced, in order, one
+// submitter at a time.
+func (q *queue) flush() {
+	q.mu.Lock()
+	if q.flushing {
+		q.mu.Unlock()
+		return
+	}
+	q.flushing = true
+	for len(q.outbox) > 0 {
+		work := q.outbox
+		q.outbox = nil
+		q.mu.Unlock()
+		for _, cb := range work {
+			q.submitCore(cb, nil)
+		}
+		q.mu.Lock()
+	}
+	q.flushing = false
 	q.mu.Unlock()
 }
 
-// reserve counts an enqueue against the limits. It returns false with the
-// limit's name when the queue is full.
+// submitCore submits a core batch; its completion feeds the core and then
+// calls after (if set) with the journal batch and error.
+func (q *queue) submitCore(cb *queuecore.Batch, after func(*Batch, error)) {
+	ops := q.journalOps(cb)
+	q.b.j.Submit(&Batch{Ops: ops, Done: func(b *Batch, err error) {
+		q.completed(cb, b.Ops, err)
+		if after != nil {
+			after(b, err)
+		}
+	}})
+}
+
+// completed feeds the outcome of core batch cb (journal ops jops) to the
+// core. It runs on the journal's completion goroutine: it only signals.
+func (q *queue) completed(cb *queuecore.Batch, jops []Op, err error) {
+	q.b.journalResult(err)
+	var res queuecore.Result
+	if err == nil {
+		res.NewIDs = make([]uint64, len(jops))
+		for i := range jops {
+			res.NewIDs[i] = jops[i].NewID
+			if jops[i].Kind == OpPurge {
+				res.Affected, res.Bytes = jops[i].Affected, jops[i].Bytes
+			}
+		}
+	}
+	q.signal(func(now int64) { q.core.Done(cb.Seq, res, err, now) })
+}
+
+// journalOps maps a core batch to journal operations, one for one.
+func (q *queue) journalOps(cb *queuecore.Batch) []Op {
+	ops := make([]Op, len(cb.Ops))
+	for i, op := range cb.Ops {
+		var m *Message
+		var id uint64
+		if op.Msg != nil {
+			m = op.Msg.Ref.(*Message)
+			id = op.Msg.ID
+		}
+		switch op.Kind {
+		case queuecore.OpDelete, queuecore.OpDrop:
+			ops[i] = Op{Kind: OpDelete, ID: id}
+		case queuecore.OpClaim:
+			ops[i] = Op{Kind: OpClaim, ID: id, Deliveries: op.Deliveries}
+		case queuecore.OpRelease:
+			ops[i] = Op{Kind: OpRelease, ID: id, NotBefore: op.NotBefore}
+		case queuecore.OpDeadLetter:
+			h := q.deadLetterHeaders(m, op.Msg.Deliveries, op.Reason)
+			ops[i] = Op{Kind: OpMove, ID: id, Queue: q.deadLetterQueue(), Headers: h, Size: movedSize(m, h)}
+		case queuecore.OpMoveOut:
+			h := requeueHeaders(m)
+			ops[i] = Op{Kind: OpMove, ID: id, Queue: op.Target, Headers: h, Size: movedSize(m, h)}
+		case queuecore.OpPurge:
+			ops[i] = Op{Kind: OpPurge, Queue: q.name, ID: op.UpTo, Keep: op.Keep}
+		}
+	}
+	return ops
+}
+
+// movedSize is the size of m once its headers are h.
+func movedSize(m *Message, h stomp.Headers) int {
+	return (&Message{Headers: h, Body: m.Body}).Size()
+}
+
+// coreAck submits the batch of an ACK or NACK through the session (so its
+// RECEIPT waits for it); see ackResult.
+func (q *queue) ackResult(cb *queuecore.Batch, stale bool) ackResult {
+	if stale {
+		q.b.stats.staleAcks.Add(1)
+		return ackResult{stale: true}
+	}
+	return ackResult{ops: q.journalOps(cb), done: func(ops []Op, err error) {
+		if ops == nil && err == nil {
+			err = errTxAborted
+		}
+		q.completed(cb, ops, err)
+	}}
+}
+
+// --- enqueue ------------------------------------------------------------
+
+// live returns the queue that now holds this name: q, or the queue that
+// replaced it after a DeleteQueue.
+func (q *queue) live() *queue {
+	q.mu.Lock()
+	deleted := q.deleted
+	q.mu.Unlock()
+	if deleted {
+		return q.b.queue(q.name)
+	}
+	return q
+}
+
+// committed adds a message whose enqueue is durable (a completion).
+// reserved says whether reserve counted it.
+func (q *queue) committed(m *Message, reserved bool) {
+	if lq := q.live(); lq != q {
+		if reserved {
+			q.enqueueFailed(m)
+		}
+		lq.signal(func(now int64) { lq.core.Committed(coreMsg(m), false, now) })
+		return
+	}
+	q.signal(func(now int64) { q.core.Committed(coreMsg(m), reserved, now) })
+}
+
+// enqueueFailed returns the reservation of an enqueue that did not commit
+// (or was a duplicate).
+func (q *queue) enqueueFailed(m *Message) {
+	q.mu.Lock()
+	q.core.Unreserve(int64(m.Size()))
+	q.applyLocked()
+	q.mu.Unlock()
+}
+
+// reserve counts an enqueue against the limits, enqueues still pending
+// commit included. It returns false with the limit's name when the queue
+// is full, and a channel closed when space may have come back.
 func (q *queue) reserve(size int) (bool, string, <-chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	c := q.cfg
-	if c.MaxMessages > 0 && q.count+q.pending >= c.MaxMessages {
-		return false, "max_messages=" + strconv.Itoa(c.MaxMessages), q.space
+	ok, limit := q.core.Reserve(int64(size))
+	if !ok {
+		return false, limit, q.space
 	}
-	if c.MaxBytes > 0 && q.bytes+int64(size) > c.MaxBytes {
-		return false, "max_bytes=" + strconv.FormatInt(c.MaxBytes, 10), q.space
-	}
-	q.pending++
 	return true, "", nil
 }
 
@@ -171,268 +313,50 @@ func (q *queue) signalSpaceLocked() {
 
 // --- paging -------------------------------------------------------------
 
-// pageIn loads the next window of messages from the journal when the queue
-// has spilled. Safe against concurrent commits: see spillSeq.
-func (q *queue) pageIn(ctx context.Context) error {
-	q.mu.Lock()
-	if q.paging || !q.spilled {
-		q.mu.Unlock()
-		return nil
-	}
-	q.paging = true
-	after, seq := q.memTail, q.spillSeq
-	want := q.cfg.MemoryWindow - q.memLocked()
-	q.mu.Unlock()
-
-	if want < 1 {
-		want = 1
-	}
-	msgs, err := q.b.j.Load(ctx, q.name, after, want)
-
-	q.mu.Lock()
-	q.paging = false
-	if err != nil {
-		q.mu.Unlock()
-		return err
-	}
-	now := q.b.now()
-	for _, m := range msgs {
-		if m.ID <= q.memTail {
-			continue
-		}
-		if _, held := q.inflight[m.ID]; held {
-			continue
-		}
-		q.memTail = m.ID
-		q.placeLocked(m, now)
-	}
-	if len(msgs) < want && q.spillSeq == seq {
-		q.spilled = false
-	}
-	q.dispatchLocked()
-	q.mu.Unlock()
-	q.flush()
-	return nil
-}
-
-func (q *queue) maybePageLocked() {
-	if q.spilled && !q.paging && q.memLocked() < q.cfg.MemoryWindow*3/4 {
-		q.b.wg.Add(1)
-		go func() {
-			defer q.b.wg.Done()
-			if err := q.pageIn(context.Background()); err != nil {
-				q.b.log.Error("page in failed", "queue", q.name, "err", err)
-			}
-		}()
-	}
-}
-
-// --- dispatch -----------------------------------------------------------
-
-// dispatchLocked hands ready messages to consumers with credit, round robin.
-// Client-ack deliveries are claimed in the journal (delivery count raised)
-// before their MESSAGE goes out; see flushClaims.
-func (q *queue) dispatchLocked() {
-	now := q.b.now()
-	q.promoteLocked(now)
-	for len(q.ready) > 0 && len(q.consumers) > 0 {
-		sub := q.nextConsumerLocked()
-		if sub == nil {
-			break
-		}
-		i := q.nextReadyLocked()
-		if i < 0 {
-			break
-		}
-		m := q.ready[i]
-		if i == 0 {
-			q.ready[0] = nil
-			q.ready = q.ready[1:]
-		} else {
-			q.ready = append(q.ready[:i], q.ready[i+1:]...)
-		}
-		if m.Expires != 0 && m.Expires <= now.UnixMilli() {
-			q.expireLocked(m)
-			continue
-		}
-		m.Deliveries++
-		d := &delivery{msg: m, sub: sub, attempt: m.Deliveries}
-		d.token = strconv.FormatUint(m.ID, 10) + "." + strconv.Itoa(d.attempt)
-		q.inflight[m.ID] = d
-		if m.Group != "" {
-			q.groups[m.Group]++
-		}
-		if to := sub.ackTimeout; to > 0 && sub.ack != ackAuto {
-			d.deadline = now.Add(to)
-			q.armTimerLocked()
-		}
-		sub.inflight = append(sub.inflight, d)
-		q.delivered.Add(1)
-		if m.Deliveries > 1 {
-			q.redelivered.Add(1)
-		}
-		f := q.frameFor(d)
-		if sub.ack == ackAuto {
-			d.claimed = true
-			sub.s.deliverQueue(f, d)
-			continue
-		}
-		q.claims = append(q.claims, claim{d: d, frame: f})
-	}
-	q.maybePageLocked()
-}
-
-// maxGroupScan bounds how far past blocked groups dispatch looks for a
-// deliverable message.
-const maxGroupScan = 4096
-
-// nextReadyLocked returns the index of the first ready message whose group
-// (if any) has nothing in flight, or -1.
-func (q *queue) nextReadyLocked() int {
-	for i, m := range q.ready {
-		if i >= maxGroupScan {
-			break
-		}
-		if m.Group == "" || q.groups[m.Group] == 0 {
-			return i
-		}
-	}
-	return -1
-}
-
-// endLocked ends a delivery: no longer held by its consumer. A NACKed
-// grouped message waiting out its back-off keeps blocking its group (see
-// releaseGroupLocked), so that the group's order holds.
-func (q *queue) endLocked(d *delivery) {
-	d.released = true
-	delete(q.inflight, d.msg.ID)
-	if g := d.msg.Group; g != "" {
-		q.releaseGroupLocked(g)
-	}
-}
-
-func (q *queue) releaseGroupLocked(g string) {
-	if q.groups[g]--; q.groups[g] <= 0 {
-		delete(q.groups, g)
-	}
-}
-
-func (q *queue) nextConsumerLocked() *subscription {
-	n := len(q.consumers)
-	for i := 0; i < n; i++ {
-		sub := q.consumers[(q.rr+i)%n]
-		if len(sub.inflight) < sub.prefetch {
-			q.rr = (q.rr + i + 1) % n
-			return sub
-		}
-	}
-	return nil
-}
-
-func (q *queue) frameFor(d *delivery) *stomp.Frame {
-	m := d.msg
-	f := &stomp.Frame{Command: stomp.CmdMessage, Body: m.Body}
-	f.Headers = make(stomp.Headers, 0, len(m.Headers)+7)
-	f.Headers = append(f.Headers,
-		stomp.Header{Key: "subscription", Value: d.sub.id},
-		stomp.Header{Key: "message-id", Value: strconv.FormatUint(m.ID, 10)},
-		stomp.Header{Key: "destination", Value: prefixQueue + q.name})
-	if d.sub.ack != ackAuto {
-		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: d.token})
-	}
-	if m.Deliveries > 1 {
-		f.Headers = append(f.Headers, stomp.Header{Key: "redelivered", Value: "true"})
-	}
-	f.Headers = append(f.Headers, stomp.Header{Key: "delivery-count", Value: strconv.Itoa(m.Deliveries)})
-	f.Headers = append(f.Headers, m.Headers...)
-	return f
-}
-
-// flush submits the journal work collected under the lock.
-func (q *queue) flush() {
-	q.flushClaims()
-	q.flushReleases()
-}
-
-// flushClaims submits pending claims to the journal in dispatch order, one
-// submitter at a time, and sends each MESSAGE once its claim is durable.
-func (q *queue) flushClaims() {
-	q.mu.Lock()
-	if q.flushing || len(q.claims) == 0 {
-		q.mu.Unlock()
+func (q *queue) startPageIn(req *queuecore.PageIn) {
+	if q.closed {
+		q.core.Paged(req, nil, errBrokerClosed, q.nowMs())
 		return
 	}
-	q.flushing = true
-	for len(q.claims) > 0 {
-		cl := q.claims
-		q.claims = nil
-		q.mu.Unlock()
-		ops := make([]Op, len(cl))
-		for i, c := range cl {
-			ops[i] = Op{Kind: OpClaim, ID: c.d.msg.ID, Deliveries: c.d.attempt}
-		}
-		q.b.j.Submit(&Batch{Ops: ops, Done: func(_ *Batch, err error) { q.claimsDone(cl, err) }})
-		q.mu.Lock()
+	if !q.b.goBackground(func() { q.pageIn(req) }) {
+		q.closed = true
 	}
-	q.flushing = false
-	q.mu.Unlock()
 }
 
-func (q *queue) claimsDone(cl []claim, err error) {
-	q.mu.Lock()
-	for _, c := range cl {
-		d := c.d
-		if d.released {
-			continue
-		}
-		if err != nil {
-			q.b.log.Error("claim failed; message stays queued and is retried in a second", "queue", q.name, "id", d.msg.ID, "err", err)
-			d.msg.Deliveries--
-			// Not at once: a journal that fails (disk full) must not make
-			// dispatch spin.
-			d.msg.NotBefore = q.b.now().Add(time.Second).UnixMilli()
-			q.releaseLocked(d, "claim-failed")
-			continue
-		}
-		d.claimed = true
-		d.sub.s.deliverQueue(c.frame, nil)
+func (q *queue) pageIn(req *queuecore.PageIn) {
+	msgs, err := q.b.j.Load(q.b.ctx, q.name, req.After, req.Limit)
+	cms := make([]*queuecore.Msg, len(msgs))
+	for i, m := range msgs {
+		cms[i] = coreMsg(m)
 	}
-	q.dispatchLocked()
-	q.mu.Unlock()
-	q.flush()
+	q.run(func(now int64) { q.core.Paged(req, cms, err, now) })
 }
 
 // --- consumers ----------------------------------------------------------
 
-func (q *queue) addConsumer(sub *subscription) {
+// addConsumer subscribes sub; false when the queue was deleted meanwhile
+// (the caller resolves the name again).
+func (q *queue) addConsumer(sub *subscription) bool {
 	q.mu.Lock()
-	q.consumers = append(q.consumers, sub)
-	q.dispatchLocked()
+	if q.deleted {
+		q.mu.Unlock()
+		return false
+	}
 	q.mu.Unlock()
-	q.flush()
+	q.run(func(now int64) { q.core.Subscribe(sub.con, now) })
+	return true
 }
 
-// removeConsumer detaches sub and returns its unacked messages to the queue
-// at their original positions.
+// removeConsumer detaches sub; its unacked messages return to the queue at
+// their original positions.
 func (q *queue) removeConsumer(sub *subscription) {
+	q.run(func(now int64) { q.core.Unsubscribe(sub.con, now) })
+}
+
+func (q *queue) consumers() int {
 	q.mu.Lock()
-	for i, c := range q.consumers {
-		if c == sub {
-			q.consumers = append(q.consumers[:i], q.consumers[i+1:]...)
-			break
-		}
-	}
-	sub.closed = true
-	held := sub.inflight
-	sub.inflight = nil
-	for _, d := range held {
-		if !d.released {
-			q.releaseLocked(d, "disconnect")
-		}
-	}
-	q.dispatchLocked()
-	q.mu.Unlock()
-	q.flush()
+	defer q.mu.Unlock()
+	return q.core.Consumers()
 }
 
 // --- acknowledgement ----------------------------------------------------
@@ -444,190 +368,172 @@ type ackResult struct {
 	stale bool                      // the token named no current delivery: ignored
 }
 
-// takeLocked removes the deliveries an ACK/NACK of token covers (cumulative
-// for ack mode client) from sub. byID is the 1.0/1.1 form (message-id).
-func (q *queue) takeLocked(sub *subscription, token string, byID bool) []*delivery {
-	idx := -1
-	for i, d := range sub.inflight {
-		if (byID && strconv.FormatUint(d.msg.ID, 10) == token) || (!byID && d.token == token) {
-			idx = i
-			break
+// parseToken splits an ack token "ID.ATTEMPT" (or a bare message id, the
+// 1.0/1.1 form: attempt 0).
+func parseToken(token string, byID bool) (id uint64, attempt int, ok bool) {
+	idPart, attPart := token, ""
+	if !byID {
+		if i := strings.IndexByte(token, '.'); i >= 0 {
+			idPart, attPart = token[:i], token[i+1:]
 		}
 	}
-	if idx < 0 || !sub.inflight[idx].claimed {
-		return nil
+	id, err := strconv.ParseUint(idPart, 10, 64)
+	if err != nil {
+		return 0, 0, false
 	}
-	var taken []*delivery
-	if sub.ack == ackClient {
-		taken = append(taken, sub.inflight[:idx+1]...)
-		sub.inflight = append(sub.inflight[:0:0], sub.inflight[idx+1:]...)
-	} else {
-		taken = []*delivery{sub.inflight[idx]}
-		sub.inflight = append(sub.inflight[:idx:idx], sub.inflight[idx+1:]...)
+	if attPart != "" {
+		a, err := strconv.Atoi(attPart)
+		if err != nil || a < 1 {
+			return 0, 0, false
+		}
+		attempt = a
 	}
-	for _, d := range taken {
-		q.endLocked(d)
-	}
-	return taken
+	return id, attempt, true
 }
 
 // holds reports whether sub holds message id.
 func (q *queue) holds(sub *subscription, id uint64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	d := q.inflight[id]
-	return d != nil && d.sub == sub
+	return q.core.Holds(sub.con, id)
 }
 
-// ack removes the deliveries and returns the journal deletes.
+// ack acknowledges (cumulatively for ack mode client) and returns the
+// journal deletes for the session to submit.
 func (q *queue) ack(sub *subscription, token string, byID bool) ackResult {
-	q.mu.Lock()
-	taken := q.takeLocked(sub, token, byID)
-	if taken == nil {
-		q.mu.Unlock()
-		q.staleAcks.Add(1)
-		q.b.stats.staleAcks.Add(1)
-		return ackResult{stale: true}
-	}
-	ops := make([]Op, len(taken))
-	for i, d := range taken {
-		ops[i] = Op{Kind: OpDelete, ID: d.msg.ID}
-	}
-	q.dispatchLocked()
-	q.mu.Unlock()
-	q.flush()
-	return ackResult{ops: ops, done: func(_ []Op, err error) { q.deleted(taken, err) }}
-}
-
-// deleted finishes acks (or drops) once their deletes committed.
-func (q *queue) deleted(ds []*delivery, err error) {
-	q.mu.Lock()
-	for _, d := range ds {
-		if err != nil {
-			// Still in the journal: make it deliverable again.
-			q.b.log.Error("ack not recorded; message will be redelivered", "queue", q.name, "id", d.msg.ID, "err", err)
-			q.placeLocked(d.msg, q.b.now())
-			continue
-		}
-		q.count--
-		q.bytes -= int64(d.msg.Size())
-		q.acked.Add(1)
-	}
-	q.signalSpaceLocked()
-	q.dispatchLocked()
-	q.mu.Unlock()
-	q.flush()
-}
-
-// autoAcked deletes auto-ack deliveries once their MESSAGEs were written:
-// one journal batch per queue.
-func autoAcked(ds []*delivery) {
-	for len(ds) > 0 {
-		q := ds[0].sub.q
-		var mine, rest []*delivery
-		for _, d := range ds {
-			if d.sub.q == q {
-				mine = append(mine, d)
-			} else {
-				rest = append(rest, d)
-			}
-		}
-		q.autoAcked(mine)
-		ds = rest
-	}
-}
-
-func (q *queue) autoAcked(ds []*delivery) {
-	q.mu.Lock()
-	ops := make([]Op, 0, len(ds))
-	taken := ds[:0:0]
-	subs := map[*subscription]bool{}
-	for _, d := range ds {
-		if d.released {
-			continue
-		}
-		q.endLocked(d)
-		subs[d.sub] = true
-		ops = append(ops, Op{Kind: OpDelete, ID: d.msg.ID})
-		taken = append(taken, d)
-	}
-	// One pass per subscription rather than a search and a copy per message.
-	for sub := range subs {
-		kept := sub.inflight[:0]
-		for _, d := range sub.inflight {
-			if !d.released {
-				kept = append(kept, d)
-			}
-		}
-		clear(sub.inflight[len(kept):])
-		sub.inflight = kept
-	}
-	q.dispatchLocked()
-	q.mu.Unlock()
-	q.flush()
-	if len(ops) > 0 {
-		q.b.j.Submit(&Batch{Ops: ops, Done: func(_ *Batch, err error) { q.deleted(taken, err) }})
-	}
+	return q.ackOrNack(sub, token, byID, func(id uint64, attempt int, now int64) (*queuecore.Batch, bool) {
+		return q.core.Ack(sub.con, id, attempt, now)
+	})
 }
 
 // nack returns the deliveries after a back-off, or dead-letters them when
 // requeue is false or they reached max_deliveries.
 func (q *queue) nack(sub *subscription, token string, byID, requeue bool) ackResult {
-	q.mu.Lock()
-	taken := q.takeLocked(sub, token, byID)
-	if taken == nil {
-		q.mu.Unlock()
-		q.staleAcks.Add(1)
-		q.b.stats.staleAcks.Add(1)
-		return ackResult{stale: true}
-	}
-	var ops []Op
-	now := q.b.now()
-	var dead []pendingDead
-	for _, d := range taken {
-		m := d.msg
-		switch {
-		case !requeue && !q.isDLQ:
-			dead = append(dead, pendingDead{d: d, idx: len(ops), reason: "nack"})
-			ops = append(ops, q.deadLetterOp(m, "nack"))
-		case m.Deliveries >= q.cfg.MaxDeliveries && !q.isDLQ:
-			dead = append(dead, pendingDead{d: d, idx: len(ops), reason: "max-deliveries"})
-			ops = append(ops, q.deadLetterOp(m, "max-deliveries"))
-		default:
-			if m.Group != "" {
-				// Still blocks its group until it is ready again.
-				q.groups[m.Group]++
-				m.holdsGroup = true
-			}
-			m.NotBefore = now.Add(q.backoff(m.Deliveries)).UnixMilli()
-			ops = append(ops, Op{Kind: OpRelease, ID: m.ID, NotBefore: m.NotBefore})
-			q.placeLocked(m, now)
-		}
-	}
-	q.dispatchLocked()
-	q.mu.Unlock()
-	q.flush()
-	return ackResult{ops: ops, done: func(ops []Op, err error) {
-		if len(dead) > 0 {
-			q.deadLettered(dead, ops, err)
-		}
-	}}
+	return q.ackOrNack(sub, token, byID, func(id uint64, attempt int, now int64) (*queuecore.Batch, bool) {
+		return q.core.Nack(sub.con, id, attempt, requeue, now)
+	})
 }
 
-// backoff is the redelivery delay after n deliveries: exponential from
-// redelivery_delay_min, capped at redelivery_delay_max, with ±25% jitter.
-func (q *queue) backoff(n int) time.Duration {
-	c := q.cfg
-	d := c.RedeliveryMin.Duration
-	for i := 1; i < n && d < c.RedeliveryMax.Duration; i++ {
-		d *= 2
+func (q *queue) ackOrNack(sub *subscription, token string, byID bool, fn func(id uint64, attempt int, now int64) (*queuecore.Batch, bool)) ackResult {
+	id, attempt, ok := parseToken(token, byID)
+	if !ok {
+		q.mu.Lock()
+		q.core.StaleAcks++
+		q.mu.Unlock()
+		return q.ackResult(nil, true)
 	}
-	if d > c.RedeliveryMax.Duration {
-		d = c.RedeliveryMax.Duration
+	var cb *queuecore.Batch
+	var stale bool
+	q.run(func(now int64) { cb, stale = fn(id, attempt, now) })
+	return q.ackResult(cb, stale)
+}
+
+// autoAcked deletes auto-ack deliveries once their MESSAGEs were written:
+// one core input per queue.
+func autoAcked(ds []*delivery) {
+	for len(ds) > 0 {
+		q := ds[0].C.Ref.(*subscription).q
+		var mine, rest []*delivery
+		for _, d := range ds {
+			if d.C.Ref.(*subscription).q == q {
+				mine = append(mine, d)
+			} else {
+				rest = append(rest, d)
+			}
+		}
+		q.run(func(now int64) { q.core.Written(mine, now) })
+		ds = rest
 	}
-	if d <= 0 {
-		return 0
+}
+
+func (q *queue) frameFor(d *delivery) *stomp.Frame {
+	m := d.Msg.Ref.(*Message)
+	sub := d.C.Ref.(*subscription)
+	f := &stomp.Frame{Command: stomp.CmdMessage, Body: m.Body}
+	f.Headers = make(stomp.Headers, 0, len(m.Headers)+7)
+	f.Headers = append(f.Headers,
+		stomp.Header{Key: "subscription", Value: sub.id},
+		stomp.Header{Key: "message-id", Value: strconv.FormatUint(m.ID, 10)},
+		stomp.Header{Key: "destination", Value: prefixQueue + q.name})
+	if sub.ack != ackAuto {
+		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: strconv.FormatUint(m.ID, 10) + "." + strconv.Itoa(d.Attempt)})
 	}
-	j := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
-	return d + j
+	if d.Attempt > 1 {
+		f.Headers = append(f.Headers, stomp.Header{Key: "redelivered", Value: "true"})
+	}
+	f.Headers = append(f.Headers, stomp.Header{Key: "delivery-count", Value: strconv.Itoa(d.Attempt)})
+	f.Headers = append(f.Headers, m.Headers...)
+	return f
+}
+
+// --- timer --------------------------------------------------------------
+
+// armTimerLocked makes sure the queue wakes up at the core's next due time.
+func (q *queue) armTimerLocked(at int64) {
+	if at == 0 || q.closed {
+		return
+	}
+	if q.timerAt != 0 && q.timerAt <= at {
+		return
+	}
+	q.timerAt = at
+	wait := time.Duration(at-q.nowMs()) * time.Millisecond
+	if wait < time.Millisecond {
+		wait = time.Millisecond
+	}
+	if q.timer == nil {
+		q.timer = time.AfterFunc(wait, q.onTimer)
+	} else {
+		q.timer.Reset(wait)
+	}
+}
+
+func (q *queue) onTimer() {
+	q.run(func(now int64) {
+		q.timerAt = 0
+		if !q.closed {
+			q.core.Tick(now)
+		}
+	})
+}
+
+// stop ends the queue's timer and page-ins (broker closing, queue deleted).
+func (q *queue) stop() {
+	q.mu.Lock()
+	q.closed = true
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.mu.Unlock()
+}
+
+// --- logging ------------------------------------------------------------
+
+func (q *queue) logEvent(ev queuecore.Event) {
+	switch ev.Kind {
+	case queuecore.EvAckTimeout:
+		q.b.log.Info("ack timeout: message returned to the queue", "queue", q.name, "id", ev.ID)
+	case queuecore.EvJournalFailed:
+		if n, ok := q.failLog.allow(q.b.now()); ok {
+			q.b.log.Error("journal write failed; the messages concerned are retried after a back-off", "queue", q.name, "what", ev.Reason, "err", ev.Err, "suppressed", n)
+		}
+	}
+}
+
+// rateLog lets one line through per interval and counts the rest.
+type rateLog struct {
+	last       time.Time
+	suppressed int
+}
+
+const rateLogEvery = 10 * time.Second
+
+func (r *rateLog) allow(now time.Time) (suppressed int, ok bool) {
+	if !r.last.IsZero() && now.Sub(r.last) < rateLogEvery {
+		r.suppressed++
+		return 0, false
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	return n, true
 }

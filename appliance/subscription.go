@@ -1,6 +1,6 @@
 package appliance
 
-import "time"
+import "github.com/herald-mq/herald/appliance/queuecore"
 
 type ackMode int
 
@@ -30,10 +30,8 @@ type subscription struct {
 	name string // queue name or topic pattern
 	ack  ackMode
 
-	// queue subscriptions; guarded by q.mu
-	q          *queue
-	prefetch   int
-	ackTimeout time.Duration
-	inflight   []*delivery // in delivery order, for cumulative acks
-	closed     bool
+	// queue subscriptions: the core's consumer (guarded by q.mu once
+	// subscribed)
+	q   *queue
+	con *queuecore.Consumer
 }

@@ -110,7 +110,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 	)
 	undo := func() {
 		for _, e := range enqs {
-			e.q.enqueueFailed()
+			e.q.enqueueFailed(e.m)
 		}
 		for _, a := range acks {
 			if a.res.done != nil {
@@ -161,14 +161,22 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		}
 	}
 	receipt := f.Get("receipt")
+	// Completions only signal: topic messages of the transaction are
+	// published here, on the reader, once the journal committed (a
+	// multicast channel's rate limit may block; the journal's completion
+	// goroutine must not).
+	var committed chan error
+	if len(topics) > 0 {
+		committed = make(chan error, 1)
+	}
 	s.submit(&Batch{Ops: append(ops, Op{Kind: OpBarrier}), Done: func(b *Batch, err error) {
 		for _, e := range enqs {
 			op := &b.Ops[e.idx]
 			switch {
 			case err != nil:
-				e.q.enqueueFailed()
+				e.q.enqueueFailed(e.m)
 			case op.Duplicate:
-				e.q.enqueueFailed()
+				e.q.enqueueFailed(e.m)
 				s.b.stats.dedupHits.Add(1)
 			default:
 				e.q.committed(e.m, true)
@@ -182,14 +190,26 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		if err != nil {
 			s.log.Error("transaction not stored", "transaction", id, "err", err)
 			s.fail(f, "transaction not committed", err.Error())
+		}
+		if committed != nil {
+			committed <- err
 			return
 		}
-		for _, t := range topics {
-			s.b.publish(t.name, t.headers, t.body)
-		}
-		if receipt != "" {
+		if err == nil && receipt != "" {
 			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "transaction", id, "frames", strconv.Itoa(len(tx.frames))))
 		}
 	}})
+	if committed == nil {
+		return true
+	}
+	if err := <-committed; err != nil {
+		return false
+	}
+	for _, t := range topics {
+		s.b.publish(t.name, t.headers, t.body)
+	}
+	if receipt != "" {
+		s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "transaction", id, "frames", strconv.Itoa(len(tx.frames))))
+	}
 	return true
 }

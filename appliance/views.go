@@ -2,7 +2,6 @@ package appliance
 
 import (
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -129,56 +128,40 @@ func (b *Broker) Queue(name string) (QueueView, bool) {
 	}
 	v := q.view()
 	if d := b.lookupQueue(v.DLQ); d != nil {
-		d.mu.Lock()
-		v.DLQDepth = d.count
-		d.mu.Unlock()
+		v.DLQDepth = d.view().Messages
 	}
 	return v, true
 }
 
 func (q *queue) view() QueueView {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	snap := q.core.Snapshot()
+	q.mu.Unlock()
 	v := QueueView{
 		Name:           q.name,
-		Messages:       q.count,
-		Bytes:          q.bytes,
-		InFlight:       len(q.inflight),
-		Delayed:        len(q.delayed),
-		Consumers:      len(q.consumers),
-		InMemory:       q.memLocked() + len(q.inflight),
-		Enqueued:       q.enqueued.Load(),
-		Delivered:      q.delivered.Load(),
-		Redelivered:    q.redelivered.Load(),
-		Acked:          q.acked.Load(),
-		Expired:        q.expired.Load(),
-		DeadLettered:   q.dlqMoved.Load(),
-		StaleAcks:      q.staleAcks.Load(),
-		AckTimeouts:    q.ackTimeouts.Load(),
+		Messages:       snap.Count,
+		Bytes:          snap.Bytes,
+		InFlight:       snap.InFlight,
+		Delayed:        snap.Delayed,
+		Consumers:      snap.Consumers,
+		InMemory:       snap.InMemory,
+		Enqueued:       snap.Enqueued,
+		Delivered:      snap.Delivered,
+		Redelivered:    snap.Redelivered,
+		Acked:          snap.Acked,
+		Expired:        snap.Expired,
+		DeadLettered:   snap.DeadLettered,
+		StaleAcks:      snap.StaleAcks,
+		AckTimeouts:    snap.AckTimeouts,
 		BlockedSends:   q.blocked.Load(),
 		BlockedSeconds: time.Duration(q.blockedNs.Load()).Seconds(),
 	}
-	if !strings.HasPrefix(q.name, q.cfg.DeadLetterQueue) {
+	if !q.isDLQ {
 		v.DLQ = q.deadLetterQueue()
 	}
 	v.Ready = max(v.Messages-v.InFlight-v.Delayed, 0)
-	oldest := int64(0)
-	consider := func(m *Message) {
-		if m.Enqueued > 0 && (oldest == 0 || m.Enqueued < oldest) {
-			oldest = m.Enqueued
-		}
-	}
-	if len(q.ready) > 0 {
-		consider(q.ready[0])
-	}
-	for _, d := range q.inflight {
-		consider(d.msg)
-	}
-	for _, m := range q.delayed {
-		consider(m)
-	}
-	if oldest > 0 {
-		v.OldestAgeSec = q.b.now().Sub(time.UnixMilli(oldest)).Seconds()
+	if snap.Oldest > 0 {
+		v.OldestAgeSec = q.b.now().Sub(time.UnixMilli(snap.Oldest)).Seconds()
 	}
 	return v
 }

@@ -101,7 +101,11 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 				hbuf = encodeHeaders(hbuf[:0], op.Headers)
 				hb = hbuf
 			}
-			res, err := s.st.move.ExecContext(ctx, q, op.Deliveries, hb, int64(op.ID))
+			var size any
+			if op.Size > 0 {
+				size = op.Size
+			}
+			res, err := s.st.move.ExecContext(ctx, q, op.Deliveries, size, hb, int64(op.ID))
 			if err != nil {
 				return err
 			}

@@ -71,7 +71,7 @@ func prepare(ctx context.Context, c *sql.Conn) (*stmts, error) {
 		{&st.delete, `DELETE FROM messages WHERE id=?`},
 		{&st.claim, `UPDATE messages SET deliveries=? WHERE id=?`},
 		{&st.release, `UPDATE messages SET not_before=? WHERE id=?`},
-		{&st.move, `INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) SELECT ?, enqueued, ?, 0, 0, grp, flags, size, coalesce(?, headers), body FROM messages WHERE id=?`},
+		{&st.move, `INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) SELECT ?, enqueued, ?, 0, 0, grp, flags, coalesce(?, size), coalesce(?, headers), body FROM messages WHERE id=?`},
 		{&st.dedupGet, `SELECT msg_id, at FROM dedup WHERE qid=? AND key=?`},
 		{&st.dedupPut, `INSERT OR REPLACE INTO dedup(qid, key, msg_id, at) VALUES(?,?,?,?)`},
 	} {

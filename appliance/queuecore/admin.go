@@ -93,18 +93,22 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 
 // Snapshot is what the admin views show of a queue.
 type Snapshot struct {
-	Count, InFlight, Delayed, Consumers, InMemory int
-	Bytes                                         int64
-	Oldest                                        int64 // ms of the oldest enqueue in memory, 0 if none
-	Spilled, Purging                              bool
+	Count, InFlight, Delayed, Consumers int
+	InMemory                            int // ready, delayed and in flight (not those whose delete is committing)
+	Bytes                               int64
+	Oldest                              int64 // ms of the oldest enqueue in memory, 0 if none
+	Spilled, Purging                    bool
 	Stats
 }
 
 // Snapshot returns the queue's counts.
 func (c *Core) Snapshot() Snapshot {
 	s := Snapshot{Count: c.count, Bytes: c.bytes, InFlight: len(c.flight), Delayed: len(c.delayed),
-		Consumers: len(c.consumers), InMemory: len(c.byID), Spilled: c.spilled, Purging: c.purging, Stats: c.Stats}
+		Consumers: len(c.consumers), Spilled: c.spilled, Purging: c.purging, Stats: c.Stats}
 	for _, m := range c.byID {
+		if m.state != stLeaving {
+			s.InMemory++
+		}
 		if m.Enqueued > 0 && (s.Oldest == 0 || m.Enqueued < s.Oldest) {
 			s.Oldest = m.Enqueued
 		}

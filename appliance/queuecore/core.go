@@ -232,7 +232,10 @@ func (c *Core) maybePage(now int64) {
 	if len(c.ready.elig) >= c.cfg.Window*3/4 {
 		return
 	}
-	limit := min(c.cfg.Window, c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
+	// Up to Window eligible messages; messages of blocked groups may add up
+	// to (GroupOverflow-1) windows more, so that a long blocked group
+	// cannot hide the rest of the queue.
+	limit := min(c.cfg.Window-len(c.ready.elig), c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
 	if limit < 1 {
 		return
 	}
