@@ -67,7 +67,7 @@ type Broker struct {
 	cancel context.CancelFunc
 
 	pumpStop      chan struct{}
-	pump          *pump        // submits journal work produced by completions
+	pump          *pump         // submits journal work produced by completions
 	seed          atomic.Uint64 // per-queue seeds of the cores' random choices
 	journalFailed atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
 }
