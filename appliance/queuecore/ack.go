@@ -245,6 +245,10 @@ func (c *Core) leaveFailed(m *Msg, retryAt, now int64) {
 		// finds it again.
 		delete(c.byID, m.ID)
 		m.state = stNone
+		if m.holdsGroup {
+			m.holdsGroup = false
+			c.ready.release(m.Group)
+		}
 		return
 	}
 	m.NotBefore = max(m.NotBefore, retryAt)

@@ -22,11 +22,22 @@ func (c *Core) Purge(now int64) *Batch {
 			keep = append(keep, id)
 		}
 	}
+	c.purgeUpTo = c.lastID
+	c.purgeKeep = make(map[uint64]bool, len(keep))
+	for _, id := range keep {
+		c.purgeKeep[id] = true
+	}
 	return c.emitDirect(pend{ops: []Op{{Kind: OpPurge, UpTo: c.lastID, Keep: keep}}})
+}
+
+// purgeTakes reports whether the pending purge deletes message id.
+func (c *Core) purgeTakes(id uint64) bool {
+	return c.purging && id <= c.purgeUpTo && !c.purgeKeep[id]
 }
 
 func (c *Core) purgeDone(op Op, res Result, err error) {
 	c.purging = false
+	c.purgeKeep = nil
 	if err != nil {
 		return
 	}
@@ -62,13 +73,16 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 
 // MoveOut starts moving messages loaded from the journal (in ID order) to
 // queue target: requeue out of a dead-letter queue. Messages in flight or
-// already leaving are skipped. It returns nil when none can move. Memory
-// changes only when the batch commits.
+// already leaving are skipped, and so are those a pending purge deletes.
+// It returns nil when none can move. Memory changes only when the batch
+// commits.
 func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 	var p pend
 	for _, lm := range msgs {
 		m := c.byID[lm.ID]
 		switch {
+		case c.purgeTakes(lm.ID):
+			continue // gone once the purge commits: a move would find no message
 		case m == nil:
 			if lm.ID <= c.memTail {
 				continue // gone meanwhile
@@ -81,6 +95,12 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 			heap.Remove(&c.delayed, m.heapIdx)
 		default:
 			continue
+		}
+		if m.Group != "" && !m.holdsGroup {
+			// Until the move commits it still heads its group: should it
+			// fail, nothing of its group may have overtaken it.
+			m.holdsGroup = true
+			c.ready.hold(m.Group)
 		}
 		m.state = stLeaving
 		p.ops = append(p.ops, Op{Kind: OpMoveOut, Msg: m, Target: target})

@@ -64,6 +64,9 @@ type Core struct {
 	nextDeadline int64 // earliest of them (a lower bound)
 	failStreak   int   // consecutive failed batches
 
+	purgeUpTo uint64          // the pending purge deletes every message <= purgeUpTo
+	purgeKeep map[uint64]bool // except these
+
 	nextSeq uint64
 	pending map[uint64]*pend
 	work    pend // journal work of the current input, emitted at its end
@@ -255,10 +258,19 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 	}
 	c.pageRetryAt = 0
 	for _, m := range msgs {
-		if m.ID <= c.memTail || c.byID[m.ID] != nil {
+		if m.ID <= c.memTail {
 			continue
 		}
 		c.memTail = m.ID
+		if c.byID[m.ID] != nil {
+			continue // moving out (MoveOut of a message not paged in yet): in memory now
+		}
+		if m.Group != "" && m.Deliveries > 0 && m.NotBefore > now {
+			// A NACK's back-off made durable before a restart: it still
+			// heads its group, as it did before.
+			m.holdsGroup = true
+			c.ready.hold(m.Group)
+		}
 		c.place(m, now)
 	}
 	if len(msgs) < req.Limit && c.spillSeq == req.seq {

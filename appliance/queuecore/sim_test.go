@@ -1,0 +1,1402 @@
+package queuecore
+
+// A seeded deterministic simulation of one queue and its dead-letter queue
+// (FoundationDB / TigerBeetle style). The harness plays the shell: a model
+// journal (rows, global IDs assigned at commit, batches applied atomically
+// in submission order and completed FIFO at random later steps, injected
+// failures), producers, consumers in every ack mode, transactions, purges,
+// requeues out of the DLQ, ack timeouts, time, and crash-restarts. Every
+// step is followed by the invariant checks listed in doc.go (see check).
+//
+//	go test -run TestSim ./appliance/queuecore                 // default seeds
+//	go test -run TestSim -sim.seeds=20000 -sim.steps=500 ...  // more
+//	go test -run TestSim -sim.seed=N -sim.trace ...            // one seed, full trace
+//	go test -run '^$' -fuzz '^FuzzSim$' ./appliance/queuecore  // schedules from fuzz bytes
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	flagSimSeed  = flag.Int64("sim.seed", -1, "run only this simulation seed")
+	flagSimSeeds = flag.Int("sim.seeds", 2000, "number of simulation seeds")
+	flagSimSteps = flag.Int("sim.steps", 300, "steps per simulation seed")
+	flagSimTrace = flag.Bool("sim.trace", false, "print the whole trace of a failing run")
+
+	flagSimStrictStall = flag.Bool("sim.strictstall", false, "no-stall check without the memory bound exception")
+)
+
+var errSimJournal = errors.New("sim: injected journal failure")
+
+// simSrc is where the simulation takes its choices from: a seeded PRNG,
+// or the bytes of a fuzz input.
+type simSrc interface {
+	intn(n int) int // in [0, n)
+	exhausted() bool
+}
+
+type rngSrc struct{ r *rand.Rand }
+
+func (s rngSrc) intn(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return s.r.IntN(n)
+}
+func (s rngSrc) exhausted() bool { return false }
+
+type byteSrc struct {
+	b []byte
+	i int
+}
+
+func (s *byteSrc) intn(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	v := 0
+	for k := 0; k == 0 || (k == 1 && n > 256); k++ {
+		if s.i < len(s.b) {
+			v = v<<8 | int(s.b[s.i])
+			s.i++
+		}
+	}
+	return v % n
+}
+func (s *byteSrc) exhausted() bool { return s.i >= len(s.b) }
+
+const (
+	qMain = 0
+	qDLQ  = 1
+)
+
+var simQName = [2]string{"main", "dlq"}
+var simGroups = []string{"", "a", "b", "c"}
+
+// simRow is one row of the model journal.
+type simRow struct {
+	id         uint64
+	q          int
+	size       int64
+	group      string
+	deliveries int
+	notBefore  int64
+	expires    int64
+	enqueued   int64
+	prodNB     int64 // the producer's NotBefore (0 for a message moved in)
+}
+
+type simEnq struct {
+	size  int64
+	group string
+	nb    int64
+	exp   int64
+}
+
+// simPart is one piece of a journal batch: a core's batch, or a producer's
+// enqueue into the main queue.
+type simPart struct {
+	q   int
+	b   *Batch
+	enq *simEnq
+}
+
+type simBatch struct {
+	parts []simPart
+	what  string
+}
+
+type simCon struct {
+	c    *Consumer
+	q    int
+	name string
+	out  []*Delivery // received and unresolved, in receive order
+	gone []*Delivery // resolved: stale tokens
+}
+
+type simFailure struct{ msg string }
+
+type simStats struct {
+	steps, enqueued, delivered, acked, deadLettered, moved, purges, crashes, settles, failures, pageIns, holBlocked int
+}
+
+type sim struct {
+	r     simSrc
+	label string
+	now   int64
+	step  int
+
+	cfg   [2]Config // as normalised by New
+	cores [2]*Core
+
+	rows     map[uint64]*simRow
+	nextID   uint64
+	pending  []*simBatch // submitted, completing FIFO
+	held     []*simBatch // ack, nack and transaction batches not submitted yet
+	pageReq  [2]*PageIn
+	cons     []*simCon
+	conOf    map[*Consumer]*simCon
+	nextCon  int
+	wake     [2]int64
+	settling bool
+
+	failPct, pageFailPct int
+
+	dispatched  map[uint64]bool // an op or an auto-ack delivery was ever emitted for it
+	lastClaim   map[uint64]int  // highest OpClaim count emitted (this incarnation)
+	lastAttempt map[uint64]int  // highest Attempt delivered (reset to the journal's count at a crash)
+	ackIntent   map[uint64]bool // the sim acked (or wrote, auto) a delivery of it
+	nackDLQ     map[uint64]bool // the sim nacked it with requeue=false
+	ackedDone   map[uint64]bool // its delete committed
+	reqCursor   uint64
+
+	trace []string
+	st    simStats
+}
+
+func (s *sim) failf(format string, a ...any) {
+	panic(simFailure{fmt.Sprintf("step %d now %d: ", s.step, s.now) + fmt.Sprintf(format, a...)})
+}
+
+func (s *sim) logf(format string, a ...any) {
+	s.trace = append(s.trace, fmt.Sprintf("%4d t=%-6d ", s.step, s.now)+fmt.Sprintf(format, a...))
+}
+
+func (s *sim) chance(pct int) bool { return s.r.intn(100) < pct }
+
+// runSim runs one simulation; steps <= 0 runs until the source is
+// exhausted (fuzzing), capped at maxFuzzSteps.
+func runSim(r simSrc, steps int, label string) (st simStats, err error) {
+	s := &sim{r: r, label: label}
+	defer func() {
+		st = s.st
+		if p := recover(); p != nil {
+			msg := ""
+			if f, ok := p.(simFailure); ok {
+				msg = f.msg
+			} else {
+				msg = fmt.Sprintf("step %d: panic: %v\n%s", s.step, p, debug.Stack())
+			}
+			tr := s.trace
+			if !*flagSimTrace && len(tr) > 80 {
+				tr = tr[len(tr)-80:]
+			}
+			err = fmt.Errorf("%s: %s\nconfig main=%+v\n       dlq=%+v\ntrace (last %d lines):\n%s", label, msg, s.cfg[qMain], s.cfg[qDLQ], len(tr), strings.Join(tr, "\n"))
+		}
+	}()
+	s.init()
+	const maxFuzzSteps = 3000
+	for s.step = 1; ; s.step++ {
+		if (steps > 0 && s.step > steps) || (steps <= 0 && (r.exhausted() || s.step > maxFuzzSteps)) {
+			break
+		}
+		s.act()
+		s.check()
+		if s.step%50 == 0 {
+			s.settle()
+			s.checkNoStall()
+		}
+	}
+	s.drain()
+	s.st.steps = s.step
+	return s.st, nil
+}
+
+func (s *sim) init() {
+	r := s.r
+	s.now = 1_000_000
+	cfg := Config{
+		Window:        3 + r.intn(18),
+		GroupOverflow: r.intn(4), // 0: default
+		MaxDeliveries: r.intn(5), // 0: never (sometimes)
+		RedeliveryMin: int64(r.intn(21)),
+		DeadLetter:    true,
+		ExpiredToDLQ:  r.intn(2) == 0,
+		RetryMin:      1 + int64(r.intn(10)),
+	}
+	cfg.RedeliveryMax = cfg.RedeliveryMin + int64(r.intn(int(51-cfg.RedeliveryMin)))
+	cfg.RetryMax = cfg.RetryMin + int64(r.intn(60))
+	if r.intn(3) == 0 {
+		cfg.MaxMessages = 5 + r.intn(40)
+	}
+	if r.intn(3) == 0 {
+		cfg.MaxBytes = 200 + int64(r.intn(2000))
+	}
+	dlq := cfg
+	dlq.DeadLetter, dlq.ExpiredToDLQ, dlq.MaxMessages, dlq.MaxBytes = false, false, 0, 0
+	s.failPct = []int{0, 3, 10, 25}[r.intn(4)]
+	s.pageFailPct = []int{0, 10, 30}[r.intn(3)]
+	s.rows = map[uint64]*simRow{}
+	s.dispatched = map[uint64]bool{}
+	s.ackedDone = map[uint64]bool{}
+	s.cores[qMain] = New(cfg, uint64(r.intn(1<<30)))
+	s.cores[qDLQ] = New(dlq, uint64(r.intn(1<<30)))
+	s.resetVolatile()
+	for q := range s.cores {
+		s.cfg[q] = s.cores[q].Config()
+	}
+	s.logf("start fail=%d%% pagefail=%d%%", s.failPct, s.pageFailPct)
+}
+
+// resetVolatile drops what does not survive a crash.
+func (s *sim) resetVolatile() {
+	s.pending, s.held = nil, nil
+	s.pageReq = [2]*PageIn{}
+	s.cons = nil
+	s.conOf = map[*Consumer]*simCon{}
+	s.wake = [2]int64{}
+	s.lastClaim = map[uint64]int{}
+	s.lastAttempt = map[uint64]int{}
+	s.ackIntent = map[uint64]bool{}
+	s.nackDLQ = map[uint64]bool{}
+	for id, row := range s.rows {
+		s.lastClaim[id] = row.deliveries
+		s.lastAttempt[id] = row.deliveries
+	}
+}
+
+// --- actions ------------------------------------------------------------
+
+const (
+	aEnqueue = iota
+	aComplete
+	aPage
+	aSubscribe
+	aUnsubscribe
+	aAck
+	aNack
+	aWritten
+	aStaleAck
+	aTick
+	aPurge
+	aRequeue
+	aTx
+	aSubmitHeld
+	aCrash
+	aSettle
+	aCount
+)
+
+var simWeights = [aCount]int{
+	aEnqueue: 22, aComplete: 16, aPage: 8, aSubscribe: 4, aUnsubscribe: 2, aAck: 12, aNack: 4,
+	aWritten: 8, aStaleAck: 2, aTick: 10, aPurge: 1, aRequeue: 3, aTx: 3, aSubmitHeld: 4, aCrash: 1, aSettle: 1,
+}
+
+func (s *sim) act() {
+	total := 0
+	for _, w := range simWeights {
+		total += w
+	}
+	k := s.r.intn(total)
+	a := 0
+	for ; k >= simWeights[a]; a++ {
+		k -= simWeights[a]
+	}
+	switch a {
+	case aEnqueue:
+		s.enqueue()
+	case aComplete:
+		if len(s.pending) > 0 {
+			s.complete(1 + s.r.intn(len(s.pending)))
+		}
+	case aPage:
+		s.answerPage(s.r.intn(2))
+	case aSubscribe:
+		s.subscribe(s.pickQueue())
+	case aUnsubscribe:
+		s.unsubscribe()
+	case aAck:
+		s.ack(false)
+	case aNack:
+		s.nack()
+	case aWritten:
+		s.written()
+	case aStaleAck:
+		s.staleAck()
+	case aTick:
+		s.tick()
+	case aPurge:
+		s.purge(s.pickQueue())
+	case aRequeue:
+		s.requeue()
+	case aTx:
+		s.ack(true)
+	case aSubmitHeld:
+		s.submitHeld()
+	case aCrash:
+		s.crash()
+	case aSettle:
+		s.settle()
+		s.checkNoStall()
+	}
+}
+
+func (s *sim) pickQueue() int {
+	if s.r.intn(5) == 0 {
+		return qDLQ
+	}
+	return qMain
+}
+
+func (s *sim) newEnq() *simEnq {
+	e := &simEnq{size: 1 + int64(s.r.intn(100)), group: simGroups[s.r.intn(len(simGroups))]}
+	if s.r.intn(4) == 0 {
+		e.nb = s.now + 1 + int64(s.r.intn(200))
+	}
+	if s.r.intn(5) == 0 {
+		e.exp = s.now + 1 + int64(s.r.intn(300))
+	}
+	return e
+}
+
+// reserve asks the main core for room, checking that a refusal is due.
+func (s *sim) reserve(e *simEnq) bool {
+	ok, why := s.cores[qMain].Reserve(e.size)
+	if ok {
+		return true
+	}
+	n, bytes := s.recount(qMain)
+	for _, list := range [][]*simBatch{s.pending, s.held} {
+		for _, jb := range list {
+			for _, p := range jb.parts {
+				if p.enq != nil {
+					n++
+					bytes += p.enq.size
+				}
+			}
+		}
+	}
+	cfg := s.cfg[qMain]
+	if !(cfg.MaxMessages > 0 && n >= cfg.MaxMessages) && !(cfg.MaxBytes > 0 && bytes+e.size > cfg.MaxBytes) {
+		s.failf("Reserve(%d) refused (%s) with %d messages, %d bytes committed or pending", e.size, why, n, bytes)
+	}
+	s.logf("enqueue refused: %s", why)
+	return false
+}
+
+func (s *sim) enqueue() {
+	e := s.newEnq()
+	if !s.reserve(e) {
+		return
+	}
+	s.logf("enqueue size=%d group=%q nb=%d exp=%d", e.size, e.group, e.nb, e.exp)
+	s.submit(&simBatch{parts: []simPart{{q: qMain, enq: e}}, what: "enqueue"})
+}
+
+func (s *sim) submit(jb *simBatch) { s.pending = append(s.pending, jb) }
+
+func (s *sim) submitHeld() {
+	if len(s.held) == 0 {
+		return
+	}
+	i := s.r.intn(len(s.held))
+	jb := s.held[i]
+	s.held = append(s.held[:i], s.held[i+1:]...)
+	if !s.settling && s.r.intn(5) == 0 {
+		// The client aborts (or its connection drops): the batch never
+		// reaches the journal and is reported failed.
+		s.logf("abort held %s", jb.what)
+		s.notify(jb, nil, errSimJournal)
+		return
+	}
+	s.logf("submit held %s", jb.what)
+	s.submit(jb)
+}
+
+func (s *sim) complete(n int) {
+	for i := 0; i < n && len(s.pending) > 0; i++ {
+		jb := s.pending[0]
+		s.pending = s.pending[1:]
+		if !s.settling && s.chance(s.failPct) {
+			s.st.failures++
+			s.logf("journal FAILS %s", jb.what)
+			s.notify(jb, nil, errSimJournal)
+			continue
+		}
+		s.logf("journal commits %s", jb.what)
+		s.notify(jb, s.apply(jb), nil)
+	}
+}
+
+// apply applies a batch to the model journal atomically, validating every
+// operation (invariant 1). It returns each part's result.
+func (s *sim) apply(jb *simBatch) []any {
+	out := make([]any, len(jb.parts))
+	for i, p := range jb.parts {
+		if p.enq != nil {
+			s.nextID++
+			row := &simRow{id: s.nextID, q: qMain, size: p.enq.size, group: p.enq.group, notBefore: p.enq.nb,
+				expires: p.enq.exp, enqueued: s.now, prodNB: p.enq.nb}
+			s.rows[row.id] = row
+			s.lastClaim[row.id], s.lastAttempt[row.id] = 0, 0
+			out[i] = row
+			s.st.enqueued++
+			continue
+		}
+		out[i] = s.applyCore(p.q, p.b)
+	}
+	return out
+}
+
+func (s *sim) applyCore(q int, b *Batch) Result {
+	res := Result{NewIDs: make([]uint64, len(b.Ops))}
+	cfg := s.cfg[q]
+	for i, op := range b.Ops {
+		if op.Kind == OpPurge {
+			keep := map[uint64]bool{}
+			for _, id := range op.Keep {
+				keep[id] = true
+			}
+			held := s.outstanding(q)
+			for id, row := range s.rows {
+				if row.q != q || id > op.UpTo || keep[id] {
+					continue
+				}
+				if held[id] != nil {
+					s.failf("purge of %s deletes message %d, held by %s", simQName[q], id, s.conOf[held[id].C].name)
+				}
+				delete(s.rows, id)
+				res.Affected++
+				res.Bytes += row.size
+			}
+			s.logf("  purge %s up to %d keep %v: %d messages", simQName[q], op.UpTo, op.Keep, res.Affected)
+			continue
+		}
+		if op.Msg == nil {
+			s.failf("op %d of batch %d of %s has no message", op.Kind, b.Seq, simQName[q])
+		}
+		id := op.Msg.ID
+		row := s.rows[id]
+		if row == nil && op.Kind == OpRelease {
+			// A NACK's back-off only makes memory durable, and memory had
+			// it at once: the message may have been redelivered and acked
+			// before a held NACK batch commits. Like the SQL journal's
+			// UPDATE, a release of a gone row does nothing.
+			s.logf("  %s %d: gone", opName(op), id)
+			continue
+		}
+		if row == nil || row.q != q {
+			s.failf("op %s on message %d, which is not in %s (acked: %v)", opName(op), id, simQName[q], s.ackedDone[id])
+		}
+		switch op.Kind {
+		case OpDelete:
+			if !s.ackIntent[id] {
+				s.failf("OpDelete of message %d in %s, never acked nor written", id, simQName[q])
+			}
+			delete(s.rows, id)
+			s.ackedDone[id] = true
+			s.st.acked++
+		case OpDrop:
+			if row.expires == 0 || row.expires > s.now {
+				s.failf("OpDrop of message %d that is not expired (expires %d)", id, row.expires)
+			}
+			delete(s.rows, id)
+		case OpDeadLetter:
+			if !cfg.DeadLetter {
+				s.failf("OpDeadLetter of message %d out of %s, which never dead-letters", id, simQName[q])
+			}
+			switch op.Reason {
+			case "nack":
+				if !s.nackDLQ[id] {
+					s.failf("OpDeadLetter(nack) of message %d never nacked with requeue=false", id)
+				}
+			case "max-deliveries":
+				if n := max(row.deliveries, s.lastAttempt[id]); cfg.MaxDeliveries == 0 || n < cfg.MaxDeliveries {
+					s.failf("OpDeadLetter(max-deliveries) of message %d after %d deliveries (max %d)", id, n, cfg.MaxDeliveries)
+				}
+			case "expired":
+				if row.expires == 0 || row.expires > s.now {
+					s.failf("OpDeadLetter(expired) of message %d that is not expired (expires %d)", id, row.expires)
+				}
+			default:
+				s.failf("OpDeadLetter of message %d with reason %q", id, op.Reason)
+			}
+			res.NewIDs[i] = s.move(row, qDLQ)
+			s.st.deadLettered++
+		case OpMoveOut:
+			if q != qDLQ || op.Target != "main" {
+				s.failf("OpMoveOut of message %d from %s to %q", id, simQName[q], op.Target)
+			}
+			res.NewIDs[i] = s.move(row, qMain)
+			s.st.moved++
+		case OpClaim:
+			if op.Deliveries < 0 {
+				s.failf("OpClaim of message %d with count %d", id, op.Deliveries)
+			}
+			row.deliveries = op.Deliveries
+		case OpRelease:
+			row.notBefore = op.NotBefore
+		default:
+			s.failf("unknown op kind %d", op.Kind)
+		}
+		s.logf("  %s %d -> %v", opName(op), id, res.NewIDs[i])
+	}
+	return res
+}
+
+func opName(op Op) string {
+	switch op.Kind {
+	case OpDelete:
+		return "delete"
+	case OpDrop:
+		return "drop"
+	case OpClaim:
+		return fmt.Sprintf("claim(%d)", op.Deliveries)
+	case OpRelease:
+		return fmt.Sprintf("release(nb=%d)", op.NotBefore)
+	case OpDeadLetter:
+		return "deadletter(" + op.Reason + ")"
+	case OpMoveOut:
+		return "moveout(" + op.Target + ")"
+	case OpPurge:
+		return "purge"
+	}
+	return fmt.Sprintf("op%d", op.Kind)
+}
+
+// move is the journal's move: a new row in queue q, like the SQL journal's
+// (not_before and expires cleared, deliveries reset).
+func (s *sim) move(row *simRow, q int) uint64 {
+	s.nextID++
+	n := &simRow{id: s.nextID, q: q, size: row.size, group: row.group, enqueued: row.enqueued}
+	delete(s.rows, row.id)
+	s.rows[n.id] = n
+	s.lastClaim[n.id], s.lastAttempt[n.id] = 0, 0
+	return n.id
+}
+
+func msgOfRow(row *simRow) *Msg {
+	return &Msg{ID: row.id, Size: row.size, Group: row.group, NotBefore: row.notBefore, Expires: row.expires,
+		Enqueued: row.enqueued, Deliveries: row.deliveries, Scheduled: row.deliveries == 0 && row.notBefore > row.enqueued}
+}
+
+// notify reports a batch's outcome to its parts, in order.
+func (s *sim) notify(jb *simBatch, res []any, err error) {
+	for i, p := range jb.parts {
+		if p.enq != nil {
+			if err != nil {
+				s.cores[qMain].Unreserve(p.enq.size)
+			} else {
+				row := res[i].(*simRow)
+				s.logf("  committed enqueue %d group=%q", row.id, row.group)
+				s.cores[qMain].Committed(msgOfRow(row), true, s.now)
+			}
+			s.collect(qMain)
+			continue
+		}
+		var r Result
+		if err == nil {
+			r = res[i].(Result)
+		}
+		s.cores[p.q].Done(p.b.Seq, r, err, s.now)
+		s.collect(p.q)
+	}
+}
+
+func (s *sim) answerPage(q int) {
+	req := s.pageReq[q]
+	if req == nil {
+		return
+	}
+	s.pageReq[q] = nil
+	s.st.pageIns++
+	if !s.settling && s.chance(s.pageFailPct) {
+		s.logf("page-in %s after %d FAILS", simQName[q], req.After)
+		s.cores[q].Paged(req, nil, errSimJournal, s.now)
+		s.collect(q)
+		return
+	}
+	var msgs []*Msg
+	for _, id := range s.sortedIDs(q) {
+		if id > req.After && len(msgs) < req.Limit {
+			msgs = append(msgs, msgOfRow(s.rows[id]))
+		}
+	}
+	ids := make([]uint64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	s.logf("page-in %s after %d limit %d: %v", simQName[q], req.After, req.Limit, ids)
+	s.cores[q].Paged(req, msgs, nil, s.now)
+	s.collect(q)
+}
+
+func (s *sim) sortedIDs(q int) []uint64 {
+	var ids []uint64
+	for id, row := range s.rows {
+		if row.q == q {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+func (s *sim) subscribe(q int) *simCon {
+	c := &Consumer{Prefetch: 1 + s.r.intn(5), Mode: AckMode(s.r.intn(3))}
+	if c.Mode != AckAuto && s.r.intn(3) == 0 {
+		c.AckTimeout = 20 + int64(s.r.intn(200))
+	}
+	return s.subscribeWith(q, c)
+}
+
+func (s *sim) subscribeWith(q int, c *Consumer) *simCon {
+	s.nextCon++
+	sc := &simCon{c: c, q: q, name: fmt.Sprintf("c%d", s.nextCon)}
+	s.cons = append(s.cons, sc)
+	s.conOf[c] = sc
+	s.logf("subscribe %s to %s mode=%d prefetch=%d timeout=%d", sc.name, simQName[q], c.Mode, c.Prefetch, c.AckTimeout)
+	s.cores[q].Subscribe(c, s.now)
+	s.collect(q)
+	return sc
+}
+
+func (s *sim) unsubscribe() {
+	if len(s.cons) == 0 {
+		return
+	}
+	i := s.r.intn(len(s.cons))
+	sc := s.cons[i]
+	s.cons = append(s.cons[:i], s.cons[i+1:]...)
+	delete(s.conOf, sc.c)
+	s.logf("unsubscribe %s (held %s)", sc.name, dids(sc.out))
+	sc.out = nil
+	s.cores[sc.q].Unsubscribe(sc.c, s.now)
+	s.collect(sc.q)
+}
+
+func dids(ds []*Delivery) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, d := range ds {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%d#%d", d.Msg.ID, d.Attempt)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// pickCon picks a consumer for which ok holds.
+func (s *sim) pickCon(ok func(*simCon) bool) *simCon {
+	var c []*simCon
+	for _, sc := range s.cons {
+		if ok(sc) {
+			c = append(c, sc)
+		}
+	}
+	if len(c) == 0 {
+		return nil
+	}
+	return c[s.r.intn(len(c))]
+}
+
+// token picks a delivery of sc to ack or nack and what that covers.
+func (s *sim) token(sc *simCon) (d *Delivery, covered []*Delivery, attempt int) {
+	i := s.r.intn(len(sc.out))
+	d = sc.out[i]
+	if sc.c.Mode == AckClient {
+		covered = append(covered, sc.out[:i+1]...)
+	} else {
+		covered = []*Delivery{d}
+	}
+	attempt = d.Attempt
+	if s.r.intn(4) == 0 {
+		attempt = 0
+	}
+	return d, covered, attempt
+}
+
+func (s *sim) resolve(sc *simCon, covered []*Delivery) {
+	kept := sc.out[:0]
+	for _, d := range sc.out {
+		cov := false
+		for _, x := range covered {
+			cov = cov || x == d
+		}
+		if !cov {
+			kept = append(kept, d)
+		}
+	}
+	sc.out = kept
+	sc.gone = append(sc.gone, covered...)
+	if len(sc.gone) > 20 {
+		sc.gone = sc.gone[len(sc.gone)-20:]
+	}
+}
+
+// checkCovers checks that an ack or nack batch covers exactly the
+// deliveries the client meant.
+func (s *sim) checkCovers(b *Batch, covered []*Delivery, what string) {
+	if b == nil {
+		s.failf("%s returned no batch", what)
+	}
+	want := map[uint64]bool{}
+	for _, d := range covered {
+		want[d.Msg.ID] = true
+	}
+	got := map[uint64]bool{}
+	for _, op := range b.Ops {
+		if op.Msg == nil || !want[op.Msg.ID] || got[op.Msg.ID] {
+			s.failf("%s: batch op %s on message %v, want exactly %s", what, opName(op), op.Msg, dids(covered))
+		}
+		got[op.Msg.ID] = true
+	}
+	if len(got) != len(want) {
+		s.failf("%s: batch covers %d messages, want %s", what, len(got), dids(covered))
+	}
+}
+
+// ack acks a client-mode delivery; tx puts an enqueue into the same batch.
+func (s *sim) ack(tx bool) {
+	sc := s.pickCon(func(sc *simCon) bool { return sc.c.Mode != AckAuto && len(sc.out) > 0 })
+	if sc == nil {
+		return
+	}
+	d, covered, attempt := s.token(sc)
+	what := fmt.Sprintf("%s ack %d#%d (attempt %d) covering %s", sc.name, d.Msg.ID, d.Attempt, attempt, dids(covered))
+	b, stale := s.cores[sc.q].Ack(sc.c, d.Msg.ID, attempt, s.now)
+	s.logf("%s", what)
+	if stale {
+		s.failf("%s: stale", what)
+	}
+	s.checkCovers(b, covered, what)
+	for _, x := range covered {
+		s.ackIntent[x.Msg.ID] = true
+	}
+	s.resolve(sc, covered)
+	s.markOps(sc.q, b)
+	jb := &simBatch{parts: []simPart{{q: sc.q, b: b}}, what: what}
+	if tx && sc.q == qMain {
+		if e := s.newEnq(); s.reserve(e) {
+			s.logf("  in a transaction with enqueue size=%d group=%q", e.size, e.group)
+			jb.parts = append([]simPart{{q: qMain, enq: e}}, jb.parts...)
+			jb.what = "tx: enqueue + " + what
+		}
+	}
+	s.submitOrHold(jb)
+	s.collect(sc.q)
+}
+
+func (s *sim) submitOrHold(jb *simBatch) {
+	if s.r.intn(4) == 0 {
+		s.logf("  held")
+		s.held = append(s.held, jb)
+		return
+	}
+	s.submit(jb)
+}
+
+func (s *sim) nack() {
+	sc := s.pickCon(func(sc *simCon) bool { return sc.c.Mode != AckAuto && len(sc.out) > 0 })
+	if sc == nil {
+		return
+	}
+	d, covered, attempt := s.token(sc)
+	requeue := s.r.intn(2) == 0
+	what := fmt.Sprintf("%s nack requeue=%v %d#%d (attempt %d) covering %s", sc.name, requeue, d.Msg.ID, d.Attempt, attempt, dids(covered))
+	b, stale := s.cores[sc.q].Nack(sc.c, d.Msg.ID, attempt, requeue, s.now)
+	s.logf("%s", what)
+	if stale {
+		s.failf("%s: stale", what)
+	}
+	s.checkCovers(b, covered, what)
+	if !requeue {
+		for _, x := range covered {
+			s.nackDLQ[x.Msg.ID] = true
+		}
+	}
+	s.resolve(sc, covered)
+	s.markOps(sc.q, b)
+	s.submitOrHold(&simBatch{parts: []simPart{{q: sc.q, b: b}}, what: what})
+	s.collect(sc.q)
+}
+
+func (s *sim) written() {
+	sc := s.pickCon(func(sc *simCon) bool { return sc.c.Mode == AckAuto && len(sc.out) > 0 })
+	if sc == nil {
+		return
+	}
+	ds := append([]*Delivery(nil), sc.out[:1+s.r.intn(len(sc.out))]...)
+	for _, d := range ds {
+		s.ackIntent[d.Msg.ID] = true
+	}
+	s.resolve(sc, ds)
+	if len(sc.gone) > len(ds) && s.r.intn(4) == 0 {
+		ds = append(ds, sc.gone[0]) // written twice: ignored
+	}
+	s.logf("%s written %s", sc.name, dids(ds))
+	s.cores[sc.q].Written(ds, s.now)
+	s.collect(sc.q)
+}
+
+func (s *sim) staleAck() {
+	sc := s.pickCon(func(sc *simCon) bool { return sc.c.Mode != AckAuto && len(sc.gone) > 0 })
+	if sc == nil {
+		return
+	}
+	g := sc.gone[s.r.intn(len(sc.gone))]
+	for _, d := range sc.out {
+		if d.Msg.ID == g.Msg.ID && d.Attempt == g.Attempt {
+			return
+		}
+	}
+	nack := s.r.intn(2) == 0
+	s.logf("%s stale ack/nack(%v) %d#%d", sc.name, nack, g.Msg.ID, g.Attempt)
+	var b *Batch
+	var stale bool
+	if nack {
+		b, stale = s.cores[sc.q].Nack(sc.c, g.Msg.ID, g.Attempt, true, s.now)
+	} else {
+		b, stale = s.cores[sc.q].Ack(sc.c, g.Msg.ID, g.Attempt, s.now)
+	}
+	if !stale || b != nil {
+		s.failf("ack of %d#%d, no longer held by %s, not stale", g.Msg.ID, g.Attempt, sc.name)
+	}
+	s.collect(sc.q)
+}
+
+func (s *sim) tick() {
+	switch s.r.intn(3) {
+	case 0:
+		w := int64(0)
+		for _, x := range s.wake {
+			if x > s.now && (w == 0 || x < w) {
+				w = x
+			}
+		}
+		if w > 0 && w < s.now+1000 {
+			s.now = w
+			break
+		}
+		fallthrough
+	default:
+		s.now += 1 + int64(s.r.intn(40))
+	}
+	s.logf("tick")
+	for q := range s.cores {
+		s.cores[q].Tick(s.now)
+		s.collect(q)
+	}
+}
+
+func (s *sim) purge(q int) {
+	b := s.cores[q].Purge(s.now)
+	s.logf("purge %s: %v", simQName[q], b != nil)
+	if b != nil {
+		s.st.purges++
+		s.submit(&simBatch{parts: []simPart{{q: q, b: b}}, what: "purge " + simQName[q]})
+	}
+	s.collect(q)
+}
+
+// requeue moves messages of the DLQ, loaded from the journal after a
+// cursor, back to the main queue.
+func (s *sim) requeue() {
+	var msgs []*Msg
+	limit := 1 + s.r.intn(5)
+	for _, id := range s.sortedIDs(qDLQ) {
+		if id > s.reqCursor && len(msgs) < limit {
+			msgs = append(msgs, msgOfRow(s.rows[id]))
+		}
+	}
+	if len(msgs) == 0 {
+		s.reqCursor = 0
+		return
+	}
+	s.reqCursor = msgs[len(msgs)-1].ID
+	b := s.cores[qDLQ].MoveOut(msgs, "main", s.now)
+	s.logf("requeue %d..%d: %v", msgs[0].ID, s.reqCursor, b != nil)
+	if b != nil {
+		for _, op := range b.Ops {
+			if op.Kind != OpMoveOut || op.Target != "main" {
+				s.failf("MoveOut batch holds %s", opName(op))
+			}
+		}
+		s.markOps(qDLQ, b)
+		s.submit(&simBatch{parts: []simPart{{q: qDLQ, b: b}}, what: "requeue"})
+	}
+	s.collect(qDLQ)
+}
+
+func (s *sim) crash() {
+	s.st.crashes++
+	s.logf("CRASH (dropping %d pending, %d held batches)", len(s.pending), len(s.held))
+	s.resetVolatile()
+	for q := range s.cores {
+		s.cores[q] = New(s.cfg[q], uint64(s.r.intn(1<<30)))
+		n, bytes := s.recount(q)
+		var maxID uint64
+		for id, row := range s.rows {
+			if row.q == q {
+				maxID = max(maxID, id)
+			}
+		}
+		s.cores[q].Recover(n, bytes, maxID, s.now)
+		s.collect(q)
+	}
+}
+
+// --- outputs ------------------------------------------------------------
+
+// markOps records the ops of a batch the caller got directly.
+func (s *sim) markOps(q int, b *Batch) {
+	for _, op := range b.Ops {
+		if op.Msg != nil {
+			s.dispatched[op.Msg.ID] = true
+		}
+	}
+}
+
+type simDisp struct {
+	m        *Msg
+	list     int // 0: batch ops, 1: auto-ack deliveries
+	pos      int
+	dispatch bool
+}
+
+// collect takes a core's outputs and plays the shell's part.
+func (s *sim) collect(q int) {
+	o := s.cores[q].Take()
+	s.wake[q] = o.Wake
+
+	// Dispatches: OpClaim ops (not reverts) and auto-ack deliveries.
+	// Within one output the order of the two lists is lost; within each
+	// list it is the dispatch order.
+	var evs []simDisp
+	for _, b := range o.Batches {
+		for _, op := range b.Ops {
+			if op.Msg == nil {
+				continue
+			}
+			disp := op.Kind == OpClaim && op.Deliveries >= s.lastClaim[op.Msg.ID]
+			evs = append(evs, simDisp{m: op.Msg, list: 0, pos: len(evs), dispatch: disp})
+			if op.Kind == OpClaim {
+				s.lastClaim[op.Msg.ID] = max(s.lastClaim[op.Msg.ID], op.Deliveries)
+			}
+		}
+	}
+	for _, d := range o.Deliver {
+		if d.C.Mode == AckAuto {
+			evs = append(evs, simDisp{m: d.Msg, list: 1, pos: len(evs), dispatch: true})
+		}
+	}
+	first := map[uint64]simDisp{}
+	for _, e := range evs {
+		if _, ok := first[e.m.ID]; !ok {
+			first[e.m.ID] = e
+		}
+	}
+	for _, e := range evs {
+		if e.dispatch {
+			s.checkFIFO(q, e, first)
+		}
+	}
+	for _, e := range evs {
+		s.dispatched[e.m.ID] = true
+	}
+	for _, b := range o.Batches {
+		what := simQName[q] + " batch"
+		for _, op := range b.Ops {
+			if op.Msg != nil {
+				what += fmt.Sprintf(" %s:%d", opName(op), op.Msg.ID)
+			} else {
+				what += " " + opName(op)
+			}
+		}
+		s.logf("%s emits %s", simQName[q], what)
+		s.submit(&simBatch{parts: []simPart{{q: q, b: b}}, what: what})
+	}
+
+	for _, d := range o.Deliver {
+		s.deliver(q, d)
+	}
+	for _, ev := range o.Events {
+		if ev.Kind != EvAckTimeout {
+			continue
+		}
+		var found *simCon
+		var idx int
+		for _, sc := range s.cons {
+			if sc.q != q || sc.c.Mode == AckAuto {
+				continue
+			}
+			for i, d := range sc.out {
+				if d.Msg.ID == ev.ID {
+					if found != nil {
+						s.failf("ack timeout of %d: held by %s and %s", ev.ID, found.name, sc.name)
+					}
+					found, idx = sc, i
+				}
+			}
+		}
+		if found == nil {
+			s.failf("ack timeout of message %d, which no client holds", ev.ID)
+		}
+		s.logf("%s ack timeout %d#%d", found.name, ev.ID, found.out[idx].Attempt)
+		s.resolve(found, []*Delivery{found.out[idx]})
+	}
+	if o.PageIn != nil {
+		if s.pageReq[q] != nil {
+			s.failf("%s asks a page-in while one is outstanding", simQName[q])
+		}
+		s.pageReq[q] = o.PageIn
+		s.logf("%s asks page-in after %d limit %d", simQName[q], o.PageIn.After, o.PageIn.Limit)
+	}
+	for _, mv := range o.Moved {
+		t := qDLQ
+		if mv.Queue != "" {
+			if mv.Queue != "main" {
+				s.failf("moved to unknown queue %q", mv.Queue)
+			}
+			t = qMain
+		}
+		row := s.rows[mv.NewID]
+		if row == nil || row.q != t {
+			s.failf("Moved %d -> %d: no such row in %s", mv.Msg.ID, mv.NewID, simQName[t])
+		}
+		s.logf("  %s Committed moved %d (was %d)", simQName[t], mv.NewID, mv.Msg.ID)
+		s.cores[t].Committed(msgOfRow(row), false, s.now)
+		s.collect(t)
+	}
+}
+
+func (s *sim) deliver(q int, d *Delivery) {
+	sc := s.conOf[d.C]
+	id := d.Msg.ID
+	if sc == nil || sc.q != q {
+		s.failf("delivery %d#%d to a consumer not subscribed to %s", id, d.Attempt, simQName[q])
+	}
+	row := s.rows[id]
+	if row == nil || row.q != q {
+		if s.ackedDone[id] {
+			s.failf("message %d delivered again (attempt %d) after its ack committed", id, d.Attempt)
+		}
+		s.failf("message %d delivered (attempt %d) but not in %s", id, d.Attempt, simQName[q])
+	}
+	if d.Attempt <= s.lastAttempt[id] {
+		s.failf("message %d delivered with attempt %d after attempt %d", id, d.Attempt, s.lastAttempt[id])
+	}
+	s.lastAttempt[id] = d.Attempt
+	if d.C.Mode != AckAuto && row.deliveries < d.Attempt {
+		s.failf("message %d delivered (client ack) with attempt %d but the journal counts %d", id, d.Attempt, row.deliveries)
+	}
+	s.st.delivered++
+	sc.out = append(sc.out, d)
+	s.logf("%s receives %d#%d group=%q", sc.name, id, d.Attempt, d.Msg.Group)
+}
+
+// checkFIFO checks invariant 4 for a dispatch of e.m.
+func (s *sim) checkFIFO(q int, e simDisp, first map[uint64]simDisp) {
+	m := e.m
+	for id, x := range s.rows {
+		if x.q != q || id >= m.ID {
+			continue
+		}
+		before := s.dispatched[id]
+		if f, ok := first[id]; ok && f.list == e.list && f.pos < e.pos {
+			before = true
+		}
+		if !before {
+			if f, ok := first[id]; ok && f.list != e.list {
+				continue // dispatched in the same call, order unknown
+			}
+			if x.prodNB <= s.now && (x.group == "" || x.group == m.Group) {
+				s.failf("FIFO: %s dispatches %d (group %q) before %d (group %q), never dispatched and due", simQName[q], m.ID, m.Group, id, x.group)
+			}
+		} else if m.Group != "" && x.group == m.Group {
+			s.failf("group order: %s dispatches %d of group %q while %d of that group, dispatched before, is still in the queue", simQName[q], m.ID, m.Group, id)
+		}
+	}
+}
+
+// --- invariants ---------------------------------------------------------
+
+func (s *sim) recount(q int) (int, int64) {
+	n, bytes := 0, int64(0)
+	for _, row := range s.rows {
+		if row.q == q {
+			n++
+			bytes += row.size
+		}
+	}
+	return n, bytes
+}
+
+// outstanding is what clients of q hold, by message.
+func (s *sim) outstanding(q int) map[uint64]*Delivery {
+	out := map[uint64]*Delivery{}
+	for _, sc := range s.cons {
+		if sc.q != q {
+			continue
+		}
+		for _, d := range sc.out {
+			if out[d.Msg.ID] != nil {
+				s.failf("message %d held twice: %s and %s", d.Msg.ID, s.conOf[out[d.Msg.ID].C].name, sc.name)
+			}
+			out[d.Msg.ID] = d
+		}
+	}
+	return out
+}
+
+func (s *sim) check() {
+	for q := range s.cores {
+		// 8: counts match the journal.
+		n, bytes := s.recount(q)
+		snap := s.cores[q].Snapshot()
+		if snap.Count != n || snap.Bytes != bytes {
+			s.failf("%s counts %d messages, %d bytes; the journal holds %d, %d", simQName[q], snap.Count, snap.Bytes, n, bytes)
+		}
+		// 7: prefetch.
+		for _, sc := range s.cons {
+			if sc.q == q && (len(sc.out) > sc.c.Prefetch || sc.c.InFlight() > sc.c.Prefetch) {
+				s.failf("%s holds %d (core: %d), prefetch %d", sc.name, len(sc.out), sc.c.InFlight(), sc.c.Prefetch)
+			}
+		}
+		// 3: one outstanding message per group (held by a client, or its
+		// ack's commit pending).
+		held := map[string]map[uint64]bool{}
+		add := func(id uint64, g string) {
+			if g == "" {
+				return
+			}
+			if held[g] == nil {
+				held[g] = map[uint64]bool{}
+			}
+			held[g][id] = true
+			if len(held[g]) > 1 {
+				var ids []uint64
+				for x := range held[g] {
+					ids = append(ids, x)
+				}
+				sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+				s.failf("group %q of %s has %v outstanding", g, simQName[q], ids)
+			}
+		}
+		for id, d := range s.outstanding(q) {
+			add(id, d.Msg.Group)
+		}
+		for _, list := range [][]*simBatch{s.pending, s.held} {
+			for _, jb := range list {
+				for _, p := range jb.parts {
+					if p.b == nil || p.q != q {
+						continue
+					}
+					for _, op := range p.b.Ops {
+						if op.Kind == OpDelete {
+							add(op.Msg.ID, op.Msg.Group)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// settle runs without failures past every back-off until nothing moves.
+func (s *sim) settle() {
+	s.st.settles++
+	s.settling = true
+	defer func() { s.settling = false }()
+	adv := int64(1)
+	for _, c := range s.cfg {
+		adv = max(adv, c.RedeliveryMax*5/4+1, c.RetryMax+1)
+	}
+	s.now += adv
+	s.logf("settle")
+	for i := 0; ; i++ {
+		if i > 10000 {
+			s.failf("settle does not converge")
+		}
+		for q := range s.cores {
+			s.cores[q].Tick(s.now)
+			s.collect(q)
+		}
+		progress := false
+		for len(s.held) > 0 {
+			s.submitHeld()
+			progress = true
+		}
+		if len(s.pending) > 0 {
+			s.complete(len(s.pending))
+			progress = true
+		}
+		for q := range s.cores {
+			if s.pageReq[q] != nil {
+				s.answerPage(q)
+				progress = true
+			}
+		}
+		s.check()
+		if !progress {
+			return
+		}
+	}
+}
+
+// checkNoStall (invariant 5, after settle): no consumer with credit while
+// a message is deliverable.
+func (s *sim) checkNoStall() {
+	for q := range s.cores {
+		out := s.outstanding(q)
+		groups := map[string]bool{}
+		for _, d := range out {
+			groups[d.Msg.Group] = true
+		}
+		for _, sc := range s.cons {
+			if sc.q != q || len(sc.out) >= sc.c.Prefetch {
+				continue
+			}
+			for _, id := range s.sortedIDs(q) {
+				x := s.rows[id]
+				if out[id] != nil || x.prodNB > s.now || (x.expires != 0 && x.expires <= s.now) || (x.group != "" && groups[x.group]) {
+					continue
+				}
+				if c := s.cores[q]; !*flagSimStrictStall && id > c.memTail && c.ready.n >= c.cfg.Window*c.cfg.GroupOverflow {
+					// Head-of-line blocking by design: the ready memory is
+					// at its bound (Window*GroupOverflow) with messages of
+					// blocked groups, and a page-in cannot skip them.
+					s.st.holBlocked++
+					continue
+				}
+				s.failf("stall: %s has credit (%d/%d) but message %d (group %q) of %s is deliverable; core %+v",
+					sc.name, len(sc.out), sc.c.Prefetch, id, x.group, simQName[q], s.cores[q].Snapshot())
+			}
+		}
+	}
+}
+
+// drain acks everything until the main queue is empty.
+func (s *sim) drain() {
+	s.step++
+	s.logf("final drain")
+	s.now += 1000 // past every producer delay and expiry
+	idle := 0
+	for round := 0; ; round++ {
+		if s.pickCon(func(sc *simCon) bool { return sc.q == qMain }) == nil {
+			s.subscribeWith(qMain, &Consumer{Prefetch: 5, Mode: AckClientIndividual})
+		}
+		s.settle()
+		s.checkNoStall()
+		n, _ := s.recount(qMain)
+		if n == 0 {
+			break
+		}
+		acked := 0
+		for _, sc := range append([]*simCon(nil), s.cons...) {
+			if len(sc.out) == 0 {
+				continue
+			}
+			acked += len(sc.out)
+			if sc.c.Mode == AckAuto {
+				ds := append([]*Delivery(nil), sc.out...)
+				for _, d := range ds {
+					s.ackIntent[d.Msg.ID] = true
+				}
+				s.resolve(sc, ds)
+				s.cores[sc.q].Written(ds, s.now)
+				s.collect(sc.q)
+				continue
+			}
+			for len(sc.out) > 0 {
+				d := sc.out[len(sc.out)-1]
+				covered := []*Delivery{d}
+				if sc.c.Mode == AckClient {
+					covered = append([]*Delivery(nil), sc.out...)
+				}
+				b, stale := s.cores[sc.q].Ack(sc.c, d.Msg.ID, d.Attempt, s.now)
+				if stale {
+					s.failf("drain: ack of %d#%d stale", d.Msg.ID, d.Attempt)
+				}
+				s.checkCovers(b, covered, "drain ack")
+				for _, x := range covered {
+					s.ackIntent[x.Msg.ID] = true
+				}
+				s.resolve(sc, covered)
+				s.markOps(sc.q, b)
+				s.submit(&simBatch{parts: []simPart{{q: sc.q, b: b}}, what: "drain ack"})
+				s.collect(sc.q)
+			}
+		}
+		s.check()
+		if acked == 0 {
+			if idle++; idle > 3 {
+				s.failf("drain: main queue keeps %d messages %v and delivers none; core %+v", n, s.sortedIDs(qMain), s.cores[qMain].Snapshot())
+			}
+		} else {
+			idle = 0
+		}
+	}
+	if snap := s.cores[qMain].Snapshot(); snap.Count != 0 || snap.Bytes != 0 {
+		s.failf("drain: main queue empty in the journal but the core counts %d, %d bytes", snap.Count, snap.Bytes)
+	}
+}
+
+// --- tests --------------------------------------------------------------
+
+func simSeedSrc(seed uint64) simSrc {
+	return rngSrc{rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15+1))}
+}
+
+func TestSim(t *testing.T) {
+	if *flagSimSeed >= 0 {
+		seed := uint64(*flagSimSeed)
+		st, err := runSim(simSeedSrc(seed), *flagSimSteps, fmt.Sprintf("seed %d", seed))
+		if err != nil {
+			t.Fatalf("%v\nreproduce: go test ./appliance/queuecore -run TestSim -sim.seed=%d -sim.steps=%d", err, seed, *flagSimSteps)
+		}
+		t.Logf("seed %d: %+v", seed, st)
+		return
+	}
+	seeds := *flagSimSeeds
+	if testing.Short() {
+		seeds = min(seeds, 200)
+	}
+	start := time.Now()
+	var tot simStats
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		st, err := runSim(simSeedSrc(seed), *flagSimSteps, fmt.Sprintf("seed %d", seed))
+		if err != nil {
+			t.Fatalf("%v\nreproduce: go test ./appliance/queuecore -run TestSim -sim.seed=%d -sim.steps=%d", err, seed, *flagSimSteps)
+		}
+		tot.steps += st.steps
+		tot.enqueued += st.enqueued
+		tot.delivered += st.delivered
+		tot.acked += st.acked
+		tot.deadLettered += st.deadLettered
+		tot.moved += st.moved
+		tot.purges += st.purges
+		tot.crashes += st.crashes
+		tot.settles += st.settles
+		tot.failures += st.failures
+		tot.pageIns += st.pageIns
+		tot.holBlocked += st.holBlocked
+	}
+	t.Logf("%d seeds x %d steps in %v: %+v", seeds, *flagSimSteps, time.Since(start).Round(time.Millisecond), tot)
+}
+
+func FuzzSim(f *testing.F) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		b := make([]byte, 200*int(seed))
+		for i := range b {
+			b[i] = byte(r.UintN(256))
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, err := runSim(&byteSrc{b: data}, 0, "fuzz input"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
