@@ -215,6 +215,9 @@ func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 			return true
 		}
 		if q.cfg.FullPolicy == "reject" {
+			// The RECEIPTs of SENDs already being committed go out before
+			// this ERROR ends the connection.
+			s.drainJournal()
 			s.fail(f, "queue full", fmt.Sprintf("Queue %s is full (%s, full_policy reject). Nothing was stored; retry later or raise the limit.", q.name, limit))
 			return false
 		}
@@ -227,6 +230,7 @@ func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 		select {
 		case <-space:
 		case <-deadline:
+			s.drainJournal()
 			s.fail(f, "queue full", fmt.Sprintf("Queue %s stayed full (%s) for %s (queues.block_timeout). Nothing was stored; retry later.", q.name, limit, q.cfg.BlockTimeout.Duration))
 			return false
 		case <-s.b.stop:

@@ -144,3 +144,21 @@ func (r *raw) connect(version string) *stomp.Frame {
 }
 
 func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
+
+// startWrapped starts a broker whose journal is wrapped (fault injection).
+func startWrapped(t testing.TB, mutate func(*appliance.Config), wrap func(appliance.Journal) appliance.Journal, sinks ...appliance.TopicSink) *testBroker {
+	t.Helper()
+	return testbroker.StartWrapped(t, mutate, wrap, sinks...)
+}
+
+// waitFor polls cond until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -25,7 +25,9 @@ type Broker struct {
 	B     *appliance.Broker
 	Addr  string // host:port of the STOMP listener
 
-	hook func(ops int, d time.Duration)
+	hook  func(ops int, d time.Duration)
+	wrap  func(appliance.Journal) appliance.Journal
+	sinks []appliance.TopicSink
 }
 
 // Config returns the test defaults for data directory dir: listener on
@@ -47,6 +49,21 @@ func Config(dir string) appliance.Config {
 func Start(t testing.TB, mutate func(*appliance.Config)) *Broker {
 	t.Helper()
 	return StartWith(t, mutate, nil)
+}
+
+// StartWrapped is Start with the journal seen by the broker wrapped by wrap
+// (fault injection); the real journal stays in Store.
+// sinks are registered before the listener starts.
+func StartWrapped(t testing.TB, mutate func(*appliance.Config), wrap func(appliance.Journal) appliance.Journal, sinks ...appliance.TopicSink) *Broker {
+	t.Helper()
+	cfg := Config(t.TempDir())
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	b := &Broker{T: t, Dir: cfg.DataDir, Cfg: cfg, wrap: wrap, sinks: sinks}
+	b.start()
+	t.Cleanup(b.Stop)
+	return b
 }
 
 // StartWith is Start with a journal commit hook (metrics tests).
@@ -81,7 +98,14 @@ func (b *Broker) start() {
 	if err := b.Store.Open(ctx); err != nil {
 		t.Fatalf("open journal: %v", err)
 	}
-	b.B = appliance.New(appliance.Options{Config: b.Cfg, Journal: b.Store, Version: "test", Logger: logger()})
+	var j appliance.Journal = b.Store
+	if b.wrap != nil {
+		j = b.wrap(j)
+	}
+	b.B = appliance.New(appliance.Options{Config: b.Cfg, Journal: j, Version: "test", Logger: logger()})
+	for _, s := range b.sinks {
+		b.B.AddTopicSink(s)
+	}
 	if err := b.B.Open(ctx); err != nil {
 		t.Fatalf("open broker: %v", err)
 	}
