@@ -153,7 +153,12 @@ func (s *Server) isReady() error {
 		return errors.New("shutting down")
 	}
 	if s.o.Ready != nil {
-		return s.o.Ready()
+		if err := s.o.Ready(); err != nil {
+			return err
+		}
+	}
+	if ok, since := s.o.Broker.JournalHealthy(); !ok {
+		return fmt.Errorf("journal writes failing since %s: check the data directory's disk (df -h, dmesg) and the log (journalctl -u herald)", since.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -25,6 +25,9 @@ type Broker interface {
 	DeleteQueue(ctx context.Context, queue string) (int, error)
 	// Requeue moves up to max (0: all) messages of queue's DLQ back to it.
 	Requeue(ctx context.Context, queue string, max int) (int, error)
+	// JournalHealthy reports whether the last journal write committed, and
+	// since when writes fail when it did not.
+	JournalHealthy() (bool, time.Time)
 }
 
 var _ Broker = (*appliance.Broker)(nil)
