@@ -3,7 +3,7 @@ package appliance
 import (
 	"context"
 
-	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/headers"
 )
 
 // OpKind is what one journal operation does.
@@ -38,13 +38,13 @@ const (
 // journal before the batch's Done runs.
 type Op struct {
 	Kind       OpKind
-	Msg        *Message      // OpEnqueue
-	ID         uint64        // OpDelete, OpClaim, OpRelease, OpMove
-	Deliveries int           // OpClaim
-	NotBefore  int64         // OpRelease
-	Queue      string        // OpMove: destination queue
-	Headers    stomp.Headers // OpMove: replacement headers (nil: keep)
-	Size       int           // OpMove: the moved message's Size with its new headers (0: keep)
+	Msg        *Message        // OpEnqueue
+	ID         uint64          // OpDelete, OpClaim, OpRelease, OpMove
+	Deliveries int             // OpClaim
+	NotBefore  int64           // OpRelease
+	Queue      string          // OpMove: destination queue
+	Headers    headers.Headers // OpMove: replacement headers (nil: keep)
+	Size       int             // OpMove: the moved message's Size with its new headers (0: keep)
 
 	Duplicate bool // out, OpEnqueue: dedup id seen before; DupOf holds the first ID
 	DupOf     uint64

@@ -1,14 +1,14 @@
 package appliance
 
 import (
-	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/headers"
 )
 
 // Message is one queue message as the journal stores it.
 type Message struct {
-	ID         uint64        // journal sequence: queue order, assigned at commit
-	Queue      string        // queue name without the /queue/ prefix
-	Headers    stomp.Headers // application headers of the SEND
+	ID         uint64          // journal sequence: queue order, assigned at commit
+	Queue      string          // queue name without the /queue/ prefix
+	Headers    headers.Headers // application headers of the SEND
 	Body       []byte
 	Deliveries int   // delivery attempts so far (claims committed)
 	NotBefore  int64 // ms since epoch; not deliverable before (delay, back-off)

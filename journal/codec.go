@@ -4,14 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 
-	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/headers"
 )
 
 var errBadHeaders = errors.New("journal: corrupt header blob")
 
 // encodeHeaders stores headers as uvarint count, then uvarint-length-prefixed
 // keys and values.
-func encodeHeaders(dst []byte, h stomp.Headers) []byte {
+func encodeHeaders(dst []byte, h headers.Headers) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(h)))
 	for _, kv := range h {
 		dst = binary.AppendUvarint(dst, uint64(len(kv.Key)))
@@ -22,13 +22,13 @@ func encodeHeaders(dst []byte, h stomp.Headers) []byte {
 	return dst
 }
 
-func decodeHeaders(b []byte) (stomp.Headers, error) {
+func decodeHeaders(b []byte) (headers.Headers, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)) {
 		return nil, errBadHeaders
 	}
 	b = b[k:]
-	h := make(stomp.Headers, 0, n)
+	h := make(headers.Headers, 0, n)
 	str := func() (string, bool) {
 		l, k := binary.Uvarint(b)
 		if k <= 0 || l > uint64(len(b)-k) {
@@ -44,7 +44,7 @@ func decodeHeaders(b []byte) (stomp.Headers, error) {
 		if !ok1 || !ok2 {
 			return nil, errBadHeaders
 		}
-		h = append(h, stomp.Header{Key: key, Value: val})
+		h = append(h, headers.Header{Key: key, Value: val})
 	}
 	return h, nil
 }

@@ -135,7 +135,7 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		} else {
 			key, val = string(k), string(v)
 		}
-		f.Headers = append(f.Headers, Header{key, val})
+		f.Headers = append(f.Headers, Header{Key: key, Value: val})
 	}
 
 	n, err := f.ContentLength()

@@ -20,7 +20,7 @@ func TestAppendFrame(t *testing.T) {
 		{"SEND always has content-length", stomp.V12, stomp.NewFrame("SEND", "destination", "/q"), "SEND\ndestination:/q\ncontent-length:0\n\n\x00"},
 		{"SUBSCRIBE without body has none", stomp.V12, stomp.NewFrame("SUBSCRIBE", "id", "1"), "SUBSCRIBE\nid:1\n\n\x00"},
 		{"content-length replaced by true length", stomp.V12,
-			&stomp.Frame{Command: "MESSAGE", Headers: stomp.Headers{{"content-length", "99"}, {"k", "v"}}, Body: []byte("a\x00b")},
+			&stomp.Frame{Command: "MESSAGE", Headers: stomp.Headers{{Key: "content-length", Value: "99"}, {Key: "k", Value: "v"}}, Body: []byte("a\x00b")},
 			"MESSAGE\nk:v\ncontent-length:3\n\na\x00b\x00"},
 		{"1.2 escapes", stomp.V12, stomp.NewFrame("MESSAGE", "a:b", "c\\d\ne\rf"), "MESSAGE\na\\cb:c\\\\d\\ne\\rf\ncontent-length:0\n\n\x00"},
 		{"1.1 escapes, CR becomes space", stomp.V11, stomp.NewFrame("MESSAGE", "a:b", "c\\d\ne\rf"), "MESSAGE\na\\cb:c\\\\d\\ne f\ncontent-length:0\n\n\x00"},
