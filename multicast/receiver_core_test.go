@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/herald-mq/herald/internal/testenv"
 )
 
 func mustReceiverCore(t *testing.T, cfg ReceiverCoreConfig) *ReceiverCore {
@@ -122,10 +124,10 @@ func TestShells_CloseIdempotentNoLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := s.Open(t.Context()); err != nil {
-		t.Skipf("no multicast on lo here: %v", err)
+		testenv.Missing(t, testenv.RootTestsEnv, "needs multicast on lo (ip link set lo multicast on): "+err.Error())
 	}
 	if err := r.Open(t.Context()); err != nil {
-		t.Skipf("no multicast on lo here: %v", err)
+		testenv.Missing(t, testenv.RootTestsEnv, "needs multicast on lo (ip link set lo multicast on): "+err.Error())
 	}
 	s.Publish("a", nil, []byte("x"))
 	for _, c := range []func() error{s.Close, s.Close, r.Close, r.Close} {

@@ -8,15 +8,14 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/admin/admintest"
+	"github.com/herald-mq/herald/internal/testenv"
 )
 
 // TestAdminCLI_TopInTmux runs herald top full-screen in a tmux pane: the
 // view shows the queues and topics with rates, q quits with exit 0, and the
 // terminal is restored (main screen, cursor shown, cooked mode).
 func TestAdminCLI_TopInTmux(t *testing.T) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not found: apt-get install tmux")
-	}
+	testenv.RequireTools(t, "tmux")
 	d := admintest.Start(t, nil)
 	conn := d.Dial(t)
 	d.Send(t, conn, "/queue/tmuxq", 3, "m")
