@@ -296,8 +296,9 @@ func TestMetrics_Scrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var held []*stomp.Frame
 	for range 3 {
-		<-q.C()
+		held = append(held, <-q.C())
 	}
 	waitFor(t, func() bool { return scrape()[`herald_queue_in_flight_messages{queue="m"}`] == 3 })
 	after := scrape()
@@ -326,6 +327,49 @@ func TestMetrics_Scrape(t *testing.T) {
 	}
 	if after[`herald_queue_oldest_message_age_seconds{queue="m"}`] <= 0 {
 		t.Errorf("oldest message age: got %v, want > 0", after[`herald_queue_oldest_message_age_seconds{queue="m"}`])
+	}
+
+	// Stale ACKs and NACKs are counted: in total, and per queue when they
+	// carry the token of an older delivery attempt.
+	ackReq := func(cmd, token string) {
+		t.Helper()
+		if _, err := conn.Request(ctxT(t), stomp.NewFrame(cmd, "id", token)); err != nil {
+			t.Fatalf("%s %s: got %v, want a RECEIPT", cmd, token, err)
+		}
+	}
+	const total, perQueue = `herald_stale_acks_total`, `herald_queue_stale_acks_total{queue="m"}`
+	ackReq("NACK", held[0].Get("ack"))
+	ackReq("ACK", held[1].Get("ack"))
+	ackReq("ACK", held[1].Get("ack")) // again: it names no held message
+	if got := scrape()[total] - after[total]; got != 1 {
+		t.Errorf("%s rose by %v after one ACK of an acked message, want 1", total, got)
+	}
+	// Take the NACKed message's second attempt, acking what comes before.
+	var again *stomp.Frame
+	for again == nil {
+		select {
+		case m := <-q.C():
+			if string(m.Body) == string(held[0].Body) {
+				again = m
+			} else {
+				ackReq("ACK", m.Get("ack"))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("NACKed %q not redelivered within 10s", held[0].Body)
+		}
+	}
+	before = scrape()
+	ackReq("ACK", held[0].Get("ack")) // the first attempt's token
+	ackReq("NACK", held[0].Get("ack"))
+	stale := scrape()
+	for _, name := range []string{total, perQueue} {
+		if got := stale[name] - before[name]; got != 2 {
+			t.Errorf("%s rose by %v after an ACK and a NACK of an older attempt, want 2", name, got)
+		}
+	}
+	const acked = `herald_queue_acked_total{queue="m"}`
+	if _, ok := stale[acked]; !ok || stale[acked] != before[acked] {
+		t.Errorf("stale ACK applied: %s went from %v to %v (present %v), want unchanged", acked, before[acked], stale[acked], ok)
 	}
 
 	resp, err := http.Get(base + "/healthz")
