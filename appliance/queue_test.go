@@ -290,7 +290,10 @@ func TestQueue_KeptWhileNobodyListens(t *testing.T) {
 	tb := mustStartBroker(t, nil)
 	p := tb.Dial(t)
 	sendN(t, p, "/queue/later", 3, "x")
-	time.Sleep(100 * time.Millisecond)
+	// Receipted: stored, with nobody to deliver to.
+	if v, _ := tb.B.Queue("later"); v.Messages != 3 || v.Ready != 3 || v.Consumers != 0 {
+		t.Fatalf("before any subscriber: got messages %d, ready %d, consumers %d; want 3, 3, 0", v.Messages, v.Ready, v.Consumers)
+	}
 	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/later", "auto")
 	eq(t, bodies(t, sub, 3), seq("x", 0, 3))
@@ -483,6 +486,7 @@ func TestQueue_FullPolicies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Proves absence: the third send does not complete within 200ms.
 		select {
 		case r := <-res:
 			t.Fatalf("third send completed while full: %+v", r)

@@ -314,7 +314,12 @@ func TestAdminCLI_BackupUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The producers are under way: some of their receipts precede the backup.
+	waitUntil(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(receipted) >= 20
+	})
 	mu.Lock()
 	before := make([]string, 0, len(receipted))
 	for b := range receipted {
