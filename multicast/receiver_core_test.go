@@ -143,9 +143,12 @@ func TestShells_CloseIdempotentNoLeak(t *testing.T) {
 		for range r.Events() {
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
-	if after := runtime.NumGoroutine(); after > before {
-		t.Errorf("got %d goroutines after Close, want %d", after, before)
+	// Goroutines end shortly after Close returns: wait for them, up to 2s.
+	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("got %d goroutines 2s after Close, want at most %d", runtime.NumGoroutine(), before)
+			break
+		}
 	}
 }
 

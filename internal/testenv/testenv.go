@@ -52,7 +52,7 @@ func RequireTools(t testing.TB, tools ...string) {
 
 // debPackage names the Debian package of each tool the tests use.
 var debPackage = map[string]string{
-	"ip": "iproute2", "nft": "nftables", "mount": "mount", "umount": "mount",
+	"ip": "iproute2", "bridge": "iproute2", "nft": "nftables", "mount": "mount", "umount": "mount",
 	"setpriv": "util-linux", "unshare": "util-linux", "useradd": "passwd",
 	"userdel": "passwd", "tmux": "tmux",
 }
