@@ -310,6 +310,13 @@ func TestLimits(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("connection not closed after ERROR")
 	}
+	// The client saw the close; wait until the broker has let the
+	// connection go too, or its slot still counts.
+	for deadline := time.Now().Add(5 * time.Second); tb.B.Stats().Connections > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d connections 5s after the client's closed, want 0", tb.B.Stats().Connections)
+		}
+	}
 	tb.Dial(t)
 	tb.Dial(t)
 	tb.Dial(t)
