@@ -18,6 +18,7 @@ import (
 
 	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/admin/admintest"
+	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
@@ -261,22 +262,7 @@ func TestMetrics_Scrape(t *testing.T) {
 	base := "http://" + d.Metrics
 	scrape := func() map[string]float64 {
 		t.Helper()
-		resp, err := http.Get(base + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out := map[string]float64{}
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		re := regexp.MustCompile(`^([a-z_]+(?:\{[^}]*\})?) (\S+)$`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				v, _ := strconv.ParseFloat(m[2], 64)
-				out[m[1]] = v
-			}
-		}
-		return out
+		return scrapeMetrics(t, base)
 	}
 	before := scrape()
 	if before[`herald_build_info{goversion="`+goVersion(before)+`",version="test"}`] != 1 {
@@ -296,8 +282,9 @@ func TestMetrics_Scrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var held []*stomp.Frame
 	for range 3 {
-		<-q.C()
+		held = append(held, <-q.C())
 	}
 	waitFor(t, func() bool { return scrape()[`herald_queue_in_flight_messages{queue="m"}`] == 3 })
 	after := scrape()
@@ -326,6 +313,49 @@ func TestMetrics_Scrape(t *testing.T) {
 	}
 	if after[`herald_queue_oldest_message_age_seconds{queue="m"}`] <= 0 {
 		t.Errorf("oldest message age: got %v, want > 0", after[`herald_queue_oldest_message_age_seconds{queue="m"}`])
+	}
+
+	// Stale ACKs and NACKs are counted: in total, and per queue when they
+	// carry the token of an older delivery attempt.
+	ackReq := func(cmd, token string) {
+		t.Helper()
+		if _, err := conn.Request(ctxT(t), stomp.NewFrame(cmd, "id", token)); err != nil {
+			t.Fatalf("%s %s: got %v, want a RECEIPT", cmd, token, err)
+		}
+	}
+	const total, perQueue = `herald_stale_acks_total`, `herald_queue_stale_acks_total{queue="m"}`
+	ackReq("NACK", held[0].Get("ack"))
+	ackReq("ACK", held[1].Get("ack"))
+	ackReq("ACK", held[1].Get("ack")) // again: it names no held message
+	if got := scrape()[total] - after[total]; got != 1 {
+		t.Errorf("%s rose by %v after one ACK of an acked message, want 1", total, got)
+	}
+	// Take the NACKed message's second attempt, acking what comes before.
+	var again *stomp.Frame
+	for again == nil {
+		select {
+		case m := <-q.C():
+			if string(m.Body) == string(held[0].Body) {
+				again = m
+			} else {
+				ackReq("ACK", m.Get("ack"))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("NACKed %q not redelivered within 10s", held[0].Body)
+		}
+	}
+	before = scrape()
+	ackReq("ACK", held[0].Get("ack")) // the first attempt's token
+	ackReq("NACK", held[0].Get("ack"))
+	stale := scrape()
+	for _, name := range []string{total, perQueue} {
+		if got := stale[name] - before[name]; got != 2 {
+			t.Errorf("%s rose by %v after an ACK and a NACK of an older attempt, want 2", name, got)
+		}
+	}
+	const acked = `herald_queue_acked_total{queue="m"}`
+	if _, ok := stale[acked]; !ok || stale[acked] != before[acked] {
+		t.Errorf("stale ACK applied: %s went from %v to %v (present %v), want unchanged", acked, before[acked], stale[acked], ok)
 	}
 
 	resp, err := http.Get(base + "/healthz")
@@ -357,6 +387,84 @@ func TestMetrics_Scrape(t *testing.T) {
 		if resp.StatusCode < 400 {
 			t.Errorf("%s over TCP: got %d, want an error", m, resp.StatusCode)
 		}
+	}
+}
+
+// scrapeMetrics reads base/metrics into series name (with labels) -> value.
+func scrapeMetrics(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	re := regexp.MustCompile(`^([a-z_]+(?:\{[^}]*\})?) (\S+)$`)
+	for sc.Scan() {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			out[m[1]] = v
+		}
+	}
+	return out
+}
+
+// TestMetrics_SlowSubscriberDrops: a topic subscriber that stops reading is
+// dropped once its buffer is full, and the drop shows in the metrics:
+// herald_slow_subscriber_drops_total rises by exactly 1, the topic's counter
+// by at least 1.
+func TestMetrics_SlowSubscriberDrops(t *testing.T) {
+	d := admintest.Start(t, func(c *appliance.Config) { c.Topics.SubscriberBuffer = 16 })
+	base := "http://" + d.Metrics
+	before := scrapeMetrics(t, base)
+	// A subscriber that never reads its socket.
+	nc, err := net.Dial("tcp", d.STOMP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	r := stomp.NewReader(nc, stomp.Limits{})
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(nc, "CONNECT\naccept-version:1.2\nhost:x\n\n\x00SUBSCRIBE\nid:1\ndestination:/topic/flood\nreceipt:sub\n\n\x00")
+	for _, want := range []string{stomp.CmdConnected, stomp.CmdReceipt} {
+		var f *stomp.Frame
+		for f == nil && err == nil {
+			f, err = r.ReadFrame()
+		}
+		if err != nil || f.Command != want {
+			t.Fatalf("slow subscriber: got %v (err %v), want %s", f, err, want)
+		}
+		if want == stomp.CmdConnected {
+			r.SetVersion(f.Get("version"))
+		}
+	}
+	pub := d.Dial(t)
+	body := []byte(strings.Repeat("f", 32<<10))
+	const total, dropped = `herald_slow_subscriber_drops_total`, `herald_topic_slow_subscriber_drops_total{topic="flood"}`
+	// Publish until the drop shows: at most 2,000 messages (64 MiB), far
+	// more than the buffer and the socket buffers hold.
+	for i := 0; scrapeMetrics(t, base)[total] == before[total]; i++ {
+		if i == 2000 {
+			t.Fatalf("%s still %v after 2000 messages of 32 KiB to a subscriber that never reads", total, before[total])
+		}
+		if _, err := pub.SendReceipt(ctxT(t), "/topic/flood", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A few more: the subscriber is already dropped, not dropped again.
+	for range 20 {
+		if _, err := pub.SendReceipt(ctxT(t), "/topic/flood", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := scrapeMetrics(t, base)
+	if got := after[total] - before[total]; got != 1 {
+		t.Errorf("%s rose by %v, want 1 (one slow subscriber dropped)", total, got)
+	}
+	if after[dropped] < 1 {
+		t.Errorf("%s: got %v, want at least 1", dropped, after[dropped])
 	}
 }
 

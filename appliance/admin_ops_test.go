@@ -43,7 +43,8 @@ func TestAdmin_PeekPurgeDelete(t *testing.T) {
 	expectNone(t, sub2, 100*time.Millisecond)
 	c2.Close()
 	sendN(t, p, "/queue/adm", 3, "n")
-	time.Sleep(50 * time.Millisecond)
+	// c2 is gone and its auto-acks of m0 and m1 committed: only n0..n2 left.
+	waitQueue(t, tb, "adm", "consumers 0, messages 3", func(v appliance.QueueView) bool { return v.Consumers == 0 && v.Messages == 3 })
 	if n, err := tb.B.DeleteQueue(ctxT(t), "adm"); err != nil || n != 3 {
 		t.Fatalf("delete: n=%d err=%v", n, err)
 	}

@@ -20,7 +20,11 @@ var deepN = flag.Int("herald.deep", 0, "messages for TestQueue_Deep (default 100
 
 // fillQueue sends n 100-byte messages to dest over several pipelined
 // connections, in order per connection, and waits for every receipt.
-func fillQueue(t testing.TB, addr, dest string, n int) {
+func fillQueue(t testing.TB, addr, dest string, n int) { fillQueueFrom(t, addr, dest, 0, n) }
+
+// fillQueueFrom is fillQueue for messages numbered from to n-1 (the number
+// is the first 9 bytes of the body; message i goes over connection i%4).
+func fillQueueFrom(t testing.TB, addr, dest string, from, n int) {
 	const conns, window = 4, 256
 	errs := make(chan error, conns)
 	for c := 0; c < conns; c++ {
@@ -33,7 +37,7 @@ func fillQueue(t testing.TB, addr, dest string, n int) {
 			defer cl.Close()
 			pending := make(chan (<-chan client.Result), window)
 			body := []byte(strings.Repeat("d", 90))
-			for i := c; i < n; i += conns {
+			for i := from + (c-from%conns+conns)%conns; i < n; i += conns {
 				if len(pending) == window {
 					if r := <-<-pending; r.Err != nil {
 						errs <- r.Err
@@ -96,6 +100,13 @@ func drain(t testing.TB, addr, dest string, n, head int, check func(i int, m *st
 // TestQueue_Deep fills a queue far beyond its memory window: memory holds
 // only the window, startup does not load the queue, and draining delivers
 // every message in order across pages.
+//
+// Memory is measured as the Go heap in use after a GC (the broker runs in
+// this process; SQLite's C allocations are not in it). Holding a message
+// costs more than its 100-byte body, so holding all of them would cost
+// (n - window) x 100 bytes more than holding the window; the budget for
+// what the messages past the window may add is a quarter of that, plus
+// 1 MiB for buffers and caches that do not grow with the depth.
 func TestQueue_Deep(t *testing.T) {
 	n := *deepN
 	if n == 0 {
@@ -105,10 +116,22 @@ func TestQueue_Deep(t *testing.T) {
 		}
 	}
 	const window = 10000
+	if n <= window {
+		t.Fatalf("-herald.deep=%d: want more than the window, %d", n, window)
+	}
 	tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MemoryWindow = window })
+	base := heapAfterGC(t, tb)
 	start := time.Now()
-	fillQueue(t, tb.Addr, "/queue/deep", n)
+	// A full window first: what holding `window` messages costs here.
+	fillQueueFrom(t, tb.Addr, "/queue/deep", 0, window)
+	windowHeap := heapAfterGC(t, tb) - base
+	fillQueueFrom(t, tb.Addr, "/queue/deep", window, n)
 	fillTime := time.Since(start)
+	budget := int64(1<<20 + (n-window)*100/4)
+	if grew := heapAfterGC(t, tb) - base - windowHeap; grew > budget {
+		t.Fatalf("heap grew %d KiB more filling messages %d..%d than the first %d took (%d KiB); want at most %d KiB: messages past the window are in memory",
+			grew>>10, window, n, window, windowHeap>>10, budget>>10)
+	}
 	v, _ := tb.B.Queue("deep")
 	if v.Messages != n || v.InMemory > window {
 		t.Fatalf("after fill: messages=%d (want %d) in_memory=%d (window %d)", v.Messages, n, v.InMemory, window)
@@ -120,9 +143,11 @@ func TestQueue_Deep(t *testing.T) {
 	if v.Messages != n || v.InMemory > window {
 		t.Fatalf("after restart: messages=%d in_memory=%d", v.Messages, v.InMemory)
 	}
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+	restartHeap := heapAfterGC(t, tb) - base
+	if restartHeap > windowHeap+budget {
+		t.Fatalf("heap after restart %d KiB above the empty broker's, want at most %d KiB (a full window's %d KiB plus the budget %d KiB): startup loads more than the window",
+			restartHeap>>10, (windowHeap+budget)>>10, windowHeap>>10, budget>>10)
+	}
 	rss := vmRSS()
 	// Per-connection order is kept; with 4 producers, check order within
 	// each residue class.
@@ -146,10 +171,14 @@ func TestQueue_Deep(t *testing.T) {
 		start := time.Now()
 		drain(t, tb.Addr, "/queue/shallow", 1000, 1000, nil)
 		shallowTime += time.Since(start)
+		// The drained consumer (auto ack) must be gone before the next
+		// fill: a session still ending would be handed messages and
+		// auto-ack them onto a closed socket (auto ack is lossy).
+		waitFor(t, 10*time.Second, "drain connection closed", func() bool { return tb.B.Stats().Connections == 0 })
 	}
 	shallowRate := 5000 / shallowTime.Seconds()
-	t.Logf("depth %d: fill %.0f msg/s, restart %s, heap after restart %d MiB, RSS (broker and test clients) %d MiB, drain at depth %.0f msg/s, at depth 1000 %.0f msg/s (ratio %.2f)",
-		n, float64(n)/fillTime.Seconds(), restart.Round(time.Millisecond), ms.HeapInuse>>20, rss>>20, deepRate, shallowRate, deepRate/shallowRate)
+	t.Logf("depth %d: fill %.0f msg/s, restart %s, heap of a full window %d KiB, after restart %d KiB, RSS (broker and test clients) %d MiB, drain at depth %.0f msg/s, at depth 1000 %.0f msg/s (ratio %.2f)",
+		n, float64(n)/fillTime.Seconds(), restart.Round(time.Millisecond), windowHeap>>10, restartHeap>>10, rss>>20, deepRate, shallowRate, deepRate/shallowRate)
 	// Auto-ack deletes commit asynchronously: wait for them.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		v, _ := tb.B.Queue("deep")
@@ -160,6 +189,22 @@ func TestQueue_Deep(t *testing.T) {
 			t.Fatalf("%d messages left after draining", v.Messages)
 		}
 	}
+}
+
+// heapAfterGC returns the Go heap in use after a GC, once every STOMP
+// connection of the broker has ended (their buffers are not the queue's).
+func heapAfterGC(t testing.TB, tb *testBroker) int64 {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); tb.B.Stats().Connections > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d connections 10s after the clients closed, want 0", tb.B.Stats().Connections)
+		}
+	}
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
 }
 
 // vmRSS reads this process's resident set size in bytes (0 if unknown).

@@ -52,6 +52,7 @@ func TestQueue_MessageGroups(t *testing.T) {
 				}
 				inFlight[g] = name
 				mu.Unlock()
+				// Not synchronisation: a consumer's random processing time.
 				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
 				mu.Lock()
 				delete(inFlight, g)

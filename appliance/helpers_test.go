@@ -162,3 +162,41 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// ackNow sends cmd (ACK or NACK) for m with a receipt and waits for it.
+func ackNow(t *testing.T, c *client.Conn, cmd string, m *stomp.Frame) {
+	t.Helper()
+	if _, err := c.Request(ctxT(t), stomp.NewFrame(cmd, "id", m.Get("ack"))); err != nil {
+		t.Fatalf("%s %q: %v", cmd, m.Body, err)
+	}
+}
+
+// wantMsg checks a queue MESSAGE's body and delivery count, and that
+// redelivered:true is there exactly when the count is above 1.
+func wantMsg(t *testing.T, m *stomp.Frame, body string, count int) {
+	t.Helper()
+	redelivered := ""
+	if count > 1 {
+		redelivered = "true"
+	}
+	if string(m.Body) != body || m.Get("delivery-count") != strconv.Itoa(count) || m.Get("redelivered") != redelivered {
+		t.Fatalf("got %q delivery-count %q redelivered %q, want %q delivery-count %d redelivered %q",
+			m.Body, m.Get("delivery-count"), m.Get("redelivered"), body, count, redelivered)
+	}
+}
+
+// waitQueue polls queue name's view until ok holds (at most 5 s).
+func waitQueue(t *testing.T, tb *testBroker, name, what string, ok func(appliance.QueueView) bool) appliance.QueueView {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, _ := tb.B.Queue(name)
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s: got %+v after 5s, want %s", name, v, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -79,6 +79,52 @@ func TestQueue_AckModes(t *testing.T) {
 		}
 		expectNone(t, sub2, 200*time.Millisecond)
 	})
+	// README guarantee 4: a NACKed message, once its back-off is over, and
+	// an abandoned one go back to their original position, ahead of every
+	// later message and behind every earlier one still queued.
+	t.Run("NACKed and abandoned keep their position", func(t *testing.T) {
+		p := tb.Dial(t)
+		sendN(t, p, "/queue/pos", 10, "m")
+		c := tb.Dial(t)
+		sub, _ := c.Subscribe("/queue/pos", "client-individual", hdr("prefetch-count", "4"))
+		ms := map[string]*stomp.Frame{}
+		for _, want := range seq("m", 0, 4) {
+			ms[want] = recv(t, sub)
+			wantMsg(t, ms[want], want, 1)
+		}
+		// ACK m0: its credit brings m4.
+		ackNow(t, c, "ACK", ms["m0"])
+		ms["m4"] = recv(t, sub)
+		wantMsg(t, ms["m4"], "m4", 1)
+		// NACK m2 while m1, m3, m4 stay held: m2 waits out its back-off,
+		// and the credit goes to m5 meanwhile.
+		ackNow(t, c, "NACK", ms["m2"])
+		ms["m5"] = recv(t, sub)
+		wantMsg(t, ms["m5"], "m5", 1)
+		// Back-off over: m2 is ready again, with no credit to take it.
+		waitQueue(t, tb, "pos", "m2 out of back-off (delayed 0, ready 5: m2, m6..m9)", func(v appliance.QueueView) bool {
+			return v.Delayed == 0 && v.Ready == 5
+		})
+		// ACK m4: the credit goes to the first ready message, m2, not m6.
+		ackNow(t, c, "ACK", ms["m4"])
+		wantMsg(t, recv(t, sub), "m2", 2)
+		// Disconnect holding m1, m3, m5 and m2: all four go back, each to
+		// its own place among m6..m9.
+		c.Close()
+		waitQueue(t, tb, "pos", "the closed consumer's 4 messages released (in flight 0, consumers 0, ready 8)", func(v appliance.QueueView) bool {
+			return v.InFlight == 0 && v.Consumers == 0 && v.Ready == 8
+		})
+		c2 := tb.Dial(t)
+		sub2, _ := c2.Subscribe("/queue/pos", "client-individual", hdr("prefetch-count", "100"))
+		for _, w := range []struct {
+			body  string
+			count int
+		}{{"m1", 2}, {"m2", 3}, {"m3", 2}, {"m5", 2}, {"m6", 1}, {"m7", 1}, {"m8", 1}, {"m9", 1}} {
+			wantMsg(t, recv(t, sub2), w.body, w.count)
+		}
+		// Proves absence: nothing else (m0 and m4 were acked) within 200ms.
+		expectNone(t, sub2, 200*time.Millisecond)
+	})
 	t.Run("client cumulative", func(t *testing.T) {
 		p := tb.Dial(t)
 		sendN(t, p, "/queue/cum", 5, "m")
@@ -118,34 +164,45 @@ func TestQueue_AckModes(t *testing.T) {
 	})
 }
 
+// TestQueue_NackRedeliversInOrder: a NACKed message comes back after its
+// back-off, marked redelivered with its delivery count, at its original
+// place: after the message that took its credit during the back-off, before
+// every later one.
 func TestQueue_NackRedeliversInOrder(t *testing.T) {
-	tb := mustStartBroker(t, nil)
+	const minDelay = 300 * time.Millisecond
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Queues.RedeliveryMin = appliance.Duration{Duration: minDelay}
+		c.Queues.RedeliveryMax = appliance.Duration{Duration: 2 * minDelay}
+	})
 	p := tb.Dial(t)
 	sendN(t, p, "/queue/nack", 3, "m")
 	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/nack", "client-individual", hdr("prefetch-count", "1"))
 	m0 := recv(t, sub)
-	start := time.Now()
-	if _, err := c.Request(ctxT(t), stomp.NewFrame("NACK", "id", m0.Get("ack"))); err != nil {
-		t.Fatal(err)
+	wantMsg(t, m0, "m0", 1)
+	nacked := time.Now()
+	ackNow(t, c, "NACK", m0)
+	// In back-off: not ready, and the credit goes to m1.
+	if v, _ := tb.B.Queue("nack"); v.Delayed != 1 {
+		t.Fatalf("right after NACK: got %d delayed, want 1 (m0 in back-off)", v.Delayed)
 	}
-	// Back-off: m0 is held back; m1 comes first, then m0 again.
+	m1 := recv(t, sub)
+	wantMsg(t, m1, "m1", 1)
+	// Hold m1 until the back-off is over: m0 is then ready ahead of m2.
+	waitQueue(t, tb, "nack", "m0 out of back-off (delayed 0)", func(v appliance.QueueView) bool { return v.Delayed == 0 })
+	ackNow(t, c, "ACK", m1)
 	m := recv(t, sub)
-	c.Ack(m)
-	if string(m.Body) == "m0" && time.Since(start) < 10*time.Millisecond {
-		t.Fatalf("NACKed message redelivered at once (%s): no back-off", time.Since(start))
+	wantMsg(t, m, "m0", 2)
+	// The back-off is redelivery_delay_min with at most 25% jitter.
+	if d, least := time.Since(nacked), minDelay*3/4; d < least {
+		t.Fatalf("m0 redelivered %s after its NACK, want at least %s", d, least)
 	}
-	seen := []string{string(m.Body)}
-	for len(seen) < 3 {
-		m := recv(t, sub)
-		seen = append(seen, string(m.Body))
-		if string(m.Body) == "m0" && (m.Get("redelivered") != "true" || m.Get("delivery-count") != "2") {
-			t.Fatalf("redelivery headers wrong: %v", m.Headers)
-		}
-		c.Ack(m)
-	}
-	if !strings.Contains(strings.Join(seen, ","), "m0") {
-		t.Fatalf("m0 never redelivered: %v", seen)
+	ackNow(t, c, "ACK", m)
+	m = recv(t, sub)
+	wantMsg(t, m, "m2", 1)
+	ackNow(t, c, "ACK", m)
+	if v, _ := tb.B.Queue("nack"); v.Redelivered != 1 || v.Acked != 3 || v.Messages != 0 {
+		t.Fatalf("got redelivered_total %d, acked_total %d, messages %d; want 1, 3, 0", v.Redelivered, v.Acked, v.Messages)
 	}
 }
 
@@ -233,7 +290,10 @@ func TestQueue_KeptWhileNobodyListens(t *testing.T) {
 	tb := mustStartBroker(t, nil)
 	p := tb.Dial(t)
 	sendN(t, p, "/queue/later", 3, "x")
-	time.Sleep(100 * time.Millisecond)
+	// Receipted: stored, with nobody to deliver to.
+	if v, _ := tb.B.Queue("later"); v.Messages != 3 || v.Ready != 3 || v.Consumers != 0 {
+		t.Fatalf("before any subscriber: got messages %d, ready %d, consumers %d; want 3, 3, 0", v.Messages, v.Ready, v.Consumers)
+	}
 	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/later", "auto")
 	eq(t, bodies(t, sub, 3), seq("x", 0, 3))
@@ -331,6 +391,10 @@ func TestQueue_Dedup(t *testing.T) {
 	expectNone(t, sub, 150*time.Millisecond)
 }
 
+// TestQueue_StaleAckIgnored: an ACK or NACK carrying the token of an older
+// delivery attempt is ignored (RECEIPT, no ERROR), never applied to the
+// current attempt, and counted: exactly once per stale frame, on the queue
+// and broker-wide.
 func TestQueue_StaleAckIgnored(t *testing.T) {
 	tb := mustStartBroker(t, nil)
 	p := tb.Dial(t)
@@ -338,20 +402,48 @@ func TestQueue_StaleAckIgnored(t *testing.T) {
 	c := tb.Dial(t)
 	sub, _ := c.Subscribe("/queue/stale", "client-individual", hdr("ack-timeout", "100"))
 	m1 := recv(t, sub)
-	// Held past the ack timeout: it comes back as a new attempt.
+	wantMsg(t, m1, "s0", 1)
+	// Held past the ack timeout: it comes back as a new attempt. (It may
+	// time out again while the test runs: each new attempt goes to the
+	// same, only, subscription, so the first token stays stale.)
 	m2 := recv(t, sub)
-	if m1.Get("ack") == m2.Get("ack") || m2.Get("delivery-count") != "2" {
-		t.Fatalf("redelivery after timeout: ack %q then %q, delivery-count %s", m1.Get("ack"), m2.Get("ack"), m2.Get("delivery-count"))
+	if m1.Get("ack") == m2.Get("ack") {
+		t.Fatalf("redelivery after timeout reuses ack token %q, want a new one", m1.Get("ack"))
 	}
-	// The stale token is ignored (RECEIPT, no ERROR) and must not ack m2.
-	if _, err := c.Request(ctxT(t), stomp.NewFrame("ACK", "id", m1.Get("ack"))); err != nil {
-		t.Fatalf("stale ack: %v", err)
+	wantMsg(t, m2, "s0", 2)
+	qBefore, _ := tb.B.Queue("stale")
+	if qBefore.AckTimeouts < 1 {
+		t.Fatalf("got ack_timeouts_total %d after a redelivery by ack timeout, want at least 1", qBefore.AckTimeouts)
+	}
+	before := tb.B.Stats().StaleAcks
+	// The first attempt's token, as ACK and as NACK: both stale for the
+	// queue. An ACK naming no held message at all: stale broker-wide.
+	for _, f := range []*stomp.Frame{
+		stomp.NewFrame("ACK", "id", m1.Get("ack")),
+		stomp.NewFrame("NACK", "id", m1.Get("ack")),
+		stomp.NewFrame("ACK", "id", "999999.1"),
+	} {
+		if _, err := c.Request(ctxT(t), f); err != nil {
+			t.Fatalf("stale %s %s: got %v, want a RECEIPT", f.Command, f.Get("id"), err)
+		}
+	}
+	if got := tb.B.Stats().StaleAcks - before; got != 3 {
+		t.Fatalf("broker stale_acks_total rose by %d, want 3 (one per stale frame)", got)
+	}
+	q, _ := tb.B.Queue("stale")
+	if got := q.StaleAcks - qBefore.StaleAcks; got != 2 {
+		t.Fatalf("queue stale_acks_total rose by %d, want 2 (the ACK and NACK of the old attempt)", got)
+	}
+	// Neither was applied: no ack, no NACK back-off, the message is held.
+	if q.Acked != 0 || q.Messages != 1 || q.InFlight != 1 || q.Delayed != 0 {
+		t.Fatalf("after stale ACK and NACK: got acked %d, messages %d, in flight %d, delayed %d; want 0, 1, 1, 0",
+			q.Acked, q.Messages, q.InFlight, q.Delayed)
 	}
 	c.Close()
 	c2 := tb.Dial(t)
 	sub2, _ := c2.Subscribe("/queue/stale", "auto")
 	if m := recv(t, sub2); string(m.Body) != "s0" {
-		t.Fatalf("got %q", m.Body)
+		t.Fatalf("got %q, want s0", m.Body)
 	}
 }
 
@@ -394,6 +486,7 @@ func TestQueue_FullPolicies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Proves absence: the third send does not complete within 200ms.
 		select {
 		case r := <-res:
 			t.Fatalf("third send completed while full: %+v", r)

@@ -69,6 +69,7 @@ func TestTopic_NoSubscriberIsGone(t *testing.T) {
 
 func TestTopic_SlowSubscriberDropped(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) { c.Topics.SubscriberBuffer = 64 })
+	dropsBefore := tb.B.Stats().SlowDrops
 	// A subscriber that never reads its socket.
 	slow := dialRaw(t, tb)
 	slow.connect("1.2")
@@ -109,6 +110,23 @@ func TestTopic_SlowSubscriberDropped(t *testing.T) {
 		}
 	}
 	slow.closed()
+	// Counted once: one slow subscriber dropped.
+	if got := tb.B.Stats().SlowDrops - dropsBefore; got != 1 {
+		t.Fatalf("slow_subscriber_drops_total rose by %d, want 1", got)
+	}
+	if v := topicView(tb, "firehose"); v.Dropped < 1 || v.In != n {
+		t.Fatalf("topic firehose: got in %d, dropped %d; want in %d, dropped at least 1", v.In, v.Dropped, n)
+	}
+}
+
+// topicView returns the view of topic name (zero if it has none).
+func topicView(tb *testBroker, name string) appliance.TopicView {
+	for _, v := range tb.B.Topics() {
+		if v.Name == name {
+			return v
+		}
+	}
+	return appliance.TopicView{Name: name}
 }
 
 func TestTopic_LastValue(t *testing.T) {
@@ -141,6 +159,7 @@ func TestTopic_DropOldestAnnounced(t *testing.T) {
 		c.Topics.SubscriberBuffer = 16
 		c.Topics.SlowSubscriber = "drop-oldest"
 	})
+	dropsBefore := tb.B.Stats().SlowDrops
 	slow := dialRaw(t, tb)
 	slow.connect("1.2")
 	slow.write("SUBSCRIBE\nid:1\ndestination:/topic/burst\nreceipt:ok\n\n\x00")
@@ -180,5 +199,22 @@ func TestTopic_DropOldestAnnounced(t *testing.T) {
 	}
 	if announced != lost {
 		t.Fatalf("lost %d messages, announced %d", lost, announced)
+	}
+	// Every drop counted once: broker-wide and on the connection.
+	if got := tb.B.Stats().SlowDrops - dropsBefore; got != uint64(lost) {
+		t.Fatalf("slow_subscriber_drops_total rose by %d, want %d (the messages lost)", got, lost)
+	}
+	peer := slow.c.LocalAddr().String()
+	var conn *appliance.ConnView
+	for _, v := range tb.B.Connections() {
+		if v.Peer == peer {
+			conn = &v
+		}
+	}
+	if conn == nil {
+		t.Fatalf("connection from %s not listed", peer)
+	}
+	if conn.SlowDrops != uint64(lost) {
+		t.Fatalf("connection from %s: got slow_drops %d, want %d", peer, conn.SlowDrops, lost)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
 	"github.com/herald-mq/herald/internal/testbroker"
+	"github.com/herald-mq/herald/internal/testenv"
 )
 
 // broker is a real broker on 127.0.0.1:0 with a real SQLite journal in a
@@ -101,11 +102,7 @@ func recv(t *testing.T, sub *client.Subscription) *stomp.Frame {
 // whose third-party client is not installed.
 func missingClient(t *testing.T, pkg, detail string) {
 	t.Helper()
-	msg := "interop client missing: " + detail + "; install the Debian package: apt-get install " + pkg
-	if os.Getenv("HERALD_REQUIRE_INTEROP") == "1" {
-		t.Fatal(msg + " (HERALD_REQUIRE_INTEROP=1 forbids skipping)")
-	}
-	t.Skip(msg)
+	testenv.Missing(t, testenv.InteropEnv, "needs an interop client: "+detail+"; install the Debian package: apt-get install "+pkg)
 }
 
 // stompPython returns a python interpreter that can import stomp (stomp.py).

@@ -84,7 +84,7 @@ func TestRubyStomp_TopicThreeSubscribers(t *testing.T) {
 			func() bool { return len(received(c)) >= len(want) },
 			func() string { return fmt.Sprintf("%+v%s", tb.topic("x"), describe(cats)) })
 	}
-	time.Sleep(200 * time.Millisecond) // room for duplicates to show
+	time.Sleep(200 * time.Millisecond) // proves absence: room for duplicates to show
 	for i, c := range cats {
 		if got := received(c); !slices.Equal(got, want) {
 			t.Errorf("stompcat %d received %d lines %q..., want the %d lines in order", i, len(got), head(got), len(want))
@@ -121,7 +121,7 @@ func TestRubyStomp_QueueThreeConsumers(t *testing.T) {
 	waitUntil(t, 10*time.Second, "queue work empty (every message ACKed)",
 		func() bool { q := tb.queue("work"); return q.Messages == 0 && q.InFlight == 0 },
 		func() string { return fmt.Sprintf("%+v", tb.queue("work")) })
-	time.Sleep(200 * time.Millisecond) // room for duplicates to show
+	time.Sleep(200 * time.Millisecond) // proves absence: room for duplicates to show
 
 	seen := map[string]int{}
 	for i, c := range cats {
@@ -174,7 +174,7 @@ func TestRubyStomp_QueueKeptWithoutSubscribers(t *testing.T) {
 	waitUntil(t, 10*time.Second, "queue kept empty (every message ACKed)",
 		func() bool { return tb.queue("kept").Messages == 0 },
 		func() string { return fmt.Sprintf("%+v", tb.queue("kept")) })
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // proves absence: room for duplicates to show
 	if got := received(cats[0]); !slices.Equal(got, want) {
 		t.Errorf("stompcat received %d lines %q..., want the %d lines in order", len(got), head(got), len(want))
 	}
@@ -196,7 +196,7 @@ func TestRubyStomp_QueueKeptAcrossRestart(t *testing.T) {
 	waitUntil(t, 15*time.Second, "stompcat to print 50 lines after the restart",
 		func() bool { return len(received(cats[0])) >= len(want) },
 		func() string { return fmt.Sprintf("%+v%s", tb.queue("kept.restart"), describe(cats)) })
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // proves absence: room for duplicates to show
 	if got := received(cats[0]); !slices.Equal(got, want) {
 		t.Errorf("stompcat received %d lines %q..., want the %d lines in order", len(got), head(got), len(want))
 	}

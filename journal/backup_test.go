@@ -74,7 +74,13 @@ func TestStore_BackupUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The writers are under way: some of their commits precede the backup.
+	for deadline := time.Now().Add(10 * time.Second); committed.Load() < 20; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(stop)
+			t.Fatalf("writers committed %d messages in 10s, want at least 20 before the backup", committed.Load())
+		}
+	}
 	before := committed.Load()
 	dest := filepath.Join(dir, "backup.db")
 	var steps, lastDone, lastTotal int

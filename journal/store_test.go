@@ -225,7 +225,6 @@ func TestStore_WALStaysBounded(t *testing.T) {
 		apply(t, s, del...)
 		_, wal := s.Sizes()
 		maxWAL = max(maxWAL, wal)
-		time.Sleep(5 * time.Millisecond)
 	}
 	if s.Stats().Checkpoints == 0 {
 		t.Fatal("no checkpoint ran")

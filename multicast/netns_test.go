@@ -97,7 +97,7 @@ type helperConfig struct {
 // helperLine is one line of TestHelperReceiver's output. The helper checks order itself (printing
 // every message would cost more CPU than the protocol under test).
 type helperLine struct {
-	T      string // "ready", "gap", "session", "bad", "end" (of a session), "stats"
+	T      string // "ready", "gap", "session", "bad", "end" (of a session), "at" (progress), "stats"
 	Topic  string `json:",omitempty"`
 	From   uint64 `json:",omitempty"`
 	To     uint64 `json:",omitempty"`
@@ -107,9 +107,12 @@ type helperLine struct {
 	Msg    string `json:",omitempty"`
 	Msgs   int    `json:",omitempty"`
 	Reps   int    `json:",omitempty"`
-	Last   map[string]uint64
-	First  map[string]uint64
-	Stats  *ReceiverStats `json:",omitempty"`
+	// Sessions is the number of sessions seen, on "at" lines: every 10ms,
+	// with Last as it is in the current session.
+	Sessions int `json:",omitempty"`
+	Last     map[string]uint64
+	First    map[string]uint64
+	Stats    *ReceiverStats `json:",omitempty"`
 }
 
 // TestHelperReceiver is not a test: it is the receiver process the netns tests start inside a
@@ -137,12 +140,16 @@ func TestHelperReceiver(t *testing.T) {
 	go func() { io.Copy(io.Discard, os.Stdin); close(stop) }()
 	total, sessions := 0, 0
 	end := helperLine{T: "end", Last: map[string]uint64{}, First: map[string]uint64{}}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	bad := func(format string, args ...any) { enc.Encode(helperLine{T: "bad", Msg: fmt.Sprintf(format, args...)}) }
 loop:
 	for cfg.Count == 0 || total < cfg.Count {
 		select {
 		case <-stop:
 			break loop
+		case <-tick.C:
+			enc.Encode(helperLine{T: "at", Sessions: sessions, Last: end.Last})
 		case e := <-r.Events():
 			switch e := e.(type) {
 			case Message:
@@ -179,7 +186,7 @@ loop:
 		}
 	}
 	enc.Encode(end)
-	time.Sleep(50 * time.Millisecond) // answer NCFs still in flight before going
+	time.Sleep(50 * time.Millisecond) // not synchronisation: a grace period to answer NCFs still in flight before going
 	st := r.Stats()
 	enc.Encode(helperLine{T: "stats", Stats: &st})
 	r.Close()
@@ -248,6 +255,42 @@ func (tp *topo) startReceiver(host string, cfg helperConfig) *child {
 		t.Fatalf("receiver %s not ready after 10 s", host)
 	}
 	return c
+}
+
+// reached reports whether the child's last progress line shows session
+// number sessions with every topic of want at (or past) its count there.
+func (c *child) reached(sessions int, want map[string]uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.lines) - 1; i >= 0; i-- {
+		if l := c.lines[i]; l.T == "at" {
+			if l.Sessions != sessions {
+				return false
+			}
+			for topic, n := range want {
+				if l.Last[topic] < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// waitReached waits up to d until every child reached want in session
+// number sessions: each message delivered or reported lost.
+func waitReached(t *testing.T, d time.Duration, sessions int, want map[string]uint64, cs ...*child) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for _, c := range cs {
+		for !c.reached(sessions, want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("receiver %s: not at %v in session %d after %v", c.name, want, sessions, d)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // wait stops the child (closing its stdin) once it has finished or after d, and returns its stats.
@@ -328,7 +371,7 @@ func publishN(t *testing.T, s *Sender, count map[string]uint64, n int, rate int,
 		}
 		if i%100 == 99 {
 			if d := time.Duration(i+1)*time.Second/time.Duration(rate) - time.Since(start); d > 0 {
-				time.Sleep(d)
+				time.Sleep(d) // not synchronisation: the publishing rate
 			}
 		}
 	}
@@ -381,11 +424,12 @@ func TestNetns_LateJoinAndRestart(t *testing.T) {
 	c1 := publishN(t, s, nil, 3000, 20000, 16)
 	r2 := tp.startReceiver("r2", helperConfig{Group: group, Late: true}) // late joiner
 	publishN(t, s, c1, 3000, 20000, 16)
-	time.Sleep(100 * time.Millisecond)
+	// The first session complete at both receivers before its sender goes.
+	waitReached(t, 10*time.Second, 1, c1, r1, r2)
 	s.Close() // restart: a new sender, a new session
 	s2 := tp.startSender("s", SenderConfig{Group: group})
 	c2 := publishN(t, s2, nil, 3000, 20000, 16)
-	time.Sleep(300 * time.Millisecond)
+	waitReached(t, 10*time.Second, 2, c2, r1, r2)
 	st1, st2 := r1.wait(t, 0), r2.wait(t, 0)
 	if _, gaps := r1.check(t, []map[string]uint64{c1, c2}); gaps != 0 {
 		t.Errorf("receiver r1: %d gaps, want 0", gaps)
@@ -414,7 +458,8 @@ func TestNetns_PausedReceiver(t *testing.T) {
 	publishN(t, s, count, 10000, 2000, 32) // 5 s at 2,000 messages per second
 	r2.cmd.Process.Signal(syscall.SIGCONT)
 	t.Logf("r2 paused for %v", time.Since(paused).Round(time.Millisecond))
-	time.Sleep(2 * time.Second)
+	// r2 catches up on what the kernel kept, NAKs the rest, gets repairs.
+	waitReached(t, 20*time.Second, 1, count, r1, r2)
 	s1, s2 := r1.wait(t, 0), r2.wait(t, 0)
 	r1.check(t, []map[string]uint64{count})
 	msgs, gaps := r2.check(t, []map[string]uint64{count})
@@ -470,11 +515,12 @@ func TestNetns_ForgedDatagrams(t *testing.T) {
 				Receiver: 666, Ranges: []Range{{1, 1 << 20}}})
 			conn.WriteToUDPAddrPort(k, netip.AddrPortFrom(tp.Addr["s"], src.Port())) // unsigned
 			n++
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(100 * time.Microsecond) // not synchronisation: the attacker's pace
 		}
 	}()
 	count := publishN(t, s, nil, 5000, 20000, 16)
-	time.Sleep(300 * time.Millisecond)
+	// Both receivers got everything, under forgery all along.
+	waitReached(t, 10*time.Second, 1, count, r1, r2)
 	close(stop)
 	n := <-forged
 	st1, st2 := r1.wait(t, 0), r2.wait(t, 0)

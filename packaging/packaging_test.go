@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/herald-mq/herald/internal/testenv"
 )
 
 // Installed paths every package must hold.
@@ -77,14 +79,11 @@ func requireRoot(t *testing.T) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := fmt.Sprintf("packaging test needs %s", strings.Join(missing, ", "))
+	msg := fmt.Sprintf("needs %s", strings.Join(missing, ", "))
 	if len(apt) > 0 {
 		msg += fmt.Sprintf(" (apt-get install %s)", strings.Join(apt, " "))
 	}
-	if os.Getenv("HERALD_REQUIRE_ROOT_TESTS") == "1" {
-		t.Fatal(msg + "; HERALD_REQUIRE_ROOT_TESTS=1 forbids skipping")
-	}
-	t.Skip(msg)
+	testenv.Missing(t, testenv.RootTestsEnv, msg)
 }
 
 // run runs a command, failing the test with its output when it fails.
@@ -133,11 +132,7 @@ func buildPackages(t *testing.T) packages {
 func TestPackages(t *testing.T) {
 	requireRoot(t)
 	if st, _ := runErr(10*time.Second, "dpkg-query", "-W", "-f=${db:Status-Status}", "herald"); st == "installed" {
-		msg := "a herald package is installed on this machine; the test would replace and purge it: dpkg -r herald first"
-		if os.Getenv("HERALD_REQUIRE_ROOT_TESTS") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Missing(t, testenv.RootTestsEnv, "needs a machine without the herald package: it would replace and purge the one installed here (dpkg -r herald first)")
 	}
 	p := buildPackages(t)
 

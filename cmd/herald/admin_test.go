@@ -17,6 +17,7 @@ import (
 	"github.com/herald-mq/herald/admin/admintest"
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/internal/testenv"
 	"github.com/herald-mq/herald/journal"
 )
 
@@ -313,7 +314,12 @@ func TestAdminCLI_BackupUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The producers are under way: some of their receipts precede the backup.
+	waitUntil(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(receipted) >= 20
+	})
 	mu.Lock()
 	before := make([]string, 0, len(receipted))
 	for b := range receipted {
@@ -379,17 +385,8 @@ func TestAdminCLI_BackupUnderLoad(t *testing.T) {
 // TestAdminCLI_SocketRefusesOtherUsers: a user outside the socket's group
 // gets permission denied (exit 77); one in the group gets an answer.
 func TestAdminCLI_SocketRefusesOtherUsers(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("HERALD_REQUIRE_ROOT_TESTS") == "1" {
-			t.Fatal("needs root (HERALD_REQUIRE_ROOT_TESTS=1): run the tests as root")
-		}
-		t.Skip("needs root to create a user and switch to it; run as root (CI sets HERALD_REQUIRE_ROOT_TESTS=1)")
-	}
-	for _, tool := range []string{"useradd", "userdel", "setpriv"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: install passwd and util-linux", tool)
-		}
-	}
+	// Root to create a user and switch to it.
+	testenv.RequireRoot(t, "useradd", "userdel", "setpriv")
 	user := fmt.Sprintf("hrldt%d", os.Getpid()%100000)
 	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user).CombinedOutput(); err != nil {
 		t.Fatalf("useradd: %v: %s", err, out)

@@ -205,7 +205,7 @@ func runListenNS(t *testing.T, ns, group string, args ...string) (int, string, s
 		if _, err := sc.WriteToUDPAddrPort(d, g); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // not synchronisation: the sender's pace
 	}
 	select {
 	case code := <-done:

@@ -243,12 +243,35 @@ func TestCrash_KillNine(t *testing.T) {
 			}
 		}()
 	}
+	// served waits until the daemon started last has receipted a SEND and
+	// an ACK: every daemon works under load before it is killed.
+	served := func(k int) {
+		t.Helper()
+		progress := func() (int, int) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return len(l.receipted), len(l.ackedAt)
+		}
+		r0, a0 := progress()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			r, a := progress()
+			if r > r0 && a > a0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				close(stop)
+				t.Fatalf("daemon %d: got %d new receipts and %d new ACKs in 15s, want at least 1 of each", k, r-r0, a-a0)
+			}
+		}
+	}
 	for k := 0; k < kills; k++ {
-		time.Sleep(time.Duration(50+rand.IntN(250)) * time.Millisecond)
+		served(k)
+		// Not synchronisation: the kill comes at a random moment of the load.
+		time.Sleep(time.Duration(rand.IntN(250)) * time.Millisecond)
 		d.kill()
 		d = startChild(t, dir, addr)
 	}
-	time.Sleep(200 * time.Millisecond)
+	served(kills)
 	close(stop)
 	wg.Wait()
 
@@ -349,8 +372,27 @@ func TestCrash_TransactionsAtomic(t *testing.T) {
 			}
 		}(w)
 	}
+	// served waits until the daemon started last has receipted a COMMIT:
+	// every daemon works under load before it is killed.
+	served := func(k int) {
+		t.Helper()
+		progress := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(committed)
+		}
+		c0 := progress()
+		for deadline := time.Now().Add(15 * time.Second); progress() == c0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				close(stop)
+				t.Fatalf("daemon %d: got no COMMIT receipted in 15s, want at least 1", k)
+			}
+		}
+	}
 	for k := 0; k < 10; k++ {
-		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+		served(k)
+		// Not synchronisation: the kill comes at a random moment of the load.
+		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
 		d.kill()
 		d = startChild(t, dir, addr)
 	}

@@ -217,7 +217,7 @@ func BenchmarkMulticastE2ELatency(b *testing.B) {
 	start := time.Now()
 	for b.Loop() {
 		if wait := time.Duration(sent)*time.Second/rate - time.Since(start); wait > 0 {
-			time.Sleep(wait)
+			time.Sleep(wait) // not synchronisation: the publishing rate
 		}
 		if err := pub.Send("/topic/metrics.lat", body, stomp.Header{Key: "sent-ns", Value: strconv.FormatInt(time.Now().UnixNano(), 10)}); err != nil {
 			b.Fatal(err)

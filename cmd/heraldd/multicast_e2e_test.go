@@ -493,7 +493,7 @@ func publish(t testing.TB, c *client.Conn, count map[string]uint64, topics []str
 		}
 		if i%100 == 99 {
 			if d := time.Duration(i+1)*time.Second/time.Duration(rate) - time.Since(start); d > 0 {
-				time.Sleep(d)
+				time.Sleep(d) // not synchronisation: the publishing rate
 			}
 		}
 	}
@@ -694,9 +694,9 @@ func (n *mcNet) forge(host, group string, stop <-chan struct{}) <-chan forgeResu
 			send(nak, r.sender)
 			r.data += 2
 			r.naks += 2
-			time.Sleep(200 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond) // not synchronisation: the attacker's pace
 		}
-		time.Sleep(100 * time.Millisecond) // answers to the last NAKs would be out by now
+		time.Sleep(100 * time.Millisecond) // proves absence: answers to the last NAKs would be out by now
 		rc.Close()
 		<-readDone
 	}()
@@ -737,7 +737,7 @@ func TestMulticastE2E(t *testing.T) {
 		waitAll(t, 20*time.Second, 1, want, ls...)
 		t.Logf("%d messages (%v on the channel) published and received in %v", total, want, time.Since(start).Round(time.Millisecond))
 		tally.wait(t, 10*time.Second, count)
-		time.Sleep(50 * time.Millisecond) // a NAK in flight would show in the counters
+		time.Sleep(50 * time.Millisecond) // proves absence: a NAK in flight would show in the counters
 		for i, l := range ls {
 			st := l.stop(t)
 			reps := l.check(t, false, false, want)
@@ -780,7 +780,7 @@ func TestMulticastE2E(t *testing.T) {
 		c2 := map[string]uint64{}
 		publish(t, pub, c2, topics, 2000, 20000)
 		waitAll(t, 10*time.Second, 2, c2, r1, r2)
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // proves absence: a NAK in flight would show in the counters
 		s1, s2 := r1.stop(t), r2.stop(t)
 		rep1 := r1.check(t, false, false, c1, c2)
 		rep2 := r2.check(t, true, false, c1, c2)
@@ -858,7 +858,7 @@ func TestMulticastE2E(t *testing.T) {
 		if f.err != nil {
 			t.Fatal(f.err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // proves absence: a forged datagram or NAK in flight would show in the counters
 		s1, s2 := r1.stop(t), r2.stop(t)
 		r1.check(t, false, false, count)
 		r2.check(t, false, false, count)

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -41,7 +42,7 @@ func NewNet(t testing.TB, prefix string, subnet byte, hosts ...string) *Net {
 	if testing.Short() {
 		t.Skip("network namespace tests skipped in -short mode")
 	}
-	RequireRoot(t, "ip", "nft")
+	RequireRoot(t, "ip", "bridge", "nft")
 	RemoveStale(prefix)
 	id := fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), netSeq.Add(1))
 	n := &Net{T: t, Bridge: id + "-br", NS: map[string]string{}, Addr: map[string]netip.Addr{}}
@@ -66,8 +67,39 @@ func NewNet(t testing.TB, prefix string, subnet byte, hosts ...string) *Net {
 		Sh(t, "ip", "-n", ns, "link", "set", "eth0", "up")
 		Sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	}
-	time.Sleep(100 * time.Millisecond) // let the bridge ports forward
+	n.waitForwarding(len(hosts))
 	return n
+}
+
+// waitForwarding waits until the bridge has ports ports, all forwarding
+// (which takes the carrier of both veth ends).
+func (n *Net) waitForwarding(ports int) {
+	t := n.T
+	t.Helper()
+	var out []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var err error
+		out, err = exec.Command("bridge", "-n", n.Bridge, "-j", "link", "show").Output()
+		if err != nil {
+			t.Fatalf("bridge -n %s -j link show: %v", n.Bridge, err)
+		}
+		var links []struct{ State string }
+		if err := json.Unmarshal(out, &links); err != nil {
+			t.Fatalf("bridge -n %s -j link show: %v: %s", n.Bridge, err, out)
+		}
+		forwarding := 0
+		for _, l := range links {
+			if l.State == "forwarding" {
+				forwarding++
+			}
+		}
+		if forwarding == ports {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bridge %s: got %d ports forwarding after 5s, want %d: %s", n.Bridge, forwarding, ports, out)
+		}
+	}
 }
 
 // Sh runs a command and fails the test with its output if it fails.

@@ -205,7 +205,7 @@ def mode_tx_ack(addr, dest):
     conn.ack(h1["ack"], transaction="tx-a")
     conn.abort("tx-a", receipt="abort")
     rec.wait_receipt("abort")
-    time.sleep(0.3)
+    time.sleep(0.3)  # proves absence: nothing new arrives in 0.3 s
     # prefetch 1: an aborted ACK returns no credit, so nothing new arrives.
     after_abort = [body_of(m) for m in rec.messages]
     conn.disconnect(receipt="bye1")
@@ -224,7 +224,7 @@ def mode_tx_ack(addr, dest):
     h2, _ = rec.messages[1]
     conn.ack(h2["ack"], receipt="a2")
     rec.wait_receipt("a2")
-    time.sleep(0.3)
+    time.sleep(0.3)  # proves absence: no third MESSAGE (a redelivery) in 0.3 s
     out = {
         "after_abort": after_abort,
         "second_connection": [{"body": body_of(m), "headers": m[0]} for m in rec.messages],
@@ -242,7 +242,7 @@ def mode_transaction(addr, dest):
     conn.begin("tx-commit")
     conn.send(dest, "tx1-a", transaction="tx-commit")
     conn.send(dest, "tx1-b", transaction="tx-commit")
-    time.sleep(0.5)
+    time.sleep(0.5)  # proves absence: no MESSAGE before COMMIT in 0.5 s
     before_commit = [body_of(m) for m in rec.messages]
     conn.commit("tx-commit", receipt="commit")
     rec.wait_receipt("commit")
@@ -256,7 +256,7 @@ def mode_transaction(addr, dest):
     conn.send(dest, "marker", headers={"receipt": "marker"})
     rec.wait_receipt("marker")
     rec.wait(lambda: any(body_of(m) == "marker" for m in rec.messages), "marker MESSAGE")
-    time.sleep(0.3)
+    time.sleep(0.3)  # proves absence: the aborted SEND does not arrive in 0.3 s
     out = {
         "before_commit": before_commit,
         "after_commit": after_commit,
@@ -289,7 +289,7 @@ def mode_binary(addr, dest, infile, outfile):
 
 def mode_heartbeat(addr, dest, hold_s):
     conn, rec = connect(addr, heartbeats=(1000, 1000))
-    time.sleep(float(hold_s))
+    time.sleep(float(hold_s))  # not synchronisation: the idle period heart-beats must cover
     beats, timeouts, disc = rec.heartbeats, rec.hb_timeouts, rec.disconnected
     alive = conn.is_connected()
     # Prove the connection still carries frames after the idle period.

@@ -402,7 +402,7 @@ func TestConn_Subscriptions(t *testing.T) {
 	for i := range 5 {
 		s.write(t, stomp.V12, &stomp.Frame{Command: stomp.CmdMessage, Headers: stomp.Headers{{Key: "subscription", Value: a.ID()}}, Body: []byte(fmt.Sprint(i))})
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitFull(t, a)
 	for i := range 5 {
 		if m := <-a.C(); string(m.Body) != fmt.Sprint(i) {
 			t.Errorf("message %d: got %q", i, m.Body)
@@ -413,7 +413,7 @@ func TestConn_Subscriptions(t *testing.T) {
 	for range 4 {
 		s.write(t, stomp.V12, stomp.NewFrame(stomp.CmdMessage, "subscription", b.ID()))
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitFull(t, b)
 	done := make(chan error, 1)
 	go func() { done <- b.Unsubscribe(context.Background()) }()
 	u := s.next(t)
@@ -440,6 +440,17 @@ func TestConn_Subscriptions(t *testing.T) {
 	checkNoLeak(t, before+2)
 }
 
+// waitFull waits until sub's channel is full: the reader, with more
+// MESSAGEs for it, now waits on it.
+func waitFull(t *testing.T, sub *client.Subscription) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); len(sub.C()) < cap(sub.C()); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("subscription %s: got %d of %d buffered after 5s, want it full", sub.ID(), len(sub.C()), cap(sub.C()))
+		}
+	}
+}
+
 func TestConn_HeartBeats(t *testing.T) {
 	t.Run("client sends", func(t *testing.T) {
 		s := mustStartFake(t)
@@ -447,6 +458,7 @@ func TestConn_HeartBeats(t *testing.T) {
 		if got := connect.Get("heart-beat"); got != "20,0" {
 			t.Errorf("CONNECT heart-beat: got %q, want 20,0", got)
 		}
+		// Not synchronisation: the window the beats are counted in.
 		time.Sleep(200 * time.Millisecond)
 		if n := s.beats.Load(); n < 4 {
 			t.Errorf("heart-beats in 200ms at 20ms: got %d, want at least 4", n)
@@ -471,6 +483,7 @@ func TestConn_HeartBeats(t *testing.T) {
 		s := mustStartFake(t)
 		c, _ := mustDial(t, s, stomp.V12, client.Options{HeartBeat: [2]time.Duration{0, 30 * time.Millisecond}}, "heart-beat", "30,0")
 		for range 10 {
+			// Not synchronisation: the server's beat, every 20ms.
 			time.Sleep(20 * time.Millisecond)
 			s.nc.Write([]byte("\n"))
 		}
@@ -481,6 +494,7 @@ func TestConn_HeartBeats(t *testing.T) {
 	t.Run("not negotiated", func(t *testing.T) {
 		s := mustStartFake(t)
 		c, _ := mustDial(t, s, stomp.V12, client.Options{HeartBeat: [2]time.Duration{10 * time.Millisecond, 10 * time.Millisecond}}, "heart-beat", "0,0")
+		// Proves absence: no heart-beat within 100ms (ten intervals).
 		time.Sleep(100 * time.Millisecond)
 		if n := s.beats.Load(); n != 0 || c.Err() != nil {
 			t.Errorf("got %d heart-beats and Err %v, want none", n, c.Err())
