@@ -228,6 +228,12 @@ func (c *Core) left(m *Msg) {
 	c.count--
 	c.bytes -= m.Size
 	delete(c.byID, m.ID)
+	if m.ID > c.memTail {
+		if c.goneAhead == nil {
+			c.goneAhead = map[uint64]bool{}
+		}
+		c.goneAhead[m.ID] = true
+	}
 	m.state = stNone
 	if m.holdsGroup {
 		m.holdsGroup = false
@@ -245,6 +251,8 @@ func (c *Core) leaveFailed(m *Msg, retryAt, now int64) {
 		// finds it again.
 		delete(c.byID, m.ID)
 		m.state = stNone
+		c.spilled = true
+		c.spillSeq++
 		if m.holdsGroup {
 			m.holdsGroup = false
 			c.ready.release(m.Group)

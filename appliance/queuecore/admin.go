@@ -64,7 +64,20 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 		}
 		delete(c.byID, id)
 	}
-	c.memTail = max(c.memTail, op.UpTo)
+	// Every message up to UpTo is now gone or kept in memory, except kept
+	// ones that left memory meanwhile (a requeue of messages not paged in
+	// yet failed): the pager must find those again.
+	tail := op.UpTo
+	for _, id := range op.Keep {
+		if id > c.memTail && id <= tail && c.byID[id] == nil {
+			tail = id - 1
+		}
+	}
+	if tail < op.UpTo {
+		c.spilled = true
+		c.spillSeq++
+	}
+	c.memTail = max(c.memTail, tail)
 	c.count -= res.Affected
 	c.bytes -= res.Bytes
 	c.out.Space = true

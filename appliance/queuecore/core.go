@@ -56,6 +56,7 @@ type Core struct {
 	memTail     uint64 // every message with ID <= memTail is in memory or gone
 	spilled     bool   // the journal may hold messages > memTail
 	spillSeq    uint64
+	goneAhead   map[uint64]bool // left before being paged in (requeued): a page-in read earlier may still bring them
 	paging      bool
 	pageRetryAt int64
 
@@ -232,7 +233,7 @@ func (c *Core) maybePage(now int64) {
 	if !c.spilled || c.paging || now < c.pageRetryAt {
 		return
 	}
-	if len(c.ready.elig) >= c.cfg.Window*3/4 {
+	if len(c.ready.elig) >= max(1, c.cfg.Window*3/4) { // at least 1: a window of 1 pages too
 		return
 	}
 	// Up to Window eligible messages; messages of blocked groups may add up
@@ -261,10 +262,10 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 		if m.ID <= c.memTail {
 			continue
 		}
-		c.memTail = m.ID
-		if c.byID[m.ID] != nil {
-			continue // moving out (MoveOut of a message not paged in yet): in memory now
+		if c.byID[m.ID] != nil || c.goneAhead[m.ID] {
+			continue // moving out, or moved out, before it was paged in
 		}
+		c.memTail = m.ID
 		if m.Group != "" && m.Deliveries > 0 && m.NotBefore > now {
 			// A NACK's back-off made durable before a restart: it still
 			// heads its group, as it did before.
@@ -272,6 +273,11 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 			c.ready.hold(m.Group)
 		}
 		c.place(m, now)
+	}
+	for id := range c.goneAhead {
+		if id <= c.memTail {
+			delete(c.goneAhead, id)
+		}
 	}
 	if len(msgs) < req.Limit && c.spillSeq == req.seq {
 		c.spilled = false

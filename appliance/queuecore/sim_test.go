@@ -1,16 +1,55 @@
 package queuecore
 
 // A seeded deterministic simulation of one queue and its dead-letter queue
-// (FoundationDB / TigerBeetle style). The harness plays the shell: a model
-// journal (rows, global IDs assigned at commit, batches applied atomically
-// in submission order and completed FIFO at random later steps, injected
-// failures), producers, consumers in every ack mode, transactions, purges,
-// requeues out of the DLQ, ack timeouts, time, and crash-restarts. Every
-// step is followed by the invariant checks listed in doc.go (see check).
+// (FoundationDB / TigerBeetle style). The harness plays the shell:
 //
-//	go test -run TestSim ./appliance/queuecore                 // default seeds
+//   - a model journal: rows (id, queue, size, group, deliveries,
+//     not_before, expires, enqueued), global IDs assigned at commit, moves
+//     like the SQL journal's (new row, not_before and expires cleared);
+//   - batches applied atomically in submission order at random later
+//     steps, failing as a whole sometimes, and their outcomes reported to
+//     the cores (Done, Committed, Unreserve) in that order, possibly some
+//     steps after the commit, as the shell's completions are;
+//   - page-ins read from the journal and answered at once or later (the
+//     shell loads them outside the queue's lock: answers may be stale),
+//     failing sometimes;
+//   - producers (Reserve, enqueue, Committed or Unreserve), consumers in
+//     every ack mode with prefetch 1..5 and ack timeouts, acks (by id and
+//     attempt, or attempt 0), nacks, stale acks, auto-ack writes, ack and
+//     nack batches held before submission, transactions (an enqueue and
+//     acks of one or two subscriptions in one batch, or aborted), purges,
+//     requeues out of the DLQ, time, and crash-restarts (Recover, page in).
+//
+// check runs after every step; settle (no failures, past every back-off,
+// ticking only at Wake) and checkNoStall every 50 steps and at random; a
+// final drain at the end must empty the main queue. The invariants are
+// numbered as in the brief the harness was written to:
+//
+//  1. nothing committed is lost: every journal operation is validated when
+//     applied (delete only after the sim acked or wrote that message, drop
+//     and dead-letter "expired" only when expired, "nack" only after a
+//     NACK with requeue=false, "max-deliveries" only at max_deliveries, no
+//     operation on a message that is not in that queue);
+//  2. nothing whose ack committed is delivered again (no delivery of a
+//     message that is not in the journal);
+//  3. at most one message per group outstanding (held by a client, or its
+//     ack's commit pending);
+//  4. FIFO: a dispatch never overtakes a due message of the queue that was
+//     never dispatched (ungrouped, or of the same group), nor a message of
+//     its own group that was dispatched and is still in the queue;
+//  5. no stall after settle: no consumer with credit while a message is
+//     deliverable; the one exception is by design: the ready memory is at
+//     its bound (Window*GroupOverflow) with messages of blocked groups and
+//     the message is beyond it (a page-in cannot skip them);
+//     -sim.strictstall drops the exception;
+//  6. attempts grow per message as clients see them, and a client-ack
+//     MESSAGE goes out only once its claim is durable;
+//  7. no consumer holds more than its prefetch;
+//  8. Snapshot().Count and .Bytes equal the journal's, as reported.
+//
+//	go test -run TestSim ./appliance/queuecore                 // 2000 seeds x 300 steps
 //	go test -run TestSim -sim.seeds=20000 -sim.steps=500 ...  // more
-//	go test -run TestSim -sim.seed=N -sim.trace ...            // one seed, full trace
+//	go test -run TestSim -sim.seed=N -sim.trace ...            // one seed, whole trace
 //	go test -run '^$' -fuzz '^FuzzSim$' ./appliance/queuecore  // schedules from fuzz bytes
 
 import (
@@ -114,6 +153,31 @@ type simBatch struct {
 	what  string
 }
 
+// simDone is a batch the journal applied (or failed) whose outcome has not
+// reached its cores yet: the journal's completion runs after the commit, so
+// a page-in may see a commit before the core does.
+type simDone struct {
+	jb    *simBatch
+	res   []any
+	err   error
+	delta [2]simDelta
+}
+
+type simDelta struct {
+	n     int
+	bytes int64
+}
+
+// simPage is a page-in request and, once the journal was read (outside the
+// queue's lock, as the shell does), its answer, possibly stale by the time
+// it reaches the core.
+type simPage struct {
+	req  *PageIn
+	read bool
+	msgs []*Msg
+	err  error
+}
+
 type simCon struct {
 	c    *Consumer
 	q    int
@@ -141,7 +205,9 @@ type sim struct {
 	nextID   uint64
 	pending  []*simBatch // submitted, completing FIFO
 	held     []*simBatch // ack, nack and transaction batches not submitted yet
-	pageReq  [2]*PageIn
+	applied  []*simDone  // committed (or failed) in the journal, not reported yet
+	unseen   [2]simDelta // what applied batches changed that their cores do not know yet
+	page     [2]*simPage
 	cons     []*simCon
 	conOf    map[*Consumer]*simCon
 	nextCon  int
@@ -157,6 +223,7 @@ type sim struct {
 	nackDLQ     map[uint64]bool // the sim nacked it with requeue=false
 	ackedDone   map[uint64]bool // its delete committed
 	reqCursor   uint64
+	movedRows   map[uint64]simRow // moved messages as committed, for Committed
 
 	trace []string
 	st    simStats
@@ -214,7 +281,7 @@ func (s *sim) init() {
 	r := s.r
 	s.now = 1_000_000
 	cfg := Config{
-		Window:        3 + r.intn(18),
+		Window:        1 + r.intn(20),
 		GroupOverflow: r.intn(4), // 0: default
 		MaxDeliveries: r.intn(5), // 0: never (sometimes)
 		RedeliveryMin: int64(r.intn(21)),
@@ -237,6 +304,7 @@ func (s *sim) init() {
 	s.rows = map[uint64]*simRow{}
 	s.dispatched = map[uint64]bool{}
 	s.ackedDone = map[uint64]bool{}
+	s.movedRows = map[uint64]simRow{}
 	s.cores[qMain] = New(cfg, uint64(r.intn(1<<30)))
 	s.cores[qDLQ] = New(dlq, uint64(r.intn(1<<30)))
 	s.resetVolatile()
@@ -249,7 +317,10 @@ func (s *sim) init() {
 // resetVolatile drops what does not survive a crash.
 func (s *sim) resetVolatile() {
 	s.pending, s.held = nil, nil
-	s.pageReq = [2]*PageIn{}
+	s.applied = nil
+	s.unseen = [2]simDelta{}
+	s.movedRows = map[uint64]simRow{}
+	s.page = [2]*simPage{}
 	s.cons = nil
 	s.conOf = map[*Consumer]*simCon{}
 	s.wake = [2]int64{}
@@ -282,12 +353,13 @@ const (
 	aSubmitHeld
 	aCrash
 	aSettle
+	aReport
 	aCount
 )
 
 var simWeights = [aCount]int{
 	aEnqueue: 22, aComplete: 16, aPage: 8, aSubscribe: 4, aUnsubscribe: 2, aAck: 12, aNack: 4,
-	aWritten: 8, aStaleAck: 2, aTick: 10, aPurge: 1, aRequeue: 3, aTx: 3, aSubmitHeld: 4, aCrash: 1, aSettle: 1,
+	aWritten: 8, aStaleAck: 2, aTick: 10, aPurge: 1, aRequeue: 3, aTx: 3, aSubmitHeld: 4, aCrash: 1, aSettle: 1, aReport: 6,
 }
 
 func (s *sim) act() {
@@ -336,6 +408,10 @@ func (s *sim) act() {
 	case aSettle:
 		s.settle()
 		s.checkNoStall()
+	case aReport:
+		if len(s.applied) > 0 {
+			s.report(1 + s.r.intn(len(s.applied)))
+		}
 	}
 }
 
@@ -363,8 +439,14 @@ func (s *sim) reserve(e *simEnq) bool {
 	if ok {
 		return true
 	}
+	// The journal as reported, plus enqueues not reported yet.
 	n, bytes := s.recount(qMain)
-	for _, list := range [][]*simBatch{s.pending, s.held} {
+	n, bytes = n-s.unseen[qMain].n, bytes-s.unseen[qMain].bytes
+	lists := [][]*simBatch{s.pending, s.held, nil}
+	for _, d := range s.applied {
+		lists[2] = append(lists[2], d.jb)
+	}
+	for _, list := range lists {
 		for _, jb := range list {
 			for _, p := range jb.parts {
 				if p.enq != nil {
@@ -415,14 +497,43 @@ func (s *sim) complete(n int) {
 	for i := 0; i < n && len(s.pending) > 0; i++ {
 		jb := s.pending[0]
 		s.pending = s.pending[1:]
+		d := &simDone{jb: jb}
 		if !s.settling && s.chance(s.failPct) {
 			s.st.failures++
 			s.logf("journal FAILS %s", jb.what)
-			s.notify(jb, nil, errSimJournal)
-			continue
+			d.err = errSimJournal
+		} else {
+			s.logf("journal commits %s", jb.what)
+			var before [2]simDelta
+			for q := range before {
+				before[q].n, before[q].bytes = s.recount(q)
+			}
+			d.res = s.apply(jb)
+			for q := range before {
+				n, bytes := s.recount(q)
+				d.delta[q] = simDelta{n - before[q].n, bytes - before[q].bytes}
+				s.unseen[q].n += d.delta[q].n
+				s.unseen[q].bytes += d.delta[q].bytes
+			}
 		}
-		s.logf("journal commits %s", jb.what)
-		s.notify(jb, s.apply(jb), nil)
+		s.applied = append(s.applied, d)
+		if s.settling || s.r.intn(3) != 0 {
+			s.report(len(s.applied))
+		}
+	}
+}
+
+// report passes the outcomes of the first n applied batches to their cores.
+func (s *sim) report(n int) {
+	for i := 0; i < n && len(s.applied) > 0; i++ {
+		d := s.applied[0]
+		s.applied = s.applied[1:]
+		for q := range d.delta {
+			s.unseen[q].n -= d.delta[q].n
+			s.unseen[q].bytes -= d.delta[q].bytes
+		}
+		s.logf("report %s: %v", d.jb.what, d.err)
+		s.notify(d.jb, d.res, d.err)
 	}
 }
 
@@ -437,7 +548,7 @@ func (s *sim) apply(jb *simBatch) []any {
 				expires: p.enq.exp, enqueued: s.now, prodNB: p.enq.nb}
 			s.rows[row.id] = row
 			s.lastClaim[row.id], s.lastAttempt[row.id] = 0, 0
-			out[i] = row
+			out[i] = *row
 			s.st.enqueued++
 			continue
 		}
@@ -569,6 +680,7 @@ func (s *sim) move(row *simRow, q int) uint64 {
 	n := &simRow{id: s.nextID, q: q, size: row.size, group: row.group, enqueued: row.enqueued}
 	delete(s.rows, row.id)
 	s.rows[n.id] = n
+	s.movedRows[n.id] = *n
 	s.lastClaim[n.id], s.lastAttempt[n.id] = 0, 0
 	return n.id
 }
@@ -585,9 +697,9 @@ func (s *sim) notify(jb *simBatch, res []any, err error) {
 			if err != nil {
 				s.cores[qMain].Unreserve(p.enq.size)
 			} else {
-				row := res[i].(*simRow)
+				row := res[i].(simRow) // as committed
 				s.logf("  committed enqueue %d group=%q", row.id, row.group)
-				s.cores[qMain].Committed(msgOfRow(row), true, s.now)
+				s.cores[qMain].Committed(msgOfRow(&row), true, s.now)
 			}
 			s.collect(qMain)
 			continue
@@ -601,31 +713,38 @@ func (s *sim) notify(jb *simBatch, res []any, err error) {
 	}
 }
 
+// answerPage reads the journal for q's page-in, or hands the core what an
+// earlier read found (stale by now, maybe).
 func (s *sim) answerPage(q int) {
-	req := s.pageReq[q]
-	if req == nil {
+	p := s.page[q]
+	if p == nil {
 		return
 	}
-	s.pageReq[q] = nil
-	s.st.pageIns++
-	if !s.settling && s.chance(s.pageFailPct) {
-		s.logf("page-in %s after %d FAILS", simQName[q], req.After)
-		s.cores[q].Paged(req, nil, errSimJournal, s.now)
-		s.collect(q)
-		return
-	}
-	var msgs []*Msg
-	for _, id := range s.sortedIDs(q) {
-		if id > req.After && len(msgs) < req.Limit {
-			msgs = append(msgs, msgOfRow(s.rows[id]))
+	if !p.read {
+		p.read = true
+		s.st.pageIns++
+		if !s.settling && s.chance(s.pageFailPct) {
+			s.logf("page-in %s after %d FAILS", simQName[q], p.req.After)
+			p.err = errSimJournal
+		} else {
+			for _, id := range s.sortedIDs(q) {
+				if id > p.req.After && len(p.msgs) < p.req.Limit {
+					p.msgs = append(p.msgs, msgOfRow(s.rows[id]))
+				}
+			}
+			ids := make([]uint64, len(p.msgs))
+			for i, m := range p.msgs {
+				ids[i] = m.ID
+			}
+			s.logf("page-in %s after %d limit %d reads %v", simQName[q], p.req.After, p.req.Limit, ids)
+		}
+		if !s.settling && s.r.intn(2) == 0 {
+			return // the answer reaches the core later
 		}
 	}
-	ids := make([]uint64, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	s.logf("page-in %s after %d limit %d: %v", simQName[q], req.After, req.Limit, ids)
-	s.cores[q].Paged(req, msgs, nil, s.now)
+	s.page[q] = nil
+	s.logf("page-in %s after %d answered", simQName[q], p.req.After)
+	s.cores[q].Paged(p.req, p.msgs, p.err, s.now)
 	s.collect(q)
 }
 
@@ -762,6 +881,31 @@ func (s *sim) ack(tx bool) {
 	if sc == nil {
 		return
 	}
+	part, what := s.ackPart(sc)
+	jb := &simBatch{parts: []simPart{part}, what: what}
+	queues := []int{sc.q}
+	if tx {
+		if e := s.newEnq(); s.reserve(e) {
+			s.logf("  in a transaction with enqueue size=%d group=%q", e.size, e.group)
+			jb.parts = append([]simPart{{q: qMain, enq: e}}, jb.parts...)
+			jb.what = "tx: enqueue + " + jb.what
+		}
+		// Sometimes with an ack of another subscription (of either queue).
+		if sc2 := s.pickCon(func(x *simCon) bool { return x != sc && x.c.Mode != AckAuto && len(x.out) > 0 }); sc2 != nil && s.r.intn(2) == 0 {
+			part2, what2 := s.ackPart(sc2)
+			jb.parts = append(jb.parts, part2)
+			jb.what += " + " + what2
+			queues = append(queues, sc2.q)
+		}
+	}
+	s.submitOrHold(jb)
+	for _, q := range queues {
+		s.collect(q)
+	}
+}
+
+// ackPart acks a delivery of sc and returns the batch as a journal part.
+func (s *sim) ackPart(sc *simCon) (simPart, string) {
 	d, covered, attempt := s.token(sc)
 	what := fmt.Sprintf("%s ack %d#%d (attempt %d) covering %s", sc.name, d.Msg.ID, d.Attempt, attempt, dids(covered))
 	b, stale := s.cores[sc.q].Ack(sc.c, d.Msg.ID, attempt, s.now)
@@ -775,16 +919,7 @@ func (s *sim) ack(tx bool) {
 	}
 	s.resolve(sc, covered)
 	s.markOps(sc.q, b)
-	jb := &simBatch{parts: []simPart{{q: sc.q, b: b}}, what: what}
-	if tx && sc.q == qMain {
-		if e := s.newEnq(); s.reserve(e) {
-			s.logf("  in a transaction with enqueue size=%d group=%q", e.size, e.group)
-			jb.parts = append([]simPart{{q: qMain, enq: e}}, jb.parts...)
-			jb.what = "tx: enqueue + " + what
-		}
-	}
-	s.submitOrHold(jb)
-	s.collect(sc.q)
+	return simPart{q: sc.q, b: b}, what
 }
 
 func (s *sim) submitOrHold(jb *simBatch) {
@@ -930,7 +1065,7 @@ func (s *sim) requeue() {
 
 func (s *sim) crash() {
 	s.st.crashes++
-	s.logf("CRASH (dropping %d pending, %d held batches)", len(s.pending), len(s.held))
+	s.logf("CRASH (dropping %d pending, %d held batches, %d unreported)", len(s.pending), len(s.held), len(s.applied))
 	s.resetVolatile()
 	for q := range s.cores {
 		s.cores[q] = New(s.cfg[q], uint64(s.r.intn(1<<30)))
@@ -1046,10 +1181,10 @@ func (s *sim) collect(q int) {
 		s.resolve(found, []*Delivery{found.out[idx]})
 	}
 	if o.PageIn != nil {
-		if s.pageReq[q] != nil {
+		if s.page[q] != nil {
 			s.failf("%s asks a page-in while one is outstanding", simQName[q])
 		}
-		s.pageReq[q] = o.PageIn
+		s.page[q] = &simPage{req: o.PageIn}
 		s.logf("%s asks page-in after %d limit %d", simQName[q], o.PageIn.After, o.PageIn.Limit)
 	}
 	for _, mv := range o.Moved {
@@ -1060,12 +1195,13 @@ func (s *sim) collect(q int) {
 			}
 			t = qMain
 		}
-		row := s.rows[mv.NewID]
-		if row == nil || row.q != t {
-			s.failf("Moved %d -> %d: no such row in %s", mv.Msg.ID, mv.NewID, simQName[t])
+		row, ok := s.movedRows[mv.NewID]
+		if !ok || row.q != t {
+			s.failf("Moved %d -> %d: no such move into %s", mv.Msg.ID, mv.NewID, simQName[t])
 		}
+		delete(s.movedRows, mv.NewID)
 		s.logf("  %s Committed moved %d (was %d)", simQName[t], mv.NewID, mv.Msg.ID)
-		s.cores[t].Committed(msgOfRow(row), false, s.now)
+		s.cores[t].Committed(msgOfRow(&row), false, s.now)
 		s.collect(t)
 	}
 }
@@ -1152,10 +1288,12 @@ func (s *sim) outstanding(q int) map[uint64]*Delivery {
 func (s *sim) check() {
 	for q := range s.cores {
 		// 8: counts match the journal.
+		// Batches applied but not reported yet are not the core's to know.
 		n, bytes := s.recount(q)
+		n, bytes = n-s.unseen[q].n, bytes-s.unseen[q].bytes
 		snap := s.cores[q].Snapshot()
 		if snap.Count != n || snap.Bytes != bytes {
-			s.failf("%s counts %d messages, %d bytes; the journal holds %d, %d", simQName[q], snap.Count, snap.Bytes, n, bytes)
+			s.failf("%s counts %d messages, %d bytes; the journal holds %d, %d (reported)", simQName[q], snap.Count, snap.Bytes, n, bytes)
 		}
 		// 7: prefetch.
 		for _, sc := range s.cons {
@@ -1186,7 +1324,11 @@ func (s *sim) check() {
 		for id, d := range s.outstanding(q) {
 			add(id, d.Msg.Group)
 		}
-		for _, list := range [][]*simBatch{s.pending, s.held} {
+		lists := [][]*simBatch{s.pending, s.held, nil}
+		for _, d := range s.applied {
+			lists[2] = append(lists[2], d.jb)
+		}
+		for _, list := range lists {
 			for _, jb := range list {
 				for _, p := range jb.parts {
 					if p.b == nil || p.q != q {
@@ -1212,15 +1354,28 @@ func (s *sim) settle() {
 	for _, c := range s.cfg {
 		adv = max(adv, c.RedeliveryMax*5/4+1, c.RetryMax+1)
 	}
-	s.now += adv
-	s.logf("settle")
+	// Two rounds: failures that happened before the settle but reach the
+	// core during the first (stale page-in errors, unreported batches)
+	// start back-offs that the second waits out.
+	for round := 0; round < 2; round++ {
+		s.now += adv
+		s.logf("settle")
+		s.settleRound()
+	}
+}
+
+func (s *sim) settleRound() {
 	for i := 0; ; i++ {
 		if i > 10000 {
 			s.failf("settle does not converge")
 		}
+		// Ticks only when a core asked for one (Wake), as the shell's
+		// timer does: a forgotten Wake shows as a stall.
 		for q := range s.cores {
-			s.cores[q].Tick(s.now)
-			s.collect(q)
+			if w := s.wake[q]; w != 0 && w <= s.now {
+				s.cores[q].Tick(s.now)
+				s.collect(q)
+			}
 		}
 		progress := false
 		for len(s.held) > 0 {
@@ -1231,8 +1386,12 @@ func (s *sim) settle() {
 			s.complete(len(s.pending))
 			progress = true
 		}
+		if len(s.applied) > 0 {
+			s.report(len(s.applied))
+			progress = true
+		}
 		for q := range s.cores {
-			if s.pageReq[q] != nil {
+			if s.page[q] != nil {
 				s.answerPage(q)
 				progress = true
 			}
