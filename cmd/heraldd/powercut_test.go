@@ -51,8 +51,25 @@ func newPowerCut(t *testing.T, sync string, journal ...string) *powerCut {
 		t.Fatal(err)
 	}
 	p.mount()
+	// The data dir exists before heraldd starts, durably: the package
+	// creates /var/lib/herald (packaging/nfpm.yaml, StateDirectory=).
+	if err := os.Mkdir(filepath.Join(p.mnt, "data"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	syncDir(t, p.mnt)
 	p.start()
 	return p
+}
+
+func syncDir(t *testing.T, dir string) {
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (p *powerCut) mount() {
@@ -73,6 +90,9 @@ func (p *powerCut) cut() {
 	p.d.kill()
 	if p.fs.Unsynced() > 0 {
 		p.unsyncedAtCut++
+	}
+	if ops := p.fs.PendingDirOpList(); len(ops) > 0 {
+		p.t.Logf("cut %d: directory changes not synced: %q", p.cuts+1, ops)
 	}
 	p.fs.Cut()
 	p.fsyncs += p.fs.Fsyncs()

@@ -77,7 +77,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		h.lfs.mu.Lock()
 		defer h.lfs.mu.Unlock()
 		if h.st.dirty {
-			b, e := h.st.read(h.fd, dest, off)
+			b, e := h.st.read(dest, off)
 			if e != 0 {
 				return nil, e
 			}
@@ -118,7 +118,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if !h.st.dirty {
 		return 0
 	}
-	e := h.st.flush(h.fd)
+	e := h.st.flush()
 	if e == 0 {
 		delete(h.lfs.dirty, h.st)
 	}

@@ -27,6 +27,14 @@ type FS struct {
 	fsyncs int
 	cuts   int
 
+	// Namespace model (ns.go); nsMu is taken before mu, never after.
+	nsMu     sync.Mutex
+	ops      []*nsOp
+	trash    string // where removed and replaced files wait, beside the backing dir
+	trashSeq int
+
+	t testing.TB
+
 	unmountOnce sync.Once
 	unmountErr  error
 }
@@ -57,13 +65,17 @@ func (f *FS) forget(key fileKey) {
 	delete(f.states, key)
 }
 
-// Cut simulates a power cut: every write not yet fsynced is discarded, so
-// the backing directory holds exactly what was synced. Kill every process
+// Cut simulates a power cut: every write not yet fsynced is discarded and
+// every directory change whose directory was not fsynced is undone, so the
+// backing directory holds exactly what was synced. Kill every process
 // using the mount first (a process still writing would just make new
-// unsynced state), then Unmount: the kernel may still cache pages of the
-// discarded data, so read the files again only through a new Mount or the
-// backing directory.
+// unsynced state), then Unmount: the kernel may still cache pages and
+// names of what was discarded, so read again only through a new Mount or
+// the backing directory.
 func (f *FS) Cut() {
+	for _, err := range f.undoAll() {
+		f.t.Errorf("lazyfs: cut: %v", err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for st := range f.dirty {
@@ -73,7 +85,23 @@ func (f *FS) Cut() {
 	f.cuts++
 }
 
-// Unsynced reports how many files have unsynced changes now.
+// syncEverything is a clean shutdown: all unsynced data and directory
+// changes are made durable.
+func (f *FS) syncEverything() error {
+	f.syncAll()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var first error
+	for st := range f.dirty {
+		if e := st.flush(); e != 0 && first == nil {
+			first = fmt.Errorf("lazyfs: sync at unmount: %w", e)
+		}
+		delete(f.dirty, st)
+	}
+	return first
+}
+
+// Unsynced reports how many files have unsynced data changes now.
 func (f *FS) Unsynced() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -90,15 +118,19 @@ func (f *FS) Fsyncs() int {
 // Dir is the mount point.
 func (f *FS) Dir() string { return f.mountDir }
 
-// Unmount unmounts the file system, lazily (MNT_DETACH) if it is busy. It
-// does not sync anything: call Cut before it to model a power cut, or the
-// unsynced state is simply lost with the FS (the same thing).
+// Unmount unmounts the file system, lazily (MNT_DETACH) if it is busy.
+// Like the clean unmount of a real file system it first makes everything
+// durable: after a Cut there is nothing left to sync.
 func (f *FS) Unmount() error {
 	f.unmountOnce.Do(func() {
+		f.unmountErr = f.syncEverything()
 		if err := f.server.Unmount(); err != nil {
 			if lerr := lazyUnmount(f.mountDir); lerr != nil {
-				f.unmountErr = fmt.Errorf("unmount %s: %v; lazy unmount: %v", f.mountDir, err, lerr)
+				f.unmountErr = errors.Join(f.unmountErr, fmt.Errorf("unmount %s: %v; lazy unmount: %v", f.mountDir, err, lerr))
 			}
+		}
+		if err := os.RemoveAll(f.trash); err != nil {
+			f.unmountErr = errors.Join(f.unmountErr, err)
 		}
 	})
 	return f.unmountErr
@@ -154,7 +186,19 @@ func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 		return nil, fmt.Errorf("lazyfs: mount point %s is not a directory (%v)", mountDir, err)
 	}
 	root := os.Geteuid() == 0
-	f := &FS{backing: backingDir, mountDir: mountDir, states: map[fileKey]*fileState{}, dirty: map[*fileState]struct{}{}}
+	// The trash must be on the backing file system (files are renamed
+	// into it) but outside the backing dir (it must not show).
+	trash, err := os.MkdirTemp(filepath.Dir(backingDir), ".lazyfs-trash-")
+	if err != nil {
+		return nil, fmt.Errorf("lazyfs: trash dir: %w", err)
+	}
+	var tst syscall.Stat_t
+	if err := syscall.Stat(trash, &tst); err != nil || tst.Dev != st.Dev {
+		os.Remove(trash)
+		return nil, fmt.Errorf("lazyfs: %s is not on the file system of %s (%v): use a backing dir that is not a mount point", trash, backingDir, err)
+	}
+	f := &FS{backing: backingDir, mountDir: mountDir, trash: trash, t: t,
+		states: map[fileKey]*fileState{}, dirty: map[*fileState]struct{}{}}
 	lroot := &fs.LoopbackRoot{Path: backingDir, Dev: uint64(st.Dev)}
 	lroot.NewNode = func(r *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {
 		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, lfs: f}
@@ -176,6 +220,7 @@ func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 	}
 	server, err := fs.Mount(mountDir, rootNode, opts)
 	if err != nil {
+		os.Remove(trash)
 		s := err.Error()
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENODEV) ||
 			errors.Is(err, exec.ErrNotFound) || strings.Contains(s, "permission denied") || strings.Contains(s, "not permitted") ||

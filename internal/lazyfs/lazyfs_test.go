@@ -63,6 +63,27 @@ func (e *env) writeAt(f *os.File, s string, off int64) {
 	}
 }
 
+// syncDir fsyncs a directory of the mount ("" is its root).
+func (e *env) syncDir(name string) {
+	e.t.Helper()
+	d, err := os.Open(e.path(name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// createSynced creates name and syncs its directory: the name is durable.
+func (e *env) createSynced(name string) *os.File {
+	e.t.Helper()
+	f := e.create(name)
+	e.syncDir(filepath.Dir(name))
+	return f
+}
+
 func (e *env) sync(f *os.File) {
 	e.t.Helper()
 	if err := f.Sync(); err != nil {
@@ -105,7 +126,7 @@ func short(b []byte) string {
 
 func TestUnsyncedWriteLostOnCut(t *testing.T) {
 	e := newEnv(t)
-	f := e.create("a")
+	f := e.createSynced("a")
 	e.writeAt(f, "hello", 0)
 	got, err := os.ReadFile(e.path("a"))
 	if err != nil || string(got) != "hello" {
@@ -117,12 +138,12 @@ func TestUnsyncedWriteLostOnCut(t *testing.T) {
 	}
 	f.Close() // close(2) is no sync
 	e.cut()
-	e.expect("a", nil) // the create is durable (namespace ops are), the data is not
+	e.expect("a", nil) // the create is durable (its directory was synced), the data is not
 }
 
 func TestSyncedWriteKept(t *testing.T) {
 	e := newEnv(t)
-	f := e.create("a")
+	f := e.createSynced("a")
 	e.writeAt(f, "hello", 0)
 	e.sync(f)
 	e.writeAt(f, "J", 0)
@@ -147,7 +168,7 @@ func TestSyncedWriteKept(t *testing.T) {
 
 func TestLargeWritesAcrossPages(t *testing.T) {
 	e := newEnv(t)
-	f := e.create("big")
+	f := e.createSynced("big")
 	a := bytes.Repeat([]byte("abcdefg"), 3000) // 21000 bytes, not page aligned
 	e.writeAt(f, string(a), 0)
 	e.sync(f)
@@ -165,7 +186,7 @@ func TestLargeWritesAcrossPages(t *testing.T) {
 
 func TestTruncate(t *testing.T) {
 	e := newEnv(t)
-	f := e.create("t")
+	f := e.createSynced("t")
 	data := bytes.Repeat([]byte("0123456789"), 1000)
 	e.writeAt(f, string(data), 0)
 	e.sync(f)
@@ -226,17 +247,17 @@ func TestTruncate(t *testing.T) {
 
 func TestRename(t *testing.T) {
 	e := newEnv(t)
-	f := e.create("old")
+	f := e.createSynced("old")
 	e.writeAt(f, "synced", 0)
 	e.sync(f)
 	e.writeAt(f, "SYNCED+unsynced", 0)
 	f.Close()
-	g := e.create("victim")
+	g := e.createSynced("victim")
 	e.writeAt(g, "victim data", 0)
 	e.sync(g)
 	g.Close()
 
-	// The unsynced state follows the inode, not the name.
+	// The unsynced data follows the inode, not the name.
 	if err := os.Rename(e.path("old"), e.path("victim")); err != nil {
 		t.Fatal(err)
 	}
@@ -246,15 +267,104 @@ func TestRename(t *testing.T) {
 	if _, err := os.Stat(e.path("old")); !os.IsNotExist(err) {
 		t.Errorf("old name still there: %v", err)
 	}
+	if e.fs.PendingDirOps() != 1 {
+		t.Errorf("PendingDirOps() = %d, want 1", e.fs.PendingDirOps())
+	}
+	// Cut before the directory is synced: the rename is undone, the
+	// replaced file is back, each with its synced data.
 	e.cut()
-	// The rename itself is durable at once (see doc.go); the data is the
-	// renamed file's synced data.
+	e.expect("old", []byte("synced"))
+	e.expect("victim", []byte("victim data"))
+
+	// Synced, the rename stays.
+	if err := os.Rename(e.path("old"), e.path("victim")); err != nil {
+		t.Fatal(err)
+	}
+	e.syncDir("")
+	e.cut()
 	e.expect("victim", []byte("synced"))
+	if _, err := os.Stat(filepath.Join(e.backing, "old")); !os.IsNotExist(err) {
+		t.Errorf("old name back after a synced rename: %v", err)
+	}
 
 	// A file created in place of the renamed one does not inherit state.
-	h := e.create("old")
+	h := e.createSynced("old")
 	h.Close()
 	e.expect("old", nil)
+}
+
+func TestCreateUnlinkMkdir(t *testing.T) {
+	e := newEnv(t)
+	// Created, data synced, directory not: the file is gone.
+	f := e.create("new")
+	e.writeAt(f, "data", 0)
+	e.sync(f)
+	f.Close()
+	e.cut()
+	if _, err := os.Stat(e.path("new")); !os.IsNotExist(err) {
+		t.Errorf("a create whose directory was not synced survived the cut: %v", err)
+	}
+
+	// Unlinked, directory not synced: the file is back with its data.
+	f = e.createSynced("keep")
+	e.writeAt(f, "kept", 0)
+	e.sync(f)
+	f.Close()
+	if err := os.Remove(e.path("keep")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(e.path("keep")); !os.IsNotExist(err) {
+		t.Errorf("unlinked file still visible: %v", err)
+	}
+	e.cut()
+	e.expect("keep", []byte("kept"))
+	if err := os.Remove(e.path("keep")); err != nil {
+		t.Fatal(err)
+	}
+	e.syncDir("")
+	e.cut()
+	if _, err := os.Stat(e.path("keep")); !os.IsNotExist(err) {
+		t.Errorf("a synced unlink was undone: %v", err)
+	}
+
+	// A new directory with a synced file in it, the parent not synced:
+	// the whole directory is gone.
+	if err := os.Mkdir(e.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f = e.createSynced("d/x")
+	e.writeAt(f, "x", 0)
+	e.sync(f)
+	f.Close()
+	e.cut()
+	if _, err := os.Stat(e.path("d")); !os.IsNotExist(err) {
+		t.Errorf("an unsynced mkdir survived the cut: %v", err)
+	}
+	// rmdir is undone the same way.
+	if err := os.Mkdir(e.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.syncDir("")
+	if err := os.Remove(e.path("d")); err != nil {
+		t.Fatal(err)
+	}
+	e.cut()
+	if fi, err := os.Stat(e.path("d")); err != nil || !fi.IsDir() {
+		t.Errorf("an unsynced rmdir was not undone: %v", err)
+	}
+}
+
+// TestUnmountIsCleanShutdown: without Cut, Unmount makes everything
+// durable, like unmounting a real file system.
+func TestUnmountIsCleanShutdown(t *testing.T) {
+	e := newEnv(t)
+	f := e.create("a")
+	e.writeAt(f, "never synced", 0)
+	f.Close()
+	if err := e.fs.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	e.expectBacking("a", []byte("never synced"))
 }
 
 func TestUnlinkOpenFile(t *testing.T) {
@@ -271,14 +381,14 @@ func TestUnlinkOpenFile(t *testing.T) {
 	}
 	e.sync(f) // syncing an unlinked file is harmless
 	f.Close()
-	g := e.create("gone")
+	g := e.createSynced("gone")
 	g.Close()
 	e.expect("gone", nil)
 }
 
 func TestFallocate(t *testing.T) {
 	e := newEnv(t)
-	f := e.create("f")
+	f := e.createSynced("f")
 	e.writeAt(f, "abcdefghij", 0)
 	e.sync(f)
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, 100); err != nil {
@@ -305,7 +415,7 @@ func TestFallocate(t *testing.T) {
 // once.
 func TestShmPassthrough(t *testing.T) {
 	e := newEnv(t)
-	f := e.create("db-shm")
+	f := e.createSynced("db-shm")
 	if err := f.Truncate(2 * pageSize); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 )
 
 // node is a loopback node whose regular-file data goes through the model.
@@ -25,8 +24,8 @@ var (
 	_ fs.NodeGetattrer = (*node)(nil)
 	_ fs.NodeSetattrer = (*node)(nil)
 	_ fs.NodeStatxer   = (*node)(nil)
-	_ fs.NodeUnlinker  = (*node)(nil)
-	_ fs.NodeRenamer   = (*node)(nil)
+	_ fs.NodeUnlinker  = (*node)(nil) // ns.go
+	_ fs.NodeRenamer   = (*node)(nil) // ns.go
 )
 
 // path is the node's backing path.
@@ -49,12 +48,17 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	// The loopback creates the file (a namespace operation, durable at
 	// once); its handle is replaced by one of ours. O_TRUNC on an existing
 	// file is a data change and goes through the model instead.
+	var s syscall.Stat_t
+	existed := syscall.Lstat(filepath.Join(n.path(), name), &s) == nil
 	ch, lf, _, e := n.LoopbackNode.Create(ctx, name, flags&^uint32(syscall.O_TRUNC), mode, out)
 	if e != 0 {
 		return nil, nil, 0, e
 	}
 	if r, ok := lf.(fs.FileReleaser); ok {
 		r.Release(ctx)
+	}
+	if !existed {
+		n.created(name, "create")
 	}
 	fh, fuseFlags, e := n.lfs.open(filepath.Join(n.path(), name), flags&^uint32(syscall.O_CREAT|syscall.O_EXCL))
 	if e != 0 {
@@ -144,40 +148,4 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return h.Getattr(ctx, out)
 	}
 	return n.Getattr(ctx, nil, out)
-}
-
-// forget drops the state of the backing file at p if removing p removes
-// the file's last link: a later file may get the same inode number.
-func (n *node) lastLink(p string) (fileKey, bool) {
-	var s syscall.Stat_t
-	if err := syscall.Lstat(p, &s); err != nil || s.Mode&syscall.S_IFMT != syscall.S_IFREG || s.Nlink != 1 {
-		return fileKey{}, false
-	}
-	return keyOf(&s), true
-}
-
-func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	key, last := n.lastLink(filepath.Join(n.path(), name))
-	if e := n.LoopbackNode.Unlink(ctx, name); e != 0 {
-		return e
-	}
-	if last {
-		n.lfs.forget(key)
-	}
-	return 0
-}
-
-func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	var key fileKey
-	last := false
-	if np, ok := newParent.(*node); ok && flags&unix.RENAME_EXCHANGE == 0 {
-		key, last = n.lastLink(filepath.Join(np.path(), newName))
-	}
-	if e := n.LoopbackNode.Rename(ctx, name, newParent, newName, flags); e != 0 {
-		return e
-	}
-	if last {
-		n.lfs.forget(key)
-	}
-	return 0
 }

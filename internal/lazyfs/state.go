@@ -2,6 +2,8 @@ package lazyfs
 
 import (
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // pageSize is the granularity of the unsynced-write model. It only decides
@@ -26,9 +28,12 @@ type fileState struct {
 	// again later (that region reads as zeros).
 	valid int64
 	pages map[int64][]byte
+	// fd is a backing descriptor of the inode kept while dirty, so that
+	// the state can be synced after every handle closed (Unmount).
+	fd int
 }
 
-// begin makes st dirty, taking its size from the backing file.
+// begin makes st dirty, taking its size from the backing file open as fd.
 func (st *fileState) begin(fd int) syscall.Errno {
 	if st.dirty {
 		return 0
@@ -37,6 +42,11 @@ func (st *fileState) begin(fd int) syscall.Errno {
 	if err := syscall.Fstat(fd, &s); err != nil {
 		return errno(err)
 	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return errno(err)
+	}
+	st.fd = dup
 	st.dirty = true
 	st.size = s.Size
 	st.valid = s.Size
@@ -46,6 +56,9 @@ func (st *fileState) begin(fd int) syscall.Errno {
 
 // drop forgets every unsynced change: the file is its backing file again.
 func (st *fileState) drop() {
+	if st.dirty {
+		syscall.Close(st.fd)
+	}
 	st.dirty = false
 	st.pages = nil
 	st.size, st.valid = 0, 0
@@ -53,7 +66,7 @@ func (st *fileState) drop() {
 
 // readBacking fills b with the backing bytes at off, limited to valid;
 // what lies beyond stays zero.
-func (st *fileState) readBacking(fd int, b []byte, off int64) syscall.Errno {
+func (st *fileState) readBacking(b []byte, off int64) syscall.Errno {
 	n := int64(len(b))
 	if off >= st.valid {
 		return 0
@@ -62,7 +75,7 @@ func (st *fileState) readBacking(fd int, b []byte, off int64) syscall.Errno {
 		n = st.valid - off
 	}
 	for done := int64(0); done < n; {
-		m, err := syscall.Pread(fd, b[done:n], off+done)
+		m, err := syscall.Pread(st.fd, b[done:n], off+done)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -78,7 +91,7 @@ func (st *fileState) readBacking(fd int, b []byte, off int64) syscall.Errno {
 }
 
 // read returns the content at off (short at end of file).
-func (st *fileState) read(fd int, dest []byte, off int64) ([]byte, syscall.Errno) {
+func (st *fileState) read(dest []byte, off int64) ([]byte, syscall.Errno) {
 	if off >= st.size {
 		return dest[:0], 0
 	}
@@ -88,7 +101,7 @@ func (st *fileState) read(fd int, dest []byte, off int64) ([]byte, syscall.Errno
 	}
 	b := dest[:n]
 	clear(b)
-	if e := st.readBacking(fd, b, off); e != 0 {
+	if e := st.readBacking(b, off); e != 0 {
 		return nil, e
 	}
 	for pos := off; pos < off+n; {
@@ -104,12 +117,12 @@ func (st *fileState) read(fd int, dest []byte, off int64) ([]byte, syscall.Errno
 }
 
 // page returns the buffered page idx, filling a new one from the backing file.
-func (st *fileState) page(fd int, idx int64) ([]byte, syscall.Errno) {
+func (st *fileState) page(idx int64) ([]byte, syscall.Errno) {
 	if p, ok := st.pages[idx]; ok {
 		return p, 0
 	}
 	p := make([]byte, pageSize)
-	if e := st.readBacking(fd, p, idx*pageSize); e != 0 {
+	if e := st.readBacking(p, idx*pageSize); e != 0 {
 		return nil, e
 	}
 	// Bytes at or past the logical size are zero whatever the backing holds.
@@ -120,7 +133,8 @@ func (st *fileState) page(fd int, idx int64) ([]byte, syscall.Errno) {
 	return p, 0
 }
 
-// write buffers data at off; zero writes data of zeros (hole punch).
+// write buffers data at off (data nil: zeros, a hole punch); fd is a
+// descriptor of the backing file, used if st is not dirty yet.
 func (st *fileState) write(fd int, data []byte, off int64, length int64) syscall.Errno {
 	if e := st.begin(fd); e != 0 {
 		return e
@@ -129,7 +143,7 @@ func (st *fileState) write(fd int, data []byte, off int64, length int64) syscall
 		idx := pos / pageSize
 		in := pos - idx*pageSize
 		chunk := min(pageSize-in, off+length-pos)
-		p, e := st.page(fd, idx)
+		p, e := st.page(idx)
 		if e != 0 {
 			return e
 		}
@@ -168,13 +182,13 @@ func (st *fileState) truncate(fd int, size int64) syscall.Errno {
 
 // flush makes the backing file equal the logical content: exactly what an
 // fsync guarantees on a real disk.
-func (st *fileState) flush(fd int) syscall.Errno {
+func (st *fileState) flush() syscall.Errno {
 	if !st.dirty {
 		return 0
 	}
 	// The hidden backing tail goes first, so that regions between valid
 	// and size that no page covers read as zeros.
-	if err := syscall.Ftruncate(fd, st.valid); err != nil {
+	if err := syscall.Ftruncate(st.fd, st.valid); err != nil {
 		return errno(err)
 	}
 	for idx, p := range st.pages {
@@ -184,7 +198,7 @@ func (st *fileState) flush(fd int) syscall.Errno {
 			continue
 		}
 		for done := int64(0); done < n; {
-			m, err := syscall.Pwrite(fd, p[done:n], start+done)
+			m, err := syscall.Pwrite(st.fd, p[done:n], start+done)
 			if err == syscall.EINTR {
 				continue
 			}
@@ -194,7 +208,7 @@ func (st *fileState) flush(fd int) syscall.Errno {
 			done += int64(m)
 		}
 	}
-	if err := syscall.Ftruncate(fd, st.size); err != nil {
+	if err := syscall.Ftruncate(st.fd, st.size); err != nil {
 		return errno(err)
 	}
 	st.drop()
