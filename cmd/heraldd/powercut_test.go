@@ -33,8 +33,16 @@ type powerCut struct {
 }
 
 // newPowerCut starts heraldd on a lazyfs mount with journal.sync = sync and
-// the other [journal] settings in journal (TOML lines).
+// the other [journal] settings in journal (TOML lines). The data dir is
+// created durably first, as the package does (/var/lib/herald: nfpm.yaml,
+// StateDirectory=).
 func newPowerCut(t *testing.T, sync string, journal ...string) *powerCut {
+	return newPowerCutDir(t, true, sync, journal...)
+}
+
+// newPowerCutDir is newPowerCut where heraldd creates the data dir itself
+// unless precreate.
+func newPowerCutDir(t *testing.T, precreate bool, sync string, journal ...string) *powerCut {
 	if testing.Short() {
 		t.Skip("power-cut test skipped in -short mode")
 	}
@@ -51,25 +59,18 @@ func newPowerCut(t *testing.T, sync string, journal ...string) *powerCut {
 		t.Fatal(err)
 	}
 	p.mount()
-	// The data dir exists before heraldd starts, durably: the package
-	// creates /var/lib/herald (packaging/nfpm.yaml, StateDirectory=).
-	if err := os.Mkdir(filepath.Join(p.mnt, "data"), 0o750); err != nil {
-		t.Fatal(err)
+	if precreate {
+		if err := os.MkdirAll(filepath.Join(p.mnt, "data", "herald"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{p.mnt, filepath.Join(p.mnt, "data")} {
+			if err := syncDir(d); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	syncDir(t, p.mnt)
 	p.start()
 	return p
-}
-
-func syncDir(t *testing.T, dir string) {
-	d, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func (p *powerCut) mount() {
@@ -81,7 +82,7 @@ func (p *powerCut) mount() {
 }
 
 func (p *powerCut) start() {
-	p.d = startChild(p.t, filepath.Join(p.mnt, "data"), p.addr, "--config", p.cfg, "--admin-socket", p.sock)
+	p.d = startChild(p.t, filepath.Join(p.mnt, "data", "herald"), p.addr, "--config", p.cfg, "--admin-socket", p.sock)
 }
 
 // cut kills heraldd, drops every unsynced write, "reboots" (a new mount
@@ -276,5 +277,18 @@ func TestPowerCut_SyncNormalLoses(t *testing.T) {
 	p.report(start)
 	if p.lost == 0 {
 		t.Errorf("no receipted message lost in %d power cuts with journal.sync=normal: the power-cut model drops nothing, so TestPowerCut_SyncFull proves nothing", p.cuts)
+	}
+}
+
+// TestPowerCut_FirstStart: on its first start heraldd creates its data dir
+// (two levels here), and a power cut right after the first receipts must
+// not take the directory, and the journal in it, away.
+func TestPowerCut_FirstStart(t *testing.T) {
+	start := time.Now()
+	p := newPowerCutDir(t, false, "full")
+	p.cycle(50 + rand.IntN(200))
+	p.report(start)
+	if p.lost > 0 {
+		t.Errorf("%d receipted messages lost by a power cut after the first start", p.lost)
 	}
 }
