@@ -10,9 +10,10 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// node is a loopback node whose regular-file data goes through the model.
-// Namespace operations (create, mkdir, link, unlink, rename, chmod...) are
-// the loopback's: they reach the backing directory at once.
+// node is a loopback node whose regular-file data goes through the model
+// (file.go, state.go) and whose directory changes are recorded until their
+// directory is synced (ns.go). Metadata changes (chmod, chown, utimes,
+// xattrs) are the loopback's: they reach the backing directory at once.
 type node struct {
 	fs.LoopbackNode
 	lfs *FS
@@ -45,9 +46,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	// The loopback creates the file (a namespace operation, durable at
-	// once); its handle is replaced by one of ours. O_TRUNC on an existing
-	// file is a data change and goes through the model instead.
+	// The loopback creates the file (recorded as a pending directory
+	// change); its handle is replaced by one of ours. O_TRUNC on an
+	// existing file is a data change and goes through the model instead.
 	var s syscall.Stat_t
 	existed := syscall.Lstat(filepath.Join(n.path(), name), &s) == nil
 	ch, lf, _, e := n.LoopbackNode.Create(ctx, name, flags&^uint32(syscall.O_TRUNC), mode, out)
