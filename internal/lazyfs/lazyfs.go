@@ -151,6 +151,9 @@ func lazyUnmount(dir string) error {
 	return errors.New("umount2(MNT_DETACH) failed and no fusermount3/fusermount is installed")
 }
 
+// How long the kernel may cache names and attributes (tests change them).
+var entryTimeout, attrTimeout = time.Second, time.Second
+
 // requireEnv names the variable that turns "cannot mount FUSE" from a
 // skip into a failure.
 const requireEnv = "HERALD_REQUIRE_ROOT_TESTS"
@@ -205,10 +208,10 @@ func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 	}
 	rootNode := lroot.NewNode(lroot, nil, "", &st)
 	lroot.RootNode = rootNode
-	sec := time.Second
+	entry, attr := entryTimeout, attrTimeout
 	opts := &fs.Options{
-		EntryTimeout: &sec,
-		AttrTimeout:  &sec,
+		EntryTimeout: &entry,
+		AttrTimeout:  &attr,
 		MountOptions: fuse.MountOptions{
 			FsName: "lazyfs",
 			Name:   "lazyfs",

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -443,5 +444,32 @@ func TestMountBadDir(t *testing.T) {
 	_, err := Mount(t, t.TempDir(), filepath.Join(t.TempDir(), "missing"))
 	if err == nil {
 		t.Fatal("mount on a missing directory succeeded")
+	}
+}
+
+// TestLookupSize: a fresh lookup of a file with unsynced data reports the
+// model's size, not the backing file's (the kernel believes it).
+func TestLookupSize(t *testing.T) {
+	defer func(e, a time.Duration) { entryTimeout, attrTimeout = e, a }(entryTimeout, attrTimeout)
+	entryTimeout, attrTimeout = 0, time.Hour // every path walk looks up; attributes stay cached
+	e := newEnv(t)
+	f := e.createSynced("a")
+	defer f.Close()
+	e.writeAt(f, "0123456789", 0)
+	fi, err := os.Stat(e.path("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != 10 {
+		t.Errorf("size after a lookup: %d, want 10", fi.Size())
+	}
+	if got, _ := os.ReadFile(e.path("a")); string(got) != "0123456789" {
+		t.Errorf("read through a new descriptor: %q", got)
+	}
+	if err := os.Link(e.path("a"), e.path("b")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(e.path("b")); err != nil || fi.Size() != 10 {
+		t.Errorf("hard link: size %v, %v; want 10", fi, err)
 	}
 }

@@ -41,6 +41,35 @@ func passthrough(name string) bool {
 
 func keyOf(s *syscall.Stat_t) fileKey { return fileKey{uint64(s.Dev), s.Ino} }
 
+var _ fs.NodeLookuper = (*node)(nil)
+
+// Lookup is the loopback's, with the size of a file with unsynced changes
+// taken from the model: the kernel believes the size a lookup tells it.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ch, e := n.LoopbackNode.Lookup(ctx, name, out)
+	if e == 0 {
+		n.lfs.modelSize(filepath.Join(n.path(), name), &out.Attr)
+	}
+	return ch, e
+}
+
+// modelSize sets attr's size to the model's if the file at backing path p
+// has unsynced changes.
+func (f *FS) modelSize(p string, attr *fuse.Attr) {
+	if attr.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return
+	}
+	var s syscall.Stat_t
+	if syscall.Lstat(p, &s) != nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st := f.states[keyOf(&s)]; st != nil && st.dirty {
+		attr.Size = uint64(st.size)
+	}
+}
+
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	return n.lfs.open(n.path(), flags)
 }
@@ -61,10 +90,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if !existed {
 		n.created(name, "create")
 	}
-	fh, fuseFlags, e := n.lfs.open(filepath.Join(n.path(), name), flags&^uint32(syscall.O_CREAT|syscall.O_EXCL))
+	p := filepath.Join(n.path(), name)
+	fh, fuseFlags, e := n.lfs.open(p, flags&^uint32(syscall.O_CREAT|syscall.O_EXCL))
 	if e != 0 {
 		return nil, nil, 0, e
 	}
+	n.lfs.modelSize(p, &out.Attr)
 	return ch, fh, fuseFlags, 0
 }
 

@@ -212,6 +212,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	ch, e := n.LoopbackNode.Link(ctx, target, name, out)
 	if e == 0 {
 		n.created(name, "link")
+		n.lfs.modelSize(filepath.Join(n.path(), name), &out.Attr)
 	}
 	return ch, e
 }
