@@ -16,8 +16,9 @@ import (
 	"github.com/herald-mq/herald/internal/lazyfs"
 )
 
-// powerCut runs heraldd with its data dir on a lazyfs mount (writes reach
-// the backing dir only when fsynced) and cuts the power under load.
+// powerCut runs heraldd with its data dir on a lazyfs mount (a power cut
+// keeps only what was fsynced: file data, and directory entries whose
+// directory was synced) and cuts the power under load.
 type powerCut struct {
 	t                 *testing.T
 	sync              string // journal.sync
@@ -85,8 +86,9 @@ func (p *powerCut) start() {
 	p.d = startChild(p.t, filepath.Join(p.mnt, "data", "herald"), p.addr, "--config", p.cfg, "--admin-socket", p.sock)
 }
 
-// cut kills heraldd, drops every unsynced write, "reboots" (a new mount
-// over the same backing dir) and starts heraldd again.
+// cut kills heraldd, drops every unsynced write and directory change,
+// "reboots" (a new mount over the same backing dir) and starts heraldd
+// again.
 func (p *powerCut) cut() {
 	p.d.kill()
 	if p.fs.Unsynced() > 0 {
