@@ -95,7 +95,7 @@ func (d *daemon) run() int {
 		d.log = slog.New(slog.NewTextHandler(os.Stderr, opts))
 	}
 	start := time.Now()
-	if err := os.MkdirAll(d.cfg.DataDir, 0o750); err != nil {
+	if err := mkdirDurable(d.cfg.DataDir, 0o750); err != nil {
 		d.log.Error("cannot create the data directory; create it or choose another with --data-dir", "dir", d.cfg.DataDir, "err", err)
 		return 73
 	}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+// TestMain lets the test binary act as heraldd in a child process.
+func TestMain(m *testing.M) {
+	if os.Getenv("HERALDD_TEST_CHILD") == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+type child struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func startChild(t *testing.T, dir, addr string, extra ...string) *child {
+	t.Helper()
+	args := append([]string{"--data-dir", dir, "--stomp-listen", addr, "--log-level", "warn"}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start heraldd: %v", err)
+	}
+	c := &child{cmd: cmd, addr: addr}
+	t.Cleanup(c.kill) // also when the test fails; before cleanups registered earlier (mounts)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			conn.Close()
+			return c
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("heraldd did not listen on %s within 30s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL and reaps the child; harmless when it is gone.
+func (c *child) kill() {
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	c.cmd.Wait()
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func dial2(t *testing.T, addr string) *client.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		c, err := client.Dial(ctx, addr, client.Options{})
+		if err == nil {
+			return c
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,242 @@
+package lazyfs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// FS is one mount of the lazy file system.
+type FS struct {
+	backing, mountDir string
+	server            *fuse.Server
+
+	mu     sync.Mutex
+	states map[fileKey]*fileState  // by backing inode, clean or dirty
+	dirty  map[*fileState]struct{} // states with unsynced changes
+	fsyncs int
+	cuts   int
+
+	// Namespace model (ns.go); nsMu is taken before mu, never after.
+	nsMu     sync.Mutex
+	ops      []*nsOp
+	trash    string // where removed and replaced files wait, beside the backing dir
+	trashSeq int
+
+	t testing.TB
+
+	unmountOnce sync.Once
+	unmountErr  error
+}
+
+func (f *FS) state(key fileKey) *fileState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.states[key]
+	if st == nil {
+		st = &fileState{key: key}
+		f.states[key] = st
+	}
+	return st
+}
+
+// noteDirty records st in the dirty set; f.mu held.
+func (f *FS) noteDirty(st *fileState) {
+	if st.dirty {
+		f.dirty[st] = struct{}{}
+	}
+}
+
+// forget unties key from its state: the file's last link is gone, and the
+// backing file system may give the inode number to a new file.
+func (f *FS) forget(key fileKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.states, key)
+}
+
+// Cut simulates a power cut: every write not yet fsynced is discarded and
+// every directory change whose directory was not fsynced is undone, so the
+// backing directory holds exactly what was synced. Kill every process
+// using the mount first (a process still writing would just make new
+// unsynced state), then Unmount: the kernel may still cache pages and
+// names of what was discarded, so read again only through a new Mount or
+// the backing directory.
+func (f *FS) Cut() {
+	for _, err := range f.undoAll() {
+		f.t.Errorf("lazyfs: cut: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for st := range f.dirty {
+		st.drop()
+	}
+	clear(f.dirty)
+	f.cuts++
+}
+
+// syncEverything is a clean shutdown: all unsynced data and directory
+// changes are made durable.
+func (f *FS) syncEverything() error {
+	f.syncAll()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var first error
+	for st := range f.dirty {
+		if e := st.flush(); e != 0 && first == nil {
+			first = fmt.Errorf("lazyfs: sync at unmount: %w", e)
+		}
+		delete(f.dirty, st)
+	}
+	return first
+}
+
+// Unsynced reports how many files have unsynced data changes now.
+func (f *FS) Unsynced() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.dirty)
+}
+
+// Fsyncs reports how many fsync/fdatasync calls the mount has served.
+func (f *FS) Fsyncs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fsyncs
+}
+
+// Dir is the mount point.
+func (f *FS) Dir() string { return f.mountDir }
+
+// Unmount unmounts the file system, lazily (MNT_DETACH) if it is busy.
+// Like the clean unmount of a real file system it first makes everything
+// durable: after a Cut there is nothing left to sync.
+func (f *FS) Unmount() error {
+	f.unmountOnce.Do(func() {
+		f.unmountErr = f.syncEverything()
+		if err := f.server.Unmount(); err != nil {
+			if lerr := lazyUnmount(f.mountDir); lerr != nil {
+				f.unmountErr = errors.Join(f.unmountErr, fmt.Errorf("unmount %s: %v; lazy unmount: %v", f.mountDir, err, lerr))
+			}
+		}
+		if err := os.RemoveAll(f.trash); err != nil {
+			f.unmountErr = errors.Join(f.unmountErr, err)
+		}
+	})
+	return f.unmountErr
+}
+
+func lazyUnmount(dir string) error {
+	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err == nil {
+		return nil
+	}
+	for _, bin := range []string{"fusermount3", "fusermount"} {
+		if path, err := exec.LookPath(bin); err == nil {
+			if out, err := exec.Command(path, "-u", "-z", dir).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s -u -z: %v: %s", bin, err, out)
+			}
+			return nil
+		}
+	}
+	return errors.New("umount2(MNT_DETACH) failed and no fusermount3/fusermount is installed")
+}
+
+// How long the kernel may cache names and attributes (tests change them).
+var entryTimeout, attrTimeout = time.Second, time.Second
+
+// requireEnv names the variable that turns "cannot mount FUSE" from a
+// skip into a failure.
+const requireEnv = "HERALD_REQUIRE_ROOT_TESTS"
+
+func unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...) + ": lazyfs needs /dev/fuse and either root or fusermount3 (apt-get install fuse3)"
+	if os.Getenv(requireEnv) == "1" {
+		t.Fatalf("%s (%s=1: not skipping)", msg, requireEnv)
+	}
+	t.Skip(msg)
+}
+
+// Mount mounts a lazy file system over backingDir at mountDir (both must
+// exist) and registers a cleanup that unmounts it, also when the test
+// fails. If FUSE cannot be used here (no /dev/fuse, no permission, no
+// fusermount for a non-root user) the test is skipped, or fails when
+// HERALD_REQUIRE_ROOT_TESTS=1. Other errors are returned.
+func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		unavailable(t, "no /dev/fuse (%v)", err)
+	}
+	backingDir, err := filepath.Abs(backingDir)
+	if err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(backingDir, &st); err != nil {
+		return nil, fmt.Errorf("lazyfs: backing dir: %w", err)
+	}
+	if fi, err := os.Stat(mountDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("lazyfs: mount point %s is not a directory (%v)", mountDir, err)
+	}
+	root := os.Geteuid() == 0
+	// The trash must be on the backing file system (files are renamed
+	// into it) but outside the backing dir (it must not show).
+	trash, err := os.MkdirTemp(filepath.Dir(backingDir), ".lazyfs-trash-")
+	if err != nil {
+		return nil, fmt.Errorf("lazyfs: trash dir: %w", err)
+	}
+	var tst syscall.Stat_t
+	if err := syscall.Stat(trash, &tst); err != nil || tst.Dev != st.Dev {
+		os.Remove(trash)
+		return nil, fmt.Errorf("lazyfs: %s is not on the file system of %s (%v): use a backing dir that is not a mount point", trash, backingDir, err)
+	}
+	f := &FS{backing: backingDir, mountDir: mountDir, trash: trash, t: t,
+		states: map[fileKey]*fileState{}, dirty: map[*fileState]struct{}{}}
+	lroot := &fs.LoopbackRoot{Path: backingDir, Dev: uint64(st.Dev)}
+	lroot.NewNode = func(r *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {
+		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, lfs: f}
+	}
+	rootNode := lroot.NewNode(lroot, nil, "", &st)
+	lroot.RootNode = rootNode
+	entry, attr := entryTimeout, attrTimeout
+	opts := &fs.Options{
+		EntryTimeout: &entry,
+		AttrTimeout:  &attr,
+		MountOptions: fuse.MountOptions{
+			FsName: "lazyfs",
+			Name:   "lazyfs",
+			// mount(2) as root, fusermount3 otherwise.
+			DirectMountStrict: root,
+			// No EnableLocks: the kernel keeps flock and POSIX locks
+			// itself, which is right for one mount.
+		},
+	}
+	server, err := fs.Mount(mountDir, rootNode, opts)
+	if err != nil {
+		os.Remove(trash)
+		s := err.Error()
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENODEV) ||
+			errors.Is(err, exec.ErrNotFound) || strings.Contains(s, "permission denied") || strings.Contains(s, "not permitted") ||
+			!root && strings.Contains(s, "fusermount") {
+			unavailable(t, "cannot mount FUSE at %s (%v)", mountDir, err)
+		}
+		return nil, fmt.Errorf("lazyfs: mount %s: %w", mountDir, err)
+	}
+	f.server = server
+	t.Cleanup(func() {
+		if err := f.Unmount(); err != nil {
+			t.Errorf("lazyfs cleanup: %v", err)
+		}
+	})
+	return f, nil
+}

@@ -1,0 +1,475 @@
+package lazyfs
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// env mounts a lazy FS over a fresh backing dir.
+type env struct {
+	t       *testing.T
+	backing string
+	mnt     string
+	fs      *FS
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, backing: t.TempDir(), mnt: t.TempDir()}
+	e.mount()
+	return e
+}
+
+func (e *env) mount() {
+	e.t.Helper()
+	fs, err := Mount(e.t, e.backing, e.mnt)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.fs = fs
+}
+
+// cut is a power cut followed by a reboot: drop unsynced state, unmount,
+// mount again.
+func (e *env) cut() {
+	e.t.Helper()
+	e.fs.Cut()
+	if err := e.fs.Unmount(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.mount()
+}
+
+func (e *env) path(name string) string { return filepath.Join(e.mnt, name) }
+
+func (e *env) create(name string) *os.File {
+	e.t.Helper()
+	f, err := os.OpenFile(e.path(name), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return f
+}
+
+func (e *env) writeAt(f *os.File, s string, off int64) {
+	e.t.Helper()
+	if _, err := f.WriteAt([]byte(s), off); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// syncDir fsyncs a directory of the mount ("" is its root).
+func (e *env) syncDir(name string) {
+	e.t.Helper()
+	d, err := os.Open(e.path(name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// createSynced creates name and syncs its directory: the name is durable.
+func (e *env) createSynced(name string) *os.File {
+	e.t.Helper()
+	f := e.create(name)
+	e.syncDir(filepath.Dir(name))
+	return f
+}
+
+func (e *env) sync(f *os.File) {
+	e.t.Helper()
+	if err := f.Sync(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// expect checks name's content both through the mount and in the backing
+// dir (which must then agree: call it only when nothing is unsynced, or
+// with backing to check the backing side alone).
+func (e *env) expect(name string, want []byte) {
+	e.t.Helper()
+	got, err := os.ReadFile(e.path(name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		e.t.Errorf("%s through the mount: %q, want %q", name, short(got), short(want))
+	}
+	e.expectBacking(name, want)
+}
+
+func (e *env) expectBacking(name string, want []byte) {
+	e.t.Helper()
+	got, err := os.ReadFile(filepath.Join(e.backing, name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		e.t.Errorf("%s in the backing dir: %q, want %q", name, short(got), short(want))
+	}
+}
+
+func short(b []byte) string {
+	if len(b) > 64 {
+		return string(b[:30]) + "..." + string(b[len(b)-30:])
+	}
+	return string(b)
+}
+
+func TestUnsyncedWriteLostOnCut(t *testing.T) {
+	e := newEnv(t)
+	f := e.createSynced("a")
+	e.writeAt(f, "hello", 0)
+	got, err := os.ReadFile(e.path("a"))
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("read your writes: %q, %v", got, err)
+	}
+	e.expectBacking("a", nil) // nothing reached the backing file yet
+	if e.fs.Unsynced() != 1 {
+		t.Errorf("Unsynced() = %d, want 1", e.fs.Unsynced())
+	}
+	f.Close() // close(2) is no sync
+	e.cut()
+	e.expect("a", nil) // the create is durable (its directory was synced), the data is not
+}
+
+func TestSyncedWriteKept(t *testing.T) {
+	e := newEnv(t)
+	f := e.createSynced("a")
+	e.writeAt(f, "hello", 0)
+	e.sync(f)
+	e.writeAt(f, "J", 0)
+	e.writeAt(f, " world", 5)
+	if got, _ := os.ReadFile(e.path("a")); string(got) != "Jello world" {
+		t.Errorf("read your writes: %q", got)
+	}
+	f.Close()
+	e.cut()
+	e.expect("a", []byte("hello"))
+
+	// fdatasync counts as well as fsync.
+	f = e.create("a")
+	e.writeAt(f, "HELLO again", 0)
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	e.cut()
+	e.expect("a", []byte("HELLO again"))
+}
+
+func TestLargeWritesAcrossPages(t *testing.T) {
+	e := newEnv(t)
+	f := e.createSynced("big")
+	a := bytes.Repeat([]byte("abcdefg"), 3000) // 21000 bytes, not page aligned
+	e.writeAt(f, string(a), 0)
+	e.sync(f)
+	b := bytes.Repeat([]byte("XY"), 5000)
+	e.writeAt(f, string(b), 1234) // unsynced overwrite across pages
+	want := append([]byte{}, a...)
+	copy(want[1234:], b)
+	if got, _ := os.ReadFile(e.path("big")); !bytes.Equal(got, want) {
+		t.Errorf("read your writes across pages differs")
+	}
+	f.Close()
+	e.cut()
+	e.expect("big", a)
+}
+
+func TestTruncate(t *testing.T) {
+	e := newEnv(t)
+	f := e.createSynced("t")
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	e.writeAt(f, string(data), 0)
+	e.sync(f)
+
+	// Shrink, then grow by writing past the end: the gap reads as zeros,
+	// not as the old backing bytes.
+	if err := f.Truncate(100); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := f.Stat(); fi.Size() != 100 {
+		t.Errorf("size after truncate %d, want 100", fi.Size())
+	}
+	e.writeAt(f, "END", 8000)
+	want := make([]byte, 8003)
+	copy(want, data[:100])
+	copy(want[8000:], "END")
+	if got, _ := os.ReadFile(e.path("t")); !bytes.Equal(got, want) {
+		t.Errorf("after truncate and write: %q", short(got))
+	}
+	e.expectBacking("t", data)
+	f.Close()
+	e.cut()
+	e.expect("t", data) // the truncate was not synced either
+
+	// The same, synced: the backing file holds the zeros too.
+	f, err := os.OpenFile(e.path("t"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(100); err != nil {
+		t.Fatal(err)
+	}
+	e.writeAt(f, "END", 8000)
+	e.sync(f)
+	f.Close()
+	e.cut()
+	e.expect("t", want)
+
+	// truncate(2) by path and open(O_TRUNC) are modelled as well.
+	if err := os.Truncate(e.path("t"), 5); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(e.path("t")); fi.Size() != 5 {
+		t.Errorf("size after truncate(2): %d", fi.Size())
+	}
+	f, err = os.OpenFile(e.path("t"), os.O_RDWR|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := f.Stat(); fi.Size() != 0 {
+		t.Errorf("size after O_TRUNC: %d", fi.Size())
+	}
+	f.Close()
+	e.expectBacking("t", want)
+	e.cut()
+	e.expect("t", want)
+}
+
+func TestRename(t *testing.T) {
+	e := newEnv(t)
+	f := e.createSynced("old")
+	e.writeAt(f, "synced", 0)
+	e.sync(f)
+	e.writeAt(f, "SYNCED+unsynced", 0)
+	f.Close()
+	g := e.createSynced("victim")
+	e.writeAt(g, "victim data", 0)
+	e.sync(g)
+	g.Close()
+
+	// The unsynced data follows the inode, not the name.
+	if err := os.Rename(e.path("old"), e.path("victim")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(e.path("victim")); string(got) != "SYNCED+unsynced" {
+		t.Errorf("after rename: %q", got)
+	}
+	if _, err := os.Stat(e.path("old")); !os.IsNotExist(err) {
+		t.Errorf("old name still there: %v", err)
+	}
+	if e.fs.PendingDirOps() != 1 {
+		t.Errorf("PendingDirOps() = %d, want 1", e.fs.PendingDirOps())
+	}
+	// Cut before the directory is synced: the rename is undone, the
+	// replaced file is back, each with its synced data.
+	e.cut()
+	e.expect("old", []byte("synced"))
+	e.expect("victim", []byte("victim data"))
+
+	// Synced, the rename stays.
+	if err := os.Rename(e.path("old"), e.path("victim")); err != nil {
+		t.Fatal(err)
+	}
+	e.syncDir("")
+	e.cut()
+	e.expect("victim", []byte("synced"))
+	if _, err := os.Stat(filepath.Join(e.backing, "old")); !os.IsNotExist(err) {
+		t.Errorf("old name back after a synced rename: %v", err)
+	}
+
+	// A file created in place of the renamed one does not inherit state.
+	h := e.createSynced("old")
+	h.Close()
+	e.expect("old", nil)
+}
+
+func TestCreateUnlinkMkdir(t *testing.T) {
+	e := newEnv(t)
+	// Created, data synced, directory not: the file is gone.
+	f := e.create("new")
+	e.writeAt(f, "data", 0)
+	e.sync(f)
+	f.Close()
+	e.cut()
+	if _, err := os.Stat(e.path("new")); !os.IsNotExist(err) {
+		t.Errorf("a create whose directory was not synced survived the cut: %v", err)
+	}
+
+	// Unlinked, directory not synced: the file is back with its data.
+	f = e.createSynced("keep")
+	e.writeAt(f, "kept", 0)
+	e.sync(f)
+	f.Close()
+	if err := os.Remove(e.path("keep")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(e.path("keep")); !os.IsNotExist(err) {
+		t.Errorf("unlinked file still visible: %v", err)
+	}
+	e.cut()
+	e.expect("keep", []byte("kept"))
+	if err := os.Remove(e.path("keep")); err != nil {
+		t.Fatal(err)
+	}
+	e.syncDir("")
+	e.cut()
+	if _, err := os.Stat(e.path("keep")); !os.IsNotExist(err) {
+		t.Errorf("a synced unlink was undone: %v", err)
+	}
+
+	// A new directory with a synced file in it, the parent not synced:
+	// the whole directory is gone.
+	if err := os.Mkdir(e.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f = e.createSynced("d/x")
+	e.writeAt(f, "x", 0)
+	e.sync(f)
+	f.Close()
+	e.cut()
+	if _, err := os.Stat(e.path("d")); !os.IsNotExist(err) {
+		t.Errorf("an unsynced mkdir survived the cut: %v", err)
+	}
+	// rmdir is undone the same way.
+	if err := os.Mkdir(e.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.syncDir("")
+	if err := os.Remove(e.path("d")); err != nil {
+		t.Fatal(err)
+	}
+	e.cut()
+	if fi, err := os.Stat(e.path("d")); err != nil || !fi.IsDir() {
+		t.Errorf("an unsynced rmdir was not undone: %v", err)
+	}
+}
+
+// TestUnmountIsCleanShutdown: without Cut, Unmount makes everything
+// durable, like unmounting a real file system.
+func TestUnmountIsCleanShutdown(t *testing.T) {
+	e := newEnv(t)
+	f := e.create("a")
+	e.writeAt(f, "never synced", 0)
+	f.Close()
+	if err := e.fs.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	e.expectBacking("a", []byte("never synced"))
+}
+
+func TestUnlinkOpenFile(t *testing.T) {
+	e := newEnv(t)
+	f := e.create("gone")
+	e.writeAt(f, "scratch", 0)
+	if err := os.Remove(e.path("gone")); err != nil {
+		t.Fatal(err)
+	}
+	// Still readable through the open descriptor.
+	buf := make([]byte, 7)
+	if _, err := f.ReadAt(buf, 0); err != nil || string(buf) != "scratch" {
+		t.Errorf("unlinked open file: %q, %v", buf, err)
+	}
+	e.sync(f) // syncing an unlinked file is harmless
+	f.Close()
+	g := e.createSynced("gone")
+	g.Close()
+	e.expect("gone", nil)
+}
+
+func TestFallocate(t *testing.T) {
+	e := newEnv(t)
+	f := e.createSynced("f")
+	e.writeAt(f, "abcdefghij", 0)
+	e.sync(f)
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := f.Stat(); fi.Size() != 100 {
+		t.Errorf("size after fallocate: %d", fi.Size())
+	}
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 2, 3); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 100)
+	copy(want, "ab\x00\x00\x00fghij")
+	if got, _ := os.ReadFile(e.path("f")); !bytes.Equal(got, want) {
+		t.Errorf("after fallocate and punch: %q", got)
+	}
+	f.Close()
+	e.cut()
+	e.expect("f", []byte("abcdefghij"))
+}
+
+// TestShmPassthrough: *-shm files are out of the model (doc.go): a shared
+// writable mmap works, and what is written reaches the backing file at
+// once.
+func TestShmPassthrough(t *testing.T) {
+	e := newEnv(t)
+	f := e.createSynced("db-shm")
+	if err := f.Truncate(2 * pageSize); err != nil {
+		t.Fatal(err)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, 2*pageSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap on lazyfs: %v", err)
+	}
+	copy(m[pageSize:], "index")
+	if err := unix.Msync(m, unix.MS_SYNC); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Munmap(m)
+	f.Close()
+	if e.fs.Unsynced() != 0 {
+		t.Errorf("a -shm file left unsynced state")
+	}
+	e.cut()
+	want := make([]byte, 2*pageSize)
+	copy(want[pageSize:], "index")
+	e.expect("db-shm", want)
+}
+
+// TestMountBadDir: a missing mount point is an error, not a skip.
+func TestMountBadDir(t *testing.T) {
+	_, err := Mount(t, t.TempDir(), filepath.Join(t.TempDir(), "missing"))
+	if err == nil {
+		t.Fatal("mount on a missing directory succeeded")
+	}
+}
+
+// TestLookupSize: a fresh lookup of a file with unsynced data reports the
+// model's size, not the backing file's (the kernel believes it).
+func TestLookupSize(t *testing.T) {
+	defer func(e, a time.Duration) { entryTimeout, attrTimeout = e, a }(entryTimeout, attrTimeout)
+	entryTimeout, attrTimeout = 0, time.Hour // every path walk looks up; attributes stay cached
+	e := newEnv(t)
+	f := e.createSynced("a")
+	defer f.Close()
+	e.writeAt(f, "0123456789", 0)
+	fi, err := os.Stat(e.path("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != 10 {
+		t.Errorf("size after a lookup: %d, want 10", fi.Size())
+	}
+	if got, _ := os.ReadFile(e.path("a")); string(got) != "0123456789" {
+		t.Errorf("read through a new descriptor: %q", got)
+	}
+	if err := os.Link(e.path("a"), e.path("b")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(e.path("b")); err != nil || fi.Size() != 10 {
+		t.Errorf("hard link: size %v, %v; want 10", fi, err)
+	}
+}
