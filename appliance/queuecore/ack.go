@@ -219,6 +219,9 @@ func (c *Core) claimDone(d *Delivery, err error, retryAt, now int64) {
 		c.place(m, now)
 	default:
 		d.claimed = true
+		if d.deadline != 0 && (c.nextDeadline == 0 || d.deadline < c.nextDeadline) {
+			c.nextDeadline = d.deadline // maybe passed already
+		}
 		c.out.Deliver = append(c.out.Deliver, d)
 	}
 }

@@ -69,7 +69,7 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 	// yet failed): the pager must find those again.
 	tail := op.UpTo
 	for _, id := range op.Keep {
-		if id > c.memTail && id <= tail && c.byID[id] == nil {
+		if id > c.memTail && id <= tail && c.byID[id] == nil && !c.goneAhead[id] {
 			tail = id - 1
 		}
 	}
@@ -78,6 +78,7 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 		c.spillSeq++
 	}
 	c.memTail = max(c.memTail, tail)
+	c.pageEpoch++
 	c.count -= res.Affected
 	c.bytes -= res.Bytes
 	c.out.Space = true

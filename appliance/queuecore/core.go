@@ -57,6 +57,7 @@ type Core struct {
 	spilled     bool   // the journal may hold messages > memTail
 	spillSeq    uint64
 	goneAhead   map[uint64]bool // left before being paged in (requeued): a page-in read earlier may still bring them
+	pageEpoch   uint64          // purges committed: a page-in read before one is stale
 	paging      bool
 	pageRetryAt int64
 
@@ -233,7 +234,10 @@ func (c *Core) maybePage(now int64) {
 	if !c.spilled || c.paging || now < c.pageRetryAt {
 		return
 	}
-	if len(c.ready.elig) >= max(1, c.cfg.Window*3/4) { // at least 1: a window of 1 pages too
+	// Due: from now on the window decides (a Wake in the past would spin
+	// the shell's timer). At least 1: a window of 1 pages too.
+	c.pageRetryAt = 0
+	if len(c.ready.elig) >= max(1, c.cfg.Window*3/4) {
 		return
 	}
 	// Up to Window eligible messages; messages of blocked groups may add up
@@ -244,7 +248,7 @@ func (c *Core) maybePage(now int64) {
 		return
 	}
 	c.paging = true
-	c.out.PageIn = &PageIn{After: c.memTail, Limit: limit, seq: c.spillSeq}
+	c.out.PageIn = &PageIn{After: c.memTail, Limit: limit, seq: c.spillSeq, epoch: c.pageEpoch}
 }
 
 // Paged delivers the messages a PageIn loaded (in ID order), or its error.
@@ -258,6 +262,11 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 		return
 	}
 	c.pageRetryAt = 0
+	if req.epoch != c.pageEpoch {
+		// A purge committed since: what was read may be gone. Read again.
+		c.end(now)
+		return
+	}
 	for _, m := range msgs {
 		if m.ID <= c.memTail {
 			continue
@@ -311,6 +320,7 @@ func (c *Core) Unsubscribe(con *Consumer, now int64) {
 	for _, d := range held {
 		if !d.claimed {
 			d.abandoned = true // finished when its claim completes
+			c.dropDeadline(d)
 			continue
 		}
 		c.release(d, now)
@@ -424,11 +434,18 @@ func (c *Core) promote(now int64) {
 		if d.deadline == 0 || d.ended || d.abandoned {
 			continue
 		}
-		if d.claimed && d.deadline <= now {
-			expired = append(expired, d)
+		if d.deadline <= now {
+			if d.claimed {
+				expired = append(expired, d)
+				d.deadline = 0 // not counted any more
+				continue
+			}
+			// Its claim is pending: it expires once the claim completes
+			// (claimDone), not by a Wake in the past (a spinning timer).
+			c.deadlines++
 			continue
 		}
-		if c.deadlines == 0 || d.deadline < c.nextDeadline {
+		if c.nextDeadline == 0 || d.deadline < c.nextDeadline {
 			c.nextDeadline = d.deadline
 		}
 		c.deadlines++

@@ -52,6 +52,7 @@ type PageIn struct {
 	After uint64
 	Limit int
 	seq   uint64
+	epoch uint64
 }
 
 // Event is something the shell logs or counts.

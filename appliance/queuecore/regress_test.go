@@ -226,17 +226,142 @@ func TestRegress_WindowOfOnePages(t *testing.T) {
 	}
 }
 
+// A purge that keeps messages moved out meanwhile (never paged in) must
+// not take them for failed moves to page in again: a page-in read before
+// the purge then brought back messages it deleted. Seed 45807.
+func TestRegress_PurgeKeepsMovedOut(t *testing.T) {
+	c := New(Config{Window: 10}, 1)
+	c.Recover(3, 3, 3, 0)
+	req := c.Take().PageIn
+	stale := []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}, {ID: 3, Size: 1}} // read now, answered late
+	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0)
+	p := c.Purge(0) // keeps 1, deletes 2 and 3
+	c.Done(mv.Seq, Result{NewIDs: []uint64{9}}, nil, 0)
+	c.Done(p.Seq, Result{Affected: 2, Bytes: 2}, nil, 0)
+	c.Paged(req, stale, nil, 0)
+	if ids := drive(c, nil, 1, 10); len(ids) != 0 {
+		t.Fatalf("delivered %v: moved out or purged", ids)
+	}
+	if s := c.Snapshot(); s.Count != 0 || s.InMemory != 0 {
+		t.Fatalf("count %d, in memory %d; want 0, 0", s.Count, s.InMemory)
+	}
+}
+
+// A page-in read before a purge committed is stale: answered after it, it
+// brought back messages the purge deleted (when a failed requeue had made
+// the purge leave the queue paging below its UpTo). Seed 45807, as the
+// test above.
+func TestRegress_PageInReadBeforePurge(t *testing.T) {
+	c := New(Config{Window: 10, RetryMin: 1, RetryMax: 1}, 1)
+	c.Recover(3, 3, 3, 0)
+	req := c.Take().PageIn
+	stale := []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}, {ID: 3, Size: 1}}
+	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0)
+	p := c.Purge(0) // keeps 1, deletes 2 and 3
+	c.Done(mv.Seq, Result{}, errors.New("disk full"), 0)
+	c.Done(p.Seq, Result{Affected: 2, Bytes: 2}, nil, 0)
+	c.Paged(req, stale, nil, 0)
+	ids := drive(c, []*Msg{{ID: 1, Size: 1}}, 1, 10)
+	if len(ids) != 1 || ids[0] != 1 {
+		t.Fatalf("delivered %v, want [1]: 2 and 3 were purged", ids)
+	}
+}
+
+// An ack timeout that fires must not make the core lose count of the
+// other deadlines: the next one never fired, and Wake forgot it. Seed 3.
+func TestRegress_SecondAckTimeoutFires(t *testing.T) {
+	c := New(Config{Window: 10}, 1)
+	con := &Consumer{Prefetch: 2, Mode: AckClientIndividual, AckTimeout: 10}
+	c.Subscribe(con, 0)
+	commit := func(now int64) {
+		for _, b := range c.Take().Batches {
+			c.Done(b.Seq, Result{}, nil, now)
+		}
+		c.Take()
+	}
+	c.Committed(&Msg{ID: 1, Size: 1}, false, 0) // deadline 10
+	commit(0)
+	c.Committed(&Msg{ID: 2, Size: 1}, false, 5) // deadline 15
+	commit(5)
+	timeouts := func() (ids []uint64, wake int64) {
+		o := c.Take()
+		for _, ev := range o.Events {
+			if ev.Kind == EvAckTimeout {
+				ids = append(ids, ev.ID)
+			}
+		}
+		return ids, o.Wake
+	}
+	c.Tick(10)
+	if ids, wake := timeouts(); len(ids) != 1 || ids[0] != 1 || wake != 15 {
+		t.Fatalf("at 10: timeouts %v, wake %d; want [1], 15", ids, wake)
+	}
+	c.Tick(15)
+	if ids, _ := timeouts(); len(ids) != 1 || ids[0] != 2 {
+		t.Fatalf("at 15: timeouts %v, want [2]", ids)
+	}
+}
+
+// An ack deadline that passes while its claim is still being committed
+// must not ask for a Wake in the past (the shell's timer would fire again
+// and again until the claim completes); it expires when the claim does.
+// Seed 14.
+func TestRegress_NoWakeInThePastForPendingClaim(t *testing.T) {
+	c := New(Config{Window: 10}, 1)
+	c.Subscribe(&Consumer{Prefetch: 1, Mode: AckClient, AckTimeout: 10}, 0)
+	c.Committed(&Msg{ID: 1, Size: 1}, false, 0)
+	claim := c.Take().Batches[0]
+	c.Tick(20)
+	if w := c.Take().Wake; w != 0 && w <= 20 {
+		t.Fatalf("after a tick at 20, wake at %d", w)
+	}
+	c.Done(claim.Seq, Result{}, nil, 25)
+	o := c.Take()
+	if len(o.Deliver) != 1 || len(o.Events) != 1 || o.Events[0].Kind != EvAckTimeout {
+		t.Fatalf("claim committed past its deadline: %d deliveries, events %v; want 1 and its timeout", len(o.Deliver), o.Events)
+	}
+}
+
+// A page-in retry that comes due while the window needs no page-in must
+// not leave a Wake in the past behind. Seed 49.
+func TestRegress_NoWakeInThePastForPageRetry(t *testing.T) {
+	c := New(Config{Window: 4, RetryMin: 5, RetryMax: 5}, 1)
+	for id := uint64(1); id <= 5; id++ {
+		c.Committed(&Msg{ID: id, Size: 1}, false, 0) // 5 stays in the journal
+	}
+	con := &Consumer{Prefetch: 2, Mode: AckClientIndividual}
+	c.Subscribe(con, 0)
+	o := c.Take()
+	if o.PageIn == nil {
+		t.Fatal("no page-in with 2 of 4 eligible")
+	}
+	c.Paged(o.PageIn, nil, errors.New("disk"), 0) // retry at 5
+	for _, b := range o.Batches {
+		c.Done(b.Seq, Result{}, nil, 0)
+	}
+	c.Unsubscribe(con, 1) // 4 eligible again: no page-in needed
+	c.Take()
+	c.Tick(10)
+	if w := c.Take().Wake; w != 0 && w <= 10 {
+		t.Fatalf("after a tick at 10, wake at %d", w)
+	}
+}
+
 // Seeds that failed before each fix (the fix each one needs in brackets),
 // with the 300 steps they need.
 func TestSimRegressionSeeds(t *testing.T) {
 	for _, seed := range []uint64{
-		56,   // MoveOut skips what a pending purge deletes
-		512,  // a message moving out holds its group
-		420,  // a paged-in NACK back-off holds its group
-		313,  // a stale page-in does not bring back a message moved out
-		2820, // a purge does not take kept, unpaged messages for paged in
-		1599, // a failed move of an unpaged message leaves the queue paging
-		4,    // a window of 1 pages
+		56,    // MoveOut skips what a pending purge deletes
+		512,   // a message moving out holds its group
+		420,   // a paged-in NACK back-off holds its group
+		313,   // a stale page-in does not bring back a message moved out
+		2820,  // a purge does not take kept, unpaged messages for paged in
+		1599,  // a failed move of an unpaged message leaves the queue paging
+		4,     // a window of 1 pages
+		3,     // an ack timeout firing leaves the count of the other deadlines right
+		14,    // an overdue deadline of a pending claim asks no Wake in the past
+		49,    // a page-in retry come due asks no Wake in the past
+		45807, // a purge does not take kept messages moved out for failed moves; a page-in read before a purge is read again
 	} {
 		if _, err := runSim(simSeedSrc(seed), 300, "regression seed"); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
