@@ -38,7 +38,10 @@
 //   - At most one message of a group is in flight or in back-off, and a
 //     group's messages are delivered in ID order.
 //   - Ready messages are dispatched in ID order (FIFO per queue), skipping
-//     only groups that are blocked; no scan limit.
+//     only groups that are blocked; no scan limit. Memory holds at most
+//     Window*GroupOverflow ready messages, though: when that many belong
+//     to blocked groups, the messages after them wait in the journal until
+//     a group unblocks (a page-in cannot skip them).
 //   - Delayed messages are held apart from the ready window, so any number
 //     of them never blocks ready messages.
 //   - count and bytes equal what the journal holds for the queue.

@@ -228,7 +228,8 @@ func TestRegress_WindowOfOnePages(t *testing.T) {
 
 // A purge that keeps messages moved out meanwhile (never paged in) must
 // not take them for failed moves to page in again: a page-in read before
-// the purge then brought back messages it deleted. Seed 45807.
+// the purge then brought back messages it deleted. Found by seed 45807
+// against the core of commit 28aa323 (the other fixes since hide it there).
 func TestRegress_PurgeKeepsMovedOut(t *testing.T) {
 	c := New(Config{Window: 10}, 1)
 	c.Recover(3, 3, 3, 0)
@@ -249,8 +250,7 @@ func TestRegress_PurgeKeepsMovedOut(t *testing.T) {
 
 // A page-in read before a purge committed is stale: answered after it, it
 // brought back messages the purge deleted (when a failed requeue had made
-// the purge leave the queue paging below its UpTo). Seed 45807, as the
-// test above.
+// the purge leave the queue paging below its UpTo). As the test above.
 func TestRegress_PageInReadBeforePurge(t *testing.T) {
 	c := New(Config{Window: 10, RetryMin: 1, RetryMax: 1}, 1)
 	c.Recover(3, 3, 3, 0)
@@ -351,17 +351,16 @@ func TestRegress_NoWakeInThePastForPageRetry(t *testing.T) {
 // with the 300 steps they need.
 func TestSimRegressionSeeds(t *testing.T) {
 	for _, seed := range []uint64{
-		56,    // MoveOut skips what a pending purge deletes
-		512,   // a message moving out holds its group
-		420,   // a paged-in NACK back-off holds its group
-		313,   // a stale page-in does not bring back a message moved out
-		2820,  // a purge does not take kept, unpaged messages for paged in
-		1599,  // a failed move of an unpaged message leaves the queue paging
-		4,     // a window of 1 pages
-		3,     // an ack timeout firing leaves the count of the other deadlines right
-		14,    // an overdue deadline of a pending claim asks no Wake in the past
-		49,    // a page-in retry come due asks no Wake in the past
-		45807, // a purge does not take kept messages moved out for failed moves; a page-in read before a purge is read again
+		56,   // MoveOut skips what a pending purge deletes
+		512,  // a message moving out holds its group
+		420,  // a paged-in NACK back-off holds its group
+		313,  // a stale page-in does not bring back a message moved out
+		2820, // a purge does not take kept, unpaged messages for paged in
+		1599, // a failed move of an unpaged message leaves the queue paging
+		4,    // a window of 1 pages
+		3,    // an ack timeout firing leaves the count of the other deadlines right
+		14,   // an overdue deadline of a pending claim asks no Wake in the past
+		49,   // a page-in retry come due asks no Wake in the past
 	} {
 		if _, err := runSim(simSeedSrc(seed), 300, "regression seed"); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)

@@ -1237,6 +1237,10 @@ func (s *sim) deliver(q int, d *Delivery) {
 		s.failf("message %d delivered with attempt %d after attempt %d", id, d.Attempt, s.lastAttempt[id])
 	}
 	s.lastAttempt[id] = d.Attempt
+	// A new delivery: acks and nacks of earlier ones failed. A delete or
+	// dead-letter ("nack") needs one of this delivery now.
+	delete(s.ackIntent, id)
+	delete(s.nackDLQ, id)
 	if d.C.Mode != AckAuto && row.deliveries < d.Attempt {
 		s.failf("message %d delivered (client ack) with attempt %d but the journal counts %d", id, d.Attempt, row.deliveries)
 	}
@@ -1310,11 +1314,24 @@ func (s *sim) check() {
 		if snap.Count != n || snap.Bytes != bytes {
 			s.failf("%s counts %d messages, %d bytes; the journal holds %d, %d (reported)", simQName[q], snap.Count, snap.Bytes, n, bytes)
 		}
-		// 7: prefetch.
+		// 7: prefetch; and the core agrees on who holds what.
+		subs := 0
 		for _, sc := range s.cons {
-			if sc.q == q && (len(sc.out) > sc.c.Prefetch || sc.c.InFlight() > sc.c.Prefetch) {
+			if sc.q != q {
+				continue
+			}
+			subs++
+			if len(sc.out) > sc.c.Prefetch || sc.c.InFlight() > sc.c.Prefetch {
 				s.failf("%s holds %d (core: %d), prefetch %d", sc.name, len(sc.out), sc.c.InFlight(), sc.c.Prefetch)
 			}
+			for _, d := range sc.out {
+				if !s.cores[q].Holds(sc.c, d.Msg.ID) {
+					s.failf("%s holds %d#%d, the core says it does not", sc.name, d.Msg.ID, d.Attempt)
+				}
+			}
+		}
+		if n := s.cores[q].Consumers(); n != subs {
+			s.failf("%s counts %d consumers, %d subscribed", simQName[q], n, subs)
 		}
 		// 3: one outstanding message per group (held by a client, or its
 		// ack's commit pending).
