@@ -231,11 +231,11 @@ func (c *Core) left(m *Msg) {
 	c.count--
 	c.bytes -= m.Size
 	delete(c.byID, m.ID)
-	if m.ID > c.memTail {
+	if m.ID > c.memTail || c.inHole(m) {
 		if c.goneAhead == nil {
-			c.goneAhead = map[uint64]bool{}
+			c.goneAhead = map[uint64]string{}
 		}
-		c.goneAhead[m.ID] = true
+		c.goneAhead[m.ID] = m.Group
 	}
 	m.state = stNone
 	if m.holdsGroup {

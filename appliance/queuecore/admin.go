@@ -23,21 +23,28 @@ func (c *Core) Purge(now int64) *Batch {
 		}
 	}
 	c.purgeUpTo = c.lastID
-	c.purgeKeep = make(map[uint64]bool, len(keep))
+	c.purgeKeep = make(map[uint64]string, len(keep))
 	for _, id := range keep {
-		c.purgeKeep[id] = true
+		g := ""
+		if m := c.byID[id]; m != nil {
+			g = m.Group
+		} else if d := c.flight[id]; d != nil {
+			g = d.Msg.Group
+		}
+		c.purgeKeep[id] = g
 	}
 	return c.emitDirect(pend{ops: []Op{{Kind: OpPurge, UpTo: c.lastID, Keep: keep}}})
 }
 
 // purgeTakes reports whether the pending purge deletes message id.
 func (c *Core) purgeTakes(id uint64) bool {
-	return c.purging && id <= c.purgeUpTo && !c.purgeKeep[id]
+	_, kept := c.purgeKeep[id]
+	return c.purging && id <= c.purgeUpTo && !kept
 }
 
 func (c *Core) purgeDone(op Op, res Result, err error) {
 	c.purging = false
-	c.purgeKeep = nil
+	defer func() { c.purgeKeep = nil }()
 	if err != nil {
 		return
 	}
@@ -59,6 +66,8 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 				m.holdsGroup = false
 				c.ready.release(m.Group)
 			}
+		case stParked:
+			c.unstashOne(m)
 		default:
 			continue
 		}
@@ -69,7 +78,7 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 	// yet failed): the pager must find those again.
 	tail := op.UpTo
 	for _, id := range op.Keep {
-		if id > c.memTail && id <= tail && c.byID[id] == nil && !c.goneAhead[id] {
+		if id > c.memTail && id <= tail && c.byID[id] == nil && !c.isGone(id) {
 			tail = id - 1
 		}
 	}
@@ -77,7 +86,29 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 		c.spilled = true
 		c.spillSeq++
 	}
+	// Parked groups: what they left up to UpTo is gone, but for kept
+	// messages not in memory (failed requeues).
+	for g, p := range c.parked {
+		if p > op.UpTo {
+			continue
+		}
+		np := op.UpTo + 1
+		for id, kg := range c.purgeKeep {
+			if kg == g && id >= p && id < np && c.byID[id] == nil && !c.isGone(id) {
+				np = id
+			}
+		}
+		c.parked[g] = np
+	}
 	c.memTail = max(c.memTail, tail)
+	for g, p := range c.parked {
+		if p > c.memTail {
+			delete(c.parked, g)
+			c.unstash(g, ^uint64(0))
+		} else {
+			c.unstash(g, p)
+		}
+	}
 	c.pageEpoch++
 	c.count -= res.Affected
 	c.bytes -= res.Bytes
@@ -98,7 +129,7 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 		case c.purgeTakes(lm.ID):
 			continue // gone once the purge commits: a move would find no message
 		case m == nil:
-			if lm.ID <= c.memTail {
+			if lm.ID <= c.memTail && !c.inHole(lm) {
 				continue // gone meanwhile
 			}
 			m = lm
@@ -107,6 +138,8 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 			c.ready.remove(m)
 		case m.state == stDelayed:
 			heap.Remove(&c.delayed, m.heapIdx)
+		case m.state == stParked:
+			c.unstashOne(m)
 		default:
 			continue
 		}

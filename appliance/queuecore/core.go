@@ -52,12 +52,19 @@ type Core struct {
 	pendingN     int   // reserved enqueues not yet committed
 	pendingBytes int64
 
-	lastID      uint64 // highest committed ID of this queue
-	memTail     uint64 // every message with ID <= memTail is in memory or gone
-	spilled     bool   // the journal may hold messages > memTail
-	spillSeq    uint64
-	goneAhead   map[uint64]bool // left before being paged in (requeued): a page-in read earlier may still bring them
-	pageEpoch   uint64          // purges committed: a page-in read before one is stale
+	lastID    uint64 // highest committed ID of this queue
+	memTail   uint64 // every message with ID <= memTail is in memory or gone
+	spilled   bool   // the journal may hold messages > memTail
+	spillSeq  uint64
+	goneAhead map[uint64]string // left before being paged in (requeued), with their group: a page-in read earlier may still bring them
+	pageEpoch uint64            // purges committed: a page-in read before one is stale
+	// parked: groups whose ready messages were dropped from memory so that
+	// paging could go past them (the window was full of blocked groups).
+	// Messages of a parked group with ID >= parked[g] and <= memTail are in
+	// the journal only; once the group has nothing held or ready, a rescan
+	// page-in loads them.
+	parked      map[string]uint64
+	stash       map[string][]*Msg // ready messages of parked groups at or past parked[g] (back from flight or delay)
 	paging      bool
 	pageRetryAt int64
 
@@ -66,8 +73,8 @@ type Core struct {
 	nextDeadline int64 // earliest of them (a lower bound)
 	failStreak   int   // consecutive failed batches
 
-	purgeUpTo uint64          // the pending purge deletes every message <= purgeUpTo
-	purgeKeep map[uint64]bool // except these
+	purgeUpTo uint64            // the pending purge deletes every message <= purgeUpTo
+	purgeKeep map[uint64]string // except these (with their group)
 
 	nextSeq uint64
 	pending map[uint64]*pend
@@ -146,7 +153,7 @@ func (c *Core) wake() int64 {
 	if c.deadlines > 0 {
 		at(c.nextDeadline)
 	}
-	if c.spilled && !c.paging && c.pageRetryAt > 0 {
+	if (c.spilled || len(c.parked) > 0) && !c.paging && c.pageRetryAt > 0 {
 		at(c.pageRetryAt)
 	}
 	return w
@@ -202,6 +209,9 @@ func (c *Core) Committed(m *Msg, reserved bool, now int64) {
 	case c.spilled || c.windowFull():
 		c.spilled = true
 		c.spillSeq++
+	case c.inHole(m):
+		c.memTail = m.ID // its group's rescan loads it
+		c.spillSeq++
 	default:
 		c.memTail = m.ID
 		c.place(m, now)
@@ -225,30 +235,137 @@ func (c *Core) place(m *Msg, now int64) {
 		m.holdsGroup = false
 		c.ready.release(m.Group)
 	}
+	if c.inHole(m) {
+		// Its group's earlier messages are still in the journal: it
+		// waits for them (the group's rescan).
+		m.state = stParked
+		if c.stash == nil {
+			c.stash = map[string][]*Msg{}
+		}
+		c.stash[m.Group] = append(c.stash[m.Group], m)
+		return
+	}
 	c.ready.add(m)
+}
+
+// unstash makes the stashed messages of group g with ID < below ready.
+func (c *Core) unstash(g string, below uint64) {
+	kept := c.stash[g][:0]
+	for _, m := range c.stash[g] {
+		if m.ID < below {
+			c.ready.add(m)
+		} else {
+			kept = append(kept, m)
+		}
+	}
+	if len(kept) == 0 {
+		delete(c.stash, g)
+	} else {
+		c.stash[g] = kept
+	}
+}
+
+// unstashOne takes stashed message m out (requeue, purge).
+func (c *Core) unstashOne(m *Msg) {
+	s := c.stash[m.Group]
+	for i, x := range s {
+		if x == m {
+			s = append(s[:i], s[i+1:]...)
+			break
+		}
+	}
+	if len(s) == 0 {
+		delete(c.stash, m.Group)
+	} else {
+		c.stash[m.Group] = s
+	}
+	m.state = stNone
 }
 
 // --- paging -------------------------------------------------------------
 
 func (c *Core) maybePage(now int64) {
-	if !c.spilled || c.paging || now < c.pageRetryAt {
+	if (!c.spilled && len(c.parked) == 0) || c.paging || now < c.pageRetryAt {
 		return
 	}
 	// Due: from now on the window decides (a Wake in the past would spin
-	// the shell's timer). At least 1: a window of 1 pages too.
+	// the shell's timer).
 	c.pageRetryAt = 0
-	if len(c.ready.elig) >= max(1, c.cfg.Window*3/4) {
+	// A parked group with nothing held or ready: load what it left in the
+	// journal (lowest first, for a reproducible order).
+	g, from := "", uint64(0)
+	for pg, p := range c.parked {
+		if c.ready.groups[pg] == nil && (from == 0 || p < from || p == from && pg < g) {
+			g, from = pg, p
+		}
+	}
+	if from != 0 {
+		c.paging = true
+		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, seq: c.spillSeq, epoch: c.pageEpoch, group: g, scan: true}
+		return
+	}
+	// At least 1: a window of 1 pages too.
+	if !c.spilled || len(c.ready.elig) >= max(1, c.cfg.Window*3/4) {
 		return
 	}
 	// Up to Window eligible messages; messages of blocked groups may add up
-	// to (GroupOverflow-1) windows more, so that a long blocked group
-	// cannot hide the rest of the queue.
+	// to (GroupOverflow-1) windows more. Beyond that, the blocked group with
+	// the most ready messages is parked, so that no number of blocked
+	// messages hides the rest of the queue.
 	limit := min(c.cfg.Window-len(c.ready.elig), c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
+	for limit < 1 && c.park() {
+		limit = min(c.cfg.Window-len(c.ready.elig), c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
+	}
 	if limit < 1 {
 		return
 	}
 	c.paging = true
 	c.out.PageIn = &PageIn{After: c.memTail, Limit: limit, seq: c.spillSeq, epoch: c.pageEpoch}
+}
+
+// park drops the ready messages of the blocked group with the most of them
+// from memory (they stay in the journal). It returns false when no group
+// is blocked with ready messages.
+func (c *Core) park() bool {
+	var g string
+	var gr *group
+	for name, x := range c.ready.groups {
+		if x.held > 0 && len(x.ready) > 0 && (gr == nil || len(x.ready) > len(gr.ready) || len(x.ready) == len(gr.ready) && name < g) {
+			g, gr = name, x
+		}
+	}
+	if gr == nil {
+		return false
+	}
+	from := gr.ready[0].ID
+	for _, m := range append([]*Msg(nil), gr.ready...) {
+		c.ready.remove(m)
+		if m.Deliveries > 0 {
+			// Delivered before: memory may count more deliveries than the
+			// journal (auto-ack). It stays, waiting for the rescan.
+			m.state = stParked
+			if c.stash == nil {
+				c.stash = map[string][]*Msg{}
+			}
+			c.stash[g] = append(c.stash[g], m)
+			continue
+		}
+		delete(c.byID, m.ID)
+	}
+	if p, ok := c.parked[g]; !ok || from < p {
+		if c.parked == nil {
+			c.parked = map[string]uint64{}
+		}
+		c.parked[g] = from
+	}
+	return true
+}
+
+// inHole reports whether m is one of the messages its parked group left in
+// the journal.
+func (c *Core) inHole(m *Msg) bool {
+	p, ok := c.parked[m.Group]
+	return ok && m.Group != "" && m.ID >= p
 }
 
 // Paged delivers the messages a PageIn loaded (in ID order), or its error.
@@ -267,31 +384,86 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 		c.end(now)
 		return
 	}
+	if req.scan {
+		c.rescanned(req, msgs, now)
+		c.end(now)
+		return
+	}
 	for _, m := range msgs {
 		if m.ID <= c.memTail {
 			continue
 		}
-		if c.byID[m.ID] != nil || c.goneAhead[m.ID] {
+		if c.byID[m.ID] != nil || c.isGone(m.ID) {
 			continue // moving out, or moved out, before it was paged in
 		}
 		c.memTail = m.ID
-		if m.Group != "" && m.Deliveries > 0 && m.NotBefore > now {
-			// A NACK's back-off made durable before a restart: it still
-			// heads its group, as it did before.
-			m.holdsGroup = true
-			c.ready.hold(m.Group)
+		if c.inHole(m) {
+			continue // its group's rescan loads it
 		}
-		c.place(m, now)
+		c.placePaged(m, now)
 	}
-	for id := range c.goneAhead {
-		if id <= c.memTail {
-			delete(c.goneAhead, id)
-		}
-	}
+	c.forgetGone()
 	if len(msgs) < req.Limit && c.spillSeq == req.seq {
 		c.spilled = false
 	}
 	c.end(now)
+}
+
+// placePaged places a message loaded from the journal.
+func (c *Core) placePaged(m *Msg, now int64) {
+	if m.Group != "" && m.Deliveries > 0 && m.NotBefore > now {
+		// A NACK's back-off made durable before a restart: it still
+		// heads its group, as it did before.
+		m.holdsGroup = true
+		c.ready.hold(m.Group)
+	}
+	c.place(m, now)
+}
+
+// rescanned places what a parked group left in the journal, up to memTail.
+func (c *Core) rescanned(req *PageIn, msgs []*Msg, now int64) {
+	g := req.group
+	from, ok := c.parked[g]
+	if !ok || from != req.After+1 {
+		return // unparked or parked anew meanwhile: rescan again
+	}
+	// Done when the journal had no more, and nothing was committed into
+	// the hole since it was read.
+	last, done := req.After, len(msgs) < req.Limit && c.spillSeq == req.seq
+	for _, m := range msgs {
+		if m.ID > c.memTail {
+			done = true
+			break
+		}
+		last = m.ID
+		if m.Group != g || m.ID < from || c.byID[m.ID] != nil || c.isGone(m.ID) {
+			continue
+		}
+		c.placePaged(m, now)
+	}
+	if done || last >= c.memTail {
+		delete(c.parked, g)
+		c.unstash(g, ^uint64(0))
+	} else {
+		c.parked[g] = max(from, last+1)
+		c.unstash(g, c.parked[g])
+	}
+	c.forgetGone()
+}
+
+func (c *Core) isGone(id uint64) bool {
+	_, ok := c.goneAhead[id]
+	return ok
+}
+
+// forgetGone forgets the messages that left before being paged in once no
+// page-in can bring them any more.
+func (c *Core) forgetGone() {
+	for id, g := range c.goneAhead {
+		if id <= c.memTail && !c.inHole(&Msg{ID: id, Group: g}) {
+			delete(c.goneAhead, id)
+		}
+	}
 }
 
 // --- consumers ----------------------------------------------------------

@@ -39,9 +39,10 @@
 //     group's messages are delivered in ID order.
 //   - Ready messages are dispatched in ID order (FIFO per queue), skipping
 //     only groups that are blocked; no scan limit. Memory holds at most
-//     Window*GroupOverflow ready messages, though: when that many belong
-//     to blocked groups, the messages after them wait in the journal until
-//     a group unblocks (a page-in cannot skip them).
+//     Window*GroupOverflow ready messages: past that, the blocked group
+//     with the most of them is parked (its messages stay in the journal
+//     and are paged in again, in order, once it unblocks), so that no
+//     number of blocked messages hides the rest of the queue.
 //   - Delayed messages are held apart from the ready window, so any number
 //     of them never blocks ready messages.
 //   - count and bytes equal what the journal holds for the queue.

@@ -53,6 +53,8 @@ type PageIn struct {
 	Limit int
 	seq   uint64
 	epoch uint64
+	group string // a rescan of this parked group's messages, up to memTail
+	scan  bool
 }
 
 // Event is something the shell logs or counts.

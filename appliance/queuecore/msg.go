@@ -26,6 +26,7 @@ const (
 	stDelayed                 // in the delay heap
 	stFlight                  // held by a delivery
 	stLeaving                 // its delete/move/dead-letter is being committed
+	stParked                  // ready, but its group is parked past it: waits for the group's rescan
 )
 
 // AckMode is a subscription's acknowledgement mode.

@@ -347,6 +347,79 @@ func TestRegress_NoWakeInThePastForPageRetry(t *testing.T) {
 	}
 }
 
+// However many messages of blocked groups come first, a consumer with
+// credit gets the messages after them: the ready memory was bounded at
+// Window*GroupOverflow, and a page-in cannot skip the blocked ones, so
+// they hid the rest of the queue until their group unblocked. The blocked
+// group is parked (left in the journal) and rescanned once it unblocks, in
+// order. Seed 8.
+func TestRegress_BlockedGroupsDoNotHideTheQueue(t *testing.T) {
+	journal := map[uint64]*Msg{}
+	for id := uint64(1); id <= 6; id++ {
+		m := &Msg{ID: id, Size: 1, Group: "g"}
+		if id == 6 {
+			m.Group = ""
+		}
+		journal[id] = m
+	}
+	c := New(Config{Window: 2, GroupOverflow: 1}, 1)
+	var got []*Delivery // in delivery order, every consumer
+	pump := func(now int64) {
+		for range 50 {
+			o := c.Take()
+			if o.PageIn == nil && len(o.Batches) == 0 && len(o.Deliver) == 0 {
+				return
+			}
+			if req := o.PageIn; req != nil {
+				var msgs []*Msg
+				for id := req.After + 1; id <= 6 && len(msgs) < req.Limit; id++ {
+					if m := journal[id]; m != nil {
+						cp := *m
+						msgs = append(msgs, &cp)
+					}
+				}
+				c.Paged(req, msgs, nil, now)
+			}
+			got = append(got, o.Deliver...)
+			for _, b := range o.Batches {
+				c.Done(b.Seq, Result{}, nil, now)
+			}
+		}
+	}
+	ids := func() (s []uint64) {
+		for _, d := range got {
+			s = append(s, d.Msg.ID)
+		}
+		return s
+	}
+	c.Recover(6, 6, 6, 0)
+	a := &Consumer{Prefetch: 1, Mode: AckClientIndividual}
+	c.Subscribe(a, 0)
+	pump(0)
+	b := &Consumer{Prefetch: 5, Mode: AckClientIndividual}
+	c.Subscribe(b, 1) // group g is held by a: b may only get 6
+	pump(1)
+	if s := ids(); len(s) != 2 || s[0] != 1 || s[1] != 6 {
+		t.Fatalf("delivered %v while group g is held by 1; want [1 6]", s)
+	}
+	// Ack each message of g as it comes: the rest of g follows, in order.
+	for now := int64(2); now < 20 && len(got) < 6; now++ {
+		d := got[len(got)-1]
+		if d.Msg.Group != "g" {
+			d = got[0]
+		}
+		ab, _ := c.Ack(d.C, d.Msg.ID, d.Attempt, now)
+		for _, op := range ab.Ops {
+			delete(journal, op.Msg.ID)
+		}
+		c.Done(ab.Seq, Result{}, nil, now)
+		pump(now)
+	}
+	if s := ids(); len(s) != 6 || s[2] != 2 || s[3] != 3 || s[4] != 4 || s[5] != 5 {
+		t.Fatalf("delivered %v, want [1 6 2 3 4 5]", s)
+	}
+}
+
 // Seeds that failed before each fix (the fix each one needs in brackets),
 // with the 300 steps they need.
 func TestSimRegressionSeeds(t *testing.T) {
@@ -361,6 +434,7 @@ func TestSimRegressionSeeds(t *testing.T) {
 		3,    // an ack timeout firing leaves the count of the other deadlines right
 		14,   // an overdue deadline of a pending claim asks no Wake in the past
 		49,   // a page-in retry come due asks no Wake in the past
+		8,    // blocked groups are parked: they do not hide the rest of the queue
 	} {
 		if _, err := runSim(simSeedSrc(seed), 300, "regression seed"); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)

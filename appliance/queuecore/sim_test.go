@@ -38,10 +38,7 @@ package queuecore
 //     never dispatched (ungrouped, or of the same group), nor a message of
 //     its own group that was dispatched and is still in the queue;
 //  5. no stall after settle: no consumer with credit while a message is
-//     deliverable; the one exception is by design: the ready memory is at
-//     its bound (Window*GroupOverflow) with messages of blocked groups and
-//     the message is beyond it (a page-in cannot skip them);
-//     -sim.strictstall drops the exception;
+//     deliverable (however many messages of blocked groups come first);
 //  6. attempts grow per message as clients see them, and a client-ack
 //     MESSAGE goes out only once its claim is durable;
 //  7. no consumer holds more than its prefetch;
@@ -70,8 +67,6 @@ var (
 	flagSimFrom  = flag.Uint64("sim.from", 1, "first simulation seed")
 	flagSimSteps = flag.Int("sim.steps", 300, "steps per simulation seed")
 	flagSimTrace = flag.Bool("sim.trace", false, "print the whole trace of a failing run")
-
-	flagSimStrictStall = flag.Bool("sim.strictstall", false, "no-stall check without the memory bound exception")
 )
 
 var errSimJournal = errors.New("sim: injected journal failure")
@@ -191,7 +186,7 @@ type simCon struct {
 type simFailure struct{ msg string }
 
 type simStats struct {
-	steps, enqueued, delivered, acked, deadLettered, moved, purges, crashes, settles, failures, pageIns, holBlocked int
+	steps, enqueued, delivered, acked, deadLettered, moved, purges, crashes, settles, failures, pageIns, parks int
 }
 
 type sim struct {
@@ -1199,6 +1194,9 @@ func (s *sim) collect(q int) {
 			s.failf("%s asks a page-in while one is outstanding", simQName[q])
 		}
 		s.page[q] = &simPage{req: o.PageIn}
+		if o.PageIn.scan {
+			s.st.parks++ // a rescan of a parked group
+		}
 		s.logf("%s asks page-in after %d limit %d", simQName[q], o.PageIn.After, o.PageIn.Limit)
 	}
 	for _, mv := range o.Moved {
@@ -1463,18 +1461,38 @@ func (s *sim) checkNoStall() {
 				if out[id] != nil || x.prodNB > s.now || (x.expires != 0 && x.expires <= s.now) || (x.group != "" && groups[x.group]) {
 					continue
 				}
-				if c := s.cores[q]; !*flagSimStrictStall && id > c.memTail && c.ready.n >= c.cfg.Window*c.cfg.GroupOverflow {
-					// Head-of-line blocking by design: the ready memory is
-					// at its bound (Window*GroupOverflow) with messages of
-					// blocked groups, and a page-in cannot skip them.
-					s.st.holBlocked++
-					continue
-				}
-				s.failf("stall: %s has credit (%d/%d) but message %d (group %q) of %s is deliverable; core %+v",
-					sc.name, len(sc.out), sc.c.Prefetch, id, x.group, simQName[q], s.cores[q].Snapshot())
+				s.failf("stall: %s has credit (%d/%d) but message %d (group %q) of %s is deliverable; core %+v\n%s",
+					sc.name, len(sc.out), sc.c.Prefetch, id, x.group, simQName[q], s.cores[q].Snapshot(), s.coreState(q))
 			}
 		}
 	}
+}
+
+// coreState describes core q's paging and memory, for failure messages.
+func (s *sim) coreState(q int) string {
+	c := s.cores[q]
+	var b strings.Builder
+	fmt.Fprintf(&b, "memTail %d spilled %v paging %v pageRetryAt %d parked %v goneAhead %v\n", c.memTail, c.spilled, c.paging, c.pageRetryAt, c.parked, c.goneAhead)
+	for g, l := range c.stash {
+		fmt.Fprintf(&b, "  stash %q:", g)
+		for _, m := range l {
+			fmt.Fprintf(&b, " %d", m.ID)
+		}
+		b.WriteByte('\n')
+	}
+	for g, gr := range c.ready.groups {
+		fmt.Fprintf(&b, "  group %q held %d ready", g, gr.held)
+		for _, m := range gr.ready {
+			fmt.Fprintf(&b, " %d", m.ID)
+		}
+		b.WriteByte('\n')
+	}
+	for _, id := range s.sortedIDs(q) {
+		if m := c.byID[id]; m != nil {
+			fmt.Fprintf(&b, "  %d:%q st%d hold=%v nb=%d", id, m.Group, m.state, m.holdsGroup, m.NotBefore)
+		}
+	}
+	return b.String()
 }
 
 // drain acks everything until the main queue is empty.
@@ -1581,7 +1599,7 @@ func TestSim(t *testing.T) {
 		tot.settles += st.settles
 		tot.failures += st.failures
 		tot.pageIns += st.pageIns
-		tot.holBlocked += st.holBlocked
+		tot.parks += st.parks
 	}
 	t.Logf("%d seeds x %d steps in %v: %+v", seeds, *flagSimSteps, time.Since(start).Round(time.Millisecond), tot)
 }
