@@ -24,7 +24,7 @@ func deliveredIDs(c *Core) []uint64 {
 // A requeue (MoveOut) while a purge is pending must not pick messages the
 // purge deletes: the journal then fails the move (message not found) and
 // the message came back to memory as a ghost, delivered though deleted.
-// Seed 56.
+// Seed 146.
 func TestRegress_MoveOutDuringPurge(t *testing.T) {
 	c := New(Config{Window: 10, RetryMin: 1, RetryMax: 1}, 1) // a DLQ
 	c.Committed(&Msg{ID: 1, Size: 10}, false, 0)
@@ -424,7 +424,7 @@ func TestRegress_BlockedGroupsDoNotHideTheQueue(t *testing.T) {
 // with the 300 steps they need.
 func TestSimRegressionSeeds(t *testing.T) {
 	for _, seed := range []uint64{
-		56,   // MoveOut skips what a pending purge deletes
+		146,  // MoveOut skips what a pending purge deletes
 		512,  // a message moving out holds its group
 		420,  // a paged-in NACK back-off holds its group
 		313,  // a stale page-in does not bring back a message moved out
