@@ -93,7 +93,8 @@ func (s *session) onConnect(f *stomp.Frame) bool {
 	}
 	s.version = version
 	s.r.SetVersion(version)
-	s.login = f.Get("login")
+	login := f.Get("login")
+	s.info.Store(&connInfo{version: version, login: login})
 	if hb := f.Get("heart-beat"); hb != "" && version != stomp.V10 {
 		cx, cy, ok := parseHeartBeat(hb)
 		if !ok {
@@ -117,7 +118,7 @@ func (s *session) onConnect(f *stomp.Frame) bool {
 	}
 	s.connected.Store(true)
 	s.send(c)
-	s.log.Debug("client connected", "version", version, "login", s.login, "hb_send", s.hbSend, "hb_recv", s.hbRecv)
+	s.log.Debug("client connected", "version", version, "login", login, "hb_send", s.hbSend, "hb_recv", s.hbRecv)
 	return true
 }
 

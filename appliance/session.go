@@ -15,6 +15,13 @@ import (
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
+// connInfo is what CONNECT negotiated, published once for goroutines other
+// than the session's reader.
+type connInfo struct {
+	version string
+	login   string
+}
+
 // outItem is one frame waiting for the session's writer.
 type outItem struct {
 	f       *stomp.Frame
@@ -34,9 +41,11 @@ type session struct {
 	log  *slog.Logger
 	peer string
 
-	// set by CONNECT, read-only afterwards
+	// set by CONNECT, read-only afterwards. version is the reader
+	// goroutine's copy; other goroutines (the writer, admin views) read info,
+	// published once by CONNECT: nil before.
 	version   string
-	login     string
+	info      atomic.Pointer[connInfo]
 	connected atomic.Bool
 	hbSend    time.Duration // we beat at least this often
 	hbRecv    time.Duration // the client beats at least this often
@@ -369,10 +378,14 @@ func (s *session) writer() {
 			continue
 		}
 		s.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout()))
+		version := "" // before CONNECT: as the reader decodes
+		if ci := s.info.Load(); ci != nil {
+			version = ci.version
+		}
 		last := false
 		var err error
 		for _, it := range items {
-			buf = stomp.AppendFrame(buf[:0], it.f, s.version)
+			buf = stomp.AppendFrame(buf[:0], it.f, version)
 			if _, err = bw.Write(buf); err != nil {
 				break
 			}
