@@ -401,6 +401,7 @@ func (s *session) onUnsubscribe(f *stomp.Frame) bool {
 func (s *session) endSubscription(sub *subscription) {
 	if sub.kind == destTopic {
 		s.b.topics.remove(sub)
+		s.forgetDrops(sub)
 		return
 	}
 	sub.q.removeConsumer(sub)
