@@ -56,17 +56,17 @@ type session struct {
 	hbSend    time.Duration // we beat at least this often
 	hbRecv    time.Duration // the client beats at least this often
 
-	outMu    sync.Mutex
-	out      []outItem
-	topicQ   int
+	outMu  sync.Mutex
+	out    []outItem
+	topicQ int
 	// dropped topic messages not yet announced, by subscription: the
 	// subscription had no later message queued when they were dropped; its
 	// next one carries the count.
 	pendingDrops map[*subscription]int
-	ending   bool // a last frame is queued: accept no more
-	wake     chan struct{}
-	writerWG sync.WaitGroup
-	stopW    chan struct{}
+	ending       bool // a last frame is queued: accept no more
+	wake         chan struct{}
+	writerWG     sync.WaitGroup
+	stopW        chan struct{}
 
 	// reader goroutine only
 	subs map[string]*subscription
