@@ -17,6 +17,7 @@ import (
 
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/internal/testenv"
 )
 
 var longCrash = flag.Bool("herald.long-crash", false, "run the long kill -9 crash test (200 kills)")
@@ -39,7 +40,8 @@ func startChild(t *testing.T, dir, addr string, extra ...string) *child {
 	args := append([]string{"--data-dir", dir, "--stomp-listen", addr, "--log-level", "warn"}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
-	cmd.Stderr = os.Stderr
+	// The child is this test binary: under -race its races fail the test.
+	cmd.Stderr = testenv.RaceWatch(t, os.Stderr)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start heraldd: %v", err)
 	}
