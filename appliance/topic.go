@@ -150,7 +150,12 @@ func topicFrame(sub *subscription, dest, id string, headers stomp.Headers, body 
 		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: id})
 	}
 	f.Headers = append(f.Headers, extra...)
-	f.Headers = append(f.Headers, headers...)
+	for _, h := range headers {
+		// The broker's own: a publisher's would fake (or hide) drops.
+		if h.Key != "dropped-before" {
+			f.Headers = append(f.Headers, h)
+		}
+	}
 	return f
 }
 

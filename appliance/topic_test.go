@@ -250,3 +250,26 @@ func TestTopic_DropOldestAnnouncedPerSubscription(t *testing.T) {
 		}
 	}
 }
+
+// dropped-before is the broker's to set: a publisher's header of that name
+// is not passed on, or a subscriber would count drops that never happened.
+func TestTopic_PublisherCannotFakeDrops(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Topics.SlowSubscriber = "drop-oldest"
+	})
+	c := tb.Dial(t)
+	sub, err := c.SubscribeReceipt(ctxT(t), "/topic/fake", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SendReceipt(ctxT(t), "/topic/fake", []byte("x"), hdr("dropped-before", "5"), hdr("kept", "yes")); err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, sub)
+	if v, ok := m.Headers.Lookup("dropped-before"); ok {
+		t.Fatalf("subscriber got dropped-before:%s from the publisher", v)
+	}
+	if m.Get("kept") != "yes" {
+		t.Fatalf("other headers lost: %v", m.Headers)
+	}
+}
