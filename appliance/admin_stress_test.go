@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,13 +92,17 @@ func TestAdmin_ViewsAndClosesDuringTraffic(t *testing.T) {
 			topic := "/topic/stress." + strconv.Itoa(w)
 			queue := "/queue/stress." + strconv.Itoa(w)
 			for r := 0; r < rounds; r++ {
+				// The operator closes every victim it sees, another
+				// worker's included: this one's CONNECT may get its ERROR.
 				v, err := client.Dial(ctx, tb.Addr, client.Options{DialTimeout: 5 * time.Second, Login: "victim"})
-				if err != nil {
-					errs <- err
+				if err != nil && !strings.Contains(err.Error(), "stress") {
+					errs <- fmt.Errorf("victim: %w", err)
 					return
 				}
-				v.Subscribe("/topic/stress.*", "auto")
-				v.Subscribe(queue, "client-individual")
+				if err == nil {
+					v.Subscribe("/topic/stress.*", "auto")
+					v.Subscribe(queue, "client-individual")
+				}
 				victims <- struct{}{}
 				ts, err := c.SubscribeReceipt(ctx, topic, "auto")
 				if err != nil {
@@ -126,7 +131,9 @@ func TestAdmin_ViewsAndClosesDuringTraffic(t *testing.T) {
 					errs <- fmt.Errorf("send queue: %w", err)
 					return
 				}
-				v.Close()
+				if v != nil {
+					v.Close()
+				}
 			}
 		}()
 	}
