@@ -17,7 +17,21 @@ test:
 	$(GO) vet ./...
 	# One package at a time: the network-namespace and crash tests are timing
 	# sensitive, and two cores shared by parallel packages make them flaky.
-	$(GO) test -count=1 -p 1 -timeout 30m ./...
+	# With the race detector: the broker is concurrent by design (a reader and
+	# a writer goroutine per connection, admin views read by other goroutines).
+	# Child processes the tests start are race-built too, and a race they
+	# report fails the test (internal/testenv.RaceWatch).
+	#
+	# Except multicast's TestNetns_LossyLink, run without -race below: it
+	# checks that a receiver behind a lossy link recovers every message within
+	# the low-latency profile's 200 ms repair budget. Under -race the sender
+	# and the three receiver processes are 5-10x slower, and on 2 cores shared
+	# with other work the repairs miss the budget (measured: 5 failures in 5
+	# runs under -race beside 6 busy loops; 1 in 5 without -race; it passes
+	# under -race on an idle machine). The other netns tests, repairs
+	# included, stay under -race.
+	$(GO) test -race -count=1 -p 1 -timeout 30m -skip '^TestNetns_LossyLink$$' ./...
+	$(GO) test -count=1 -timeout 10m -run '^TestNetns_LossyLink$$' ./multicast
 
 test-short:
 	$(GO) test -count=1 -short ./...

@@ -171,19 +171,27 @@ func TestAPI_QueueBusyAndRequeue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ae *admin.APIError
-	if _, err := c.DeleteQueue(ctx, "work"); !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Hint == "" {
-		t.Errorf("delete with a consumer: got %v, want 409 with a hint", err)
-	}
+	// The RECEIPT for SUBSCRIBE is queued before the broker registers the
+	// consumer: the first delivery is what shows it registered.
+	var msgs []*stomp.Frame
 	for range 3 {
 		select {
 		case f := <-sub.C():
-			nack := stomp.NewFrame(stomp.CmdNack, "id", f.Get("ack"), "requeue", "false")
-			if err := conn.Write(nack); err != nil {
-				t.Fatal(err)
-			}
+			msgs = append(msgs, f)
 		case <-time.After(5 * time.Second):
 			t.Fatal("no delivery")
+		}
+		if len(msgs) == 1 {
+			var ae *admin.APIError
+			if _, err := c.DeleteQueue(ctx, "work"); !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Hint == "" {
+				t.Errorf("delete with a consumer: got %v, want 409 with a hint", err)
+			}
+		}
+	}
+	for _, f := range msgs {
+		nack := stomp.NewFrame(stomp.CmdNack, "id", f.Get("ack"), "requeue", "false")
+		if err := conn.Write(nack); err != nil {
+			t.Fatal(err)
 		}
 	}
 	sub.Unsubscribe(ctx)

@@ -94,7 +94,8 @@ func (s *session) onConnect(f *stomp.Frame) bool {
 	}
 	s.version = version
 	s.r.SetVersion(version)
-	s.login = f.Get("login")
+	login := f.Get("login")
+	s.info.Store(&connInfo{version: version, login: login})
 	if hb := f.Get("heart-beat"); hb != "" && version != stomp.V10 {
 		cx, cy, ok := parseHeartBeat(hb)
 		if !ok {
@@ -118,7 +119,7 @@ func (s *session) onConnect(f *stomp.Frame) bool {
 	}
 	s.connected.Store(true)
 	s.send(c)
-	s.log.Debug("client connected", "version", version, "login", s.login, "hb_send", s.hbSend, "hb_recv", s.hbRecv)
+	s.log.Debug("client connected", "version", version, "login", login, "hb_send", s.hbSend, "hb_recv", s.hbRecv)
 	return true
 }
 
@@ -380,13 +381,15 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 	sub.con = con
 	s.subs[id] = sub
 	s.nsubs.Add(1)
-	// Receipt first, so a client waiting for it sees it before messages.
-	s.receipt(f)
+	// The consumer exists before the RECEIPT says so (an operator's queue
+	// delete after the RECEIPT finds it); messages may come before the
+	// RECEIPT.
 	for !sub.q.addConsumer(sub) {
 		// Deleted meanwhile (herald queue delete): subscribe to the name's
 		// new queue.
 		sub.q = s.b.queue(name)
 	}
+	s.receipt(f)
 	return true
 }
 
@@ -414,6 +417,7 @@ func (s *session) onUnsubscribe(f *stomp.Frame) bool {
 func (s *session) endSubscription(sub *subscription) {
 	if sub.kind == destTopic {
 		s.b.topics.remove(sub)
+		s.forgetDrops(sub)
 		return
 	}
 	sub.q.removeConsumer(sub)

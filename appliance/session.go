@@ -15,12 +15,25 @@ import (
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
+// connInfo is what CONNECT negotiated, published once for goroutines other
+// than the session's reader.
+type connInfo struct {
+	version string
+	login   string
+}
+
 // outItem is one frame waiting for the session's writer.
 type outItem struct {
 	f       *stomp.Frame
 	autoAck *delivery // auto-ack delivery: delete once written
 	topic   bool
 	last    bool // close the connection after writing this
+
+	// topic messages: their subscription, and how many of its messages
+	// were dropped just before this one (slow_subscriber = "drop-oldest"),
+	// written as the dropped-before header.
+	sub   *subscription
+	drops int
 }
 
 // session is one STOMP connection: a reader (the run goroutine), which
@@ -34,20 +47,26 @@ type session struct {
 	log  *slog.Logger
 	peer string
 
-	// set by CONNECT, read-only afterwards
+	// set by CONNECT, read-only afterwards. version is the reader
+	// goroutine's copy; other goroutines (the writer, admin views) read info,
+	// published once by CONNECT: nil before.
 	version   string
-	login     string
+	info      atomic.Pointer[connInfo]
 	connected atomic.Bool
 	hbSend    time.Duration // we beat at least this often
 	hbRecv    time.Duration // the client beats at least this often
 
-	outMu    sync.Mutex
-	out      []outItem
-	topicQ   int
-	ending   bool // a last frame is queued: accept no more
-	wake     chan struct{}
-	writerWG sync.WaitGroup
-	stopW    chan struct{}
+	outMu  sync.Mutex
+	out    []outItem
+	topicQ int
+	// dropped topic messages not yet announced, by subscription: the
+	// subscription had no later message queued when they were dropped; its
+	// next one carries the count.
+	pendingDrops map[*subscription]int
+	ending       bool // a last frame is queued: accept no more
+	wake         chan struct{}
+	writerWG     sync.WaitGroup
+	stopW        chan struct{}
 
 	// reader goroutine only
 	subs map[string]*subscription
@@ -243,9 +262,14 @@ func (s *session) deliverQueue(f *stomp.Frame, autoAck *delivery) {
 	s.push(outItem{f: f, autoAck: autoAck})
 }
 
-// deliverTopic queues a MESSAGE from a topic; false when the subscriber is
-// too slow and the message was dropped.
-func (s *session) deliverTopic(f *stomp.Frame) bool {
+// deliverTopic queues a MESSAGE of topic subscription sub; false when the
+// subscriber is too slow and the message was dropped.
+//
+// With slow_subscriber = "drop-oldest" a full buffer drops the oldest queued
+// topic message instead, and every dropped message is announced exactly once,
+// by the dropped-before header of the next message of the same subscription:
+// one already queued, else the next one queued for it. Never a silent gap.
+func (s *session) deliverTopic(sub *subscription, f *stomp.Frame) bool {
 	limit := s.b.cfg.Topics.SubscriberBuffer
 	s.outMu.Lock()
 	if s.ending {
@@ -253,34 +277,7 @@ func (s *session) deliverTopic(f *stomp.Frame) bool {
 		return false
 	}
 	if s.topicQ >= limit {
-		if s.b.cfg.Topics.SlowSubscriber == "drop-oldest" {
-			// Drop the oldest queued topic message, and say so on the
-			// next message of the same subscription: never a silent gap.
-			for i, it := range s.out {
-				if !it.topic {
-					continue
-				}
-				sub := it.f.Get("subscription")
-				// It may itself carry earlier drops: pass them on.
-				carried, _ := strconv.Atoi(it.f.Get("dropped-before"))
-				s.out = append(s.out[:i], s.out[i+1:]...)
-				s.topicQ--
-				next := f
-				for _, later := range s.out[i:] {
-					if later.topic && later.f.Get("subscription") == sub {
-						next = later.f
-						break
-					}
-				}
-				if next.Get("subscription") == sub {
-					n, _ := strconv.Atoi(next.Get("dropped-before"))
-					next.Headers.Set("dropped-before", strconv.Itoa(n+carried+1))
-				}
-				break
-			}
-			s.slowDrops.Add(1)
-			s.b.stats.slowDrops.Add(1)
-		} else {
+		if s.b.cfg.Topics.SlowSubscriber != "drop-oldest" {
 			s.outMu.Unlock()
 			s.slowDrops.Add(1)
 			s.b.stats.slowDrops.Add(1)
@@ -288,8 +285,16 @@ func (s *session) deliverTopic(f *stomp.Frame) bool {
 			s.drop("slow consumer", fmt.Sprintf("More than %d topic messages were waiting for this connection (topics.subscriber_buffer); it is closed so that other subscribers are not slowed.", limit))
 			return false
 		}
+		s.dropOldestTopicLocked()
+		s.slowDrops.Add(1)
+		s.b.stats.slowDrops.Add(1)
 	}
-	s.out = append(s.out, outItem{f: f, topic: true})
+	it := outItem{f: f, topic: true, sub: sub}
+	if n := s.pendingDrops[sub]; n > 0 {
+		it.drops = n
+		delete(s.pendingDrops, sub)
+	}
+	s.out = append(s.out, it)
 	s.topicQ++
 	s.outMu.Unlock()
 	select {
@@ -297,6 +302,40 @@ func (s *session) deliverTopic(f *stomp.Frame) bool {
 	default:
 	}
 	return true
+}
+
+// dropOldestTopicLocked removes the oldest queued topic message and hands
+// its count (itself and the drops it carried) to the next message of its
+// subscription. s.outMu is held.
+func (s *session) dropOldestTopicLocked() {
+	for i := range s.out {
+		it := s.out[i]
+		if !it.topic {
+			continue
+		}
+		lost := it.drops + 1
+		s.out = append(s.out[:i], s.out[i+1:]...)
+		s.topicQ--
+		for j := i; j < len(s.out); j++ {
+			if s.out[j].topic && s.out[j].sub == it.sub {
+				s.out[j].drops += lost
+				return
+			}
+		}
+		if s.pendingDrops == nil {
+			s.pendingDrops = map[*subscription]int{}
+		}
+		s.pendingDrops[it.sub] += lost
+		return
+	}
+}
+
+// forgetDrops discards the unannounced drops of an ended subscription: it
+// gets no next message.
+func (s *session) forgetDrops(sub *subscription) {
+	s.outMu.Lock()
+	delete(s.pendingDrops, sub)
+	s.outMu.Unlock()
 }
 
 // fail queues an ERROR frame (the last frame of the session).
@@ -369,10 +408,19 @@ func (s *session) writer() {
 			continue
 		}
 		s.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout()))
+		version := "" // before CONNECT: as the reader decodes
+		if ci := s.info.Load(); ci != nil {
+			version = ci.version
+		}
 		last := false
 		var err error
 		for _, it := range items {
-			buf = stomp.AppendFrame(buf[:0], it.f, s.version)
+			if it.drops > 0 {
+				// The frame is the writer's now: no other goroutine
+				// holds it.
+				it.f.Headers.Set("dropped-before", strconv.Itoa(it.drops))
+			}
+			buf = stomp.AppendFrame(buf[:0], it.f, version)
 			if _, err = bw.Write(buf); err != nil {
 				break
 			}

@@ -115,7 +115,7 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 	}
 	deliver := func(sub *subscription) {
 		f := topicFrame(sub, dest, id, headers, body)
-		if sub.s.deliverTopic(f) {
+		if sub.s.deliverTopic(sub, f) {
 			st.out.Add(1)
 			b.stats.topicOut.Add(1)
 		} else {
@@ -150,7 +150,12 @@ func topicFrame(sub *subscription, dest, id string, headers stomp.Headers, body 
 		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: id})
 	}
 	f.Headers = append(f.Headers, extra...)
-	f.Headers = append(f.Headers, headers...)
+	for _, h := range headers {
+		// The broker's own: a publisher's would fake (or hide) drops.
+		if h.Key != "dropped-before" {
+			f.Headers = append(f.Headers, h)
+		}
+	}
 	return f
 }
 
@@ -166,7 +171,7 @@ func (b *Broker) sendLastValues(sub *subscription) {
 			return true
 		}
 		if lv := v.(*topicStats).last.Load(); lv != nil {
-			sub.s.deliverTopic(topicFrame(sub, prefixTopic+name, lv.id, lv.headers, lv.body, stomp.Header{Key: "last-value", Value: "true"}))
+			sub.s.deliverTopic(sub, topicFrame(sub, prefixTopic+name, lv.id, lv.headers, lv.body, stomp.Header{Key: "last-value", Value: "true"}))
 		}
 		return true
 	})

@@ -218,3 +218,94 @@ func TestTopic_DropOldestAnnounced(t *testing.T) {
 		t.Fatalf("connection from %s: got slow_drops %d, want %d", peer, conn.SlowDrops, lost)
 	}
 }
+
+// Two topic subscriptions on one slow connection: a dropped message of one
+// must be announced even when the message that pushed it out belongs to the
+// other and its own subscription has nothing else queued. Per subscription,
+// the messages received plus the dropped-before counts equal the messages
+// published.
+func TestTopic_DropOldestAnnouncedPerSubscription(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Topics.SubscriberBuffer = 16
+		c.Topics.SlowSubscriber = "drop-oldest"
+	})
+	slow := dialRaw(t, tb)
+	slow.connect("1.2")
+	slow.write("SUBSCRIBE\nid:a\ndestination:/topic/rare\n\n\x00" +
+		"SUBSCRIBE\nid:b\ndestination:/topic/busy\nreceipt:ok\n\n\x00")
+	if f := slow.frame(); f.Command != "RECEIPT" {
+		t.Fatalf("got %s", f.Command)
+	}
+	p := tb.Dial(t)
+	body := strings.Repeat("z", 32<<10)
+	// Each round: one message of a, then more than the buffer holds of b,
+	// so that once the socket is full every message of a is pushed out by
+	// messages of b with no later message of a queued.
+	const rounds, perRound = 40, 20 // ~27 MB: far more than socket buffers hold
+	published := map[string]int{}
+	for r := 0; r < rounds; r++ {
+		p.Send("/topic/rare", []byte("a "+body))
+		published["a"]++
+		for i := 0; i < perRound; i++ {
+			p.Send("/topic/busy", []byte("b "+body))
+			published["b"]++
+		}
+	}
+	// The last message is never dropped (nothing comes after it), nor is
+	// the last of b (the end message drops an older one of b).
+	if _, err := p.SendReceipt(ctxT(t), "/topic/rare", []byte("end")); err != nil {
+		t.Fatal(err)
+	}
+	published["a"]++
+	received, announced := map[string]int{}, map[string]int{}
+	slow.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		f := slow.frame()
+		if f.Command != stomp.CmdMessage {
+			t.Fatalf("got %s %v", f.Command, f.Headers)
+		}
+		sub := f.Get("subscription")
+		received[sub]++
+		if d := f.Get("dropped-before"); d != "" {
+			k, err := strconv.Atoi(d)
+			if err != nil || k < 1 {
+				t.Fatalf("dropped-before %q", d)
+			}
+			announced[sub] += k
+		}
+		if string(f.Body) == "end" {
+			break
+		}
+	}
+	if received["b"] == published["b"] || received["a"] == published["a"] {
+		t.Fatalf("received %v of %v: nothing of one subscription was dropped; the test did not fill the buffer", received, published)
+	}
+	for _, sub := range []string{"a", "b"} {
+		if got := received[sub] + announced[sub]; got != published[sub] {
+			t.Errorf("subscription %s: %d received + %d announced as dropped = %d, want %d published", sub, received[sub], announced[sub], got, published[sub])
+		}
+	}
+}
+
+// dropped-before is the broker's to set: a publisher's header of that name
+// is not passed on, or a subscriber would count drops that never happened.
+func TestTopic_PublisherCannotFakeDrops(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Topics.SlowSubscriber = "drop-oldest"
+	})
+	c := tb.Dial(t)
+	sub, err := c.SubscribeReceipt(ctxT(t), "/topic/fake", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SendReceipt(ctxT(t), "/topic/fake", []byte("x"), hdr("dropped-before", "5"), hdr("kept", "yes")); err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, sub)
+	if v, ok := m.Headers.Lookup("dropped-before"); ok {
+		t.Fatalf("subscriber got dropped-before:%s from the publisher", v)
+	}
+	if m.Get("kept") != "yes" {
+		t.Fatalf("other headers lost: %v", m.Headers)
+	}
+}

@@ -212,11 +212,15 @@ func (b *Broker) Connections() []ConnView {
 		if s.isEnding() {
 			continue
 		}
+		var info connInfo // zero before CONNECT
+		if ci := s.info.Load(); ci != nil {
+			info = *ci
+		}
 		out = append(out, ConnView{
 			ID:            s.id,
 			Peer:          s.peer,
-			Login:         s.login,
-			Version:       s.version,
+			Login:         info.login,
+			Version:       info.version,
 			Connected:     s.started,
 			Subscriptions: int(s.nsubs.Load()),
 			FramesIn:      s.framesIn.Load(),

@@ -65,7 +65,19 @@ type Store struct {
 	mu     sync.RWMutex // guards closed against Submit
 	closed bool
 	in     chan *appliance.Batch
-	done   chan completed
+	// closing is closed when Close starts: a Submit waiting for room in
+	// the intake gives up (it holds mu, which Close needs).
+	closing     chan struct{}
+	closingOnce sync.Once
+	// abort is closed when a Close gave up waiting for the flush: the
+	// writer fails what is still queued instead of committing it.
+	abort     chan struct{}
+	abortOnce sync.Once
+	// flushed is closed once the goroutines have ended (everything
+	// submitted is committed or failed), released once the database is
+	// closed too.
+	flushed, released chan struct{}
+	done              chan completed
 	// truncate asks the writer for a TRUNCATE checkpoint between
 	// transactions (see checkpointer).
 	truncate chan chan struct{}
@@ -120,7 +132,9 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg, log: cfg.Logger, qids: map[string]int64{}}
+	return &Store{cfg: cfg, log: cfg.Logger, qids: map[string]int64{},
+		closing: make(chan struct{}), abort: make(chan struct{}),
+		flushed: make(chan struct{}), released: make(chan struct{})}
 }
 
 // SetCommitHook installs fn, called after each commit with its size and
@@ -232,29 +246,88 @@ func (s *Store) Submit(b *appliance.Batch) {
 		}
 		return
 	}
-	s.in <- b
-	s.mu.RUnlock()
+	select {
+	case s.in <- b:
+		s.mu.RUnlock()
+	case <-s.closing:
+		s.mu.RUnlock()
+		if b.Done != nil {
+			b.Done(b, ErrClosed)
+		}
+	}
 }
 
 // Close stops intake, commits everything submitted, runs a final TRUNCATE
 // checkpoint and closes the database. It is idempotent.
+//
+// If ctx ends first, Close returns an error wrapping ErrNotFlushed and
+// ctx.Err(): the batch being committed completes, the batches still queued
+// fail with ErrClosed (nothing of them is stored), and the database closes
+// in the background once the writer is done. A later Close waits for that,
+// again bounded by its ctx.
 func (s *Store) Close(ctx context.Context) error {
+	s.closingOnce.Do(func() { close(s.closing) })
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	first := !s.closed
+	s.closed = true
+	opened := s.in != nil
+	if first && opened {
+		close(s.in)
+	}
+	s.mu.Unlock()
+	if !opened {
 		return nil
 	}
-	s.closed = true
-	close(s.in)
-	s.mu.Unlock()
-	close(s.stop)
+	if first {
+		close(s.stop)
+		go s.release()
+	}
+	select {
+	case <-s.released:
+		return nil
+	case <-ctx.Done():
+		s.abortOnce.Do(func() { close(s.abort) })
+		select {
+		case <-s.flushed:
+			return fmt.Errorf("journal: everything is stored, but the final checkpoint did not finish in time (the database closes once it is interrupted): %w", ctx.Err())
+		default:
+		}
+		return fmt.Errorf("%w: batches still queued fail with ErrClosed, not stored: %w", ErrNotFlushed, ctx.Err())
+	}
+}
+
+// release waits for the writer, completion and checkpoint goroutines, then
+// checkpoints (unless Close gave up waiting) and closes the database.
+func (s *Store) release() {
+	defer close(s.released)
 	s.wg.Wait()
-	_, err := s.wc.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
-	if err != nil {
-		s.log.Warn("final checkpoint failed", "err", err)
+	close(s.flushed)
+	if !s.aborted() {
+		// The WAL is durable without it: interrupted when Close gives up.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		go func() {
+			select {
+			case <-s.abort:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		_, err := s.wc.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+		cancel()
+		if err != nil {
+			s.log.Warn("final checkpoint failed", "err", err)
+		}
 	}
 	s.closeDB()
-	return nil
+}
+
+func (s *Store) aborted() bool {
+	select {
+	case <-s.abort:
+		return true
+	default:
+		return false
+	}
 }
 
 // Stats returns the journal's counters.
@@ -323,6 +396,15 @@ func (s *Store) writer() {
 			default:
 				break drain
 			}
+		}
+		if s.aborted() {
+			// Close gave up waiting: fail the rest fast, in order.
+			errs := make([]error, len(batches))
+			for i := range errs {
+				errs[i] = ErrClosed
+			}
+			s.done <- completed{batches: append([]*appliance.Batch(nil), batches...), errs: errs}
+			continue
 		}
 		start := time.Now()
 		errs := s.commit(batches, n)

@@ -211,7 +211,7 @@ func (tp *topo) startReceiver(host string, cfg helperConfig) *child {
 	js, _ := json.Marshal(cfg)
 	cmd := exec.Command("ip", "netns", "exec", tp.NS[host], exe, "-test.run=^TestHelperReceiver$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "HERALD_HELPER_RECEIVER="+string(js))
-	cmd.Stderr = tlogWriter{t}
+	cmd.Stderr = testenv.RaceWatch(t, tlogWriter{t})
 	out, _ := cmd.StdoutPipe()
 	c := &child{name: host, cmd: cmd, done: make(chan struct{})}
 	c.stdin, _ = cmd.StdinPipe()

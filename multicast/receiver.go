@@ -55,9 +55,10 @@ type Receiver struct {
 	log   *slog.Logger
 	group netip.AddrPort
 
-	mu   sync.Mutex // guards core, pend
-	core *ReceiverCore
-	pend map[uint32]*Gap // slow-consumer gaps waiting for room in events
+	mu     sync.Mutex // guards core, pend, and what Open sets up against Close and Stats
+	core   *ReceiverCore
+	pend   map[uint32]*Gap // slow-consumer gaps waiting for room in events
+	closed bool            // Close has run: Open gives up
 
 	conn    *net.UDPConn // bound to the group
 	pc      *ipv4.PacketConn
@@ -128,14 +129,15 @@ func (r *Receiver) Open(ctx context.Context) error {
 		return fmt.Errorf("join %s on %s: %w", r.group.Addr(), ifi.Name, err)
 	}
 	raw, err := conn.SyscallConn()
+	rcvBuf := 0
 	if err == nil {
-		r.rcvBuf, err = setRcvBuf(raw, r.cfg.RcvBuf)
+		rcvBuf, err = setRcvBuf(raw, r.cfg.RcvBuf)
 	}
 	if err != nil {
 		r.log.Warn("multicast receive buffer", logErr, err)
-	} else if r.rcvBuf < r.cfg.RcvBuf {
+	} else if rcvBuf < r.cfg.RcvBuf {
 		r.log.Warn("multicast receive buffer smaller than asked: bursts will overflow it; raise net.core.rmem_max: sysctl -w net.core.rmem_max=16777216",
-			"asked", r.cfg.RcvBuf, "granted", r.rcvBuf)
+			"asked", r.cfg.RcvBuf, "granted", rcvBuf)
 	}
 	laddr := &net.UDPAddr{}
 	if addr.IsValid() {
@@ -146,11 +148,21 @@ func (r *Receiver) Open(ctx context.Context) error {
 		conn.Close()
 		return fmt.Errorf("NAK socket: %w", err)
 	}
-	r.core, r.conn, r.pc, r.nakConn = core, conn, pc, nc
+	// Publish what Stats and Close read under mu; a Close that came first
+	// wins (Events is closed already).
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		conn.Close()
+		nc.Close()
+		return ErrClosed
+	}
+	r.core, r.conn, r.pc, r.nakConn, r.rcvBuf = core, conn, pc, nc, rcvBuf
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.log = r.log.With(logInterface, ifi.Name)
-	r.log.Info("multicast receiver open", "rcvbuf", r.rcvBuf, "profile", r.cfg.Profile, "receiver", fmt.Sprintf("%016x", core.ID()))
 	r.wg.Add(2)
+	r.mu.Unlock()
+	r.log.Info("multicast receiver open", "rcvbuf", rcvBuf, "profile", r.cfg.Profile, "receiver", fmt.Sprintf("%016x", core.ID()))
 	go r.readLoop(ctx)
 	go r.tickLoop(ctx)
 	return nil
@@ -318,11 +330,15 @@ func (r *Receiver) Stats() ReceiverStats {
 func (r *Receiver) Close() error {
 	var err error
 	r.once.Do(func() {
-		if r.cancel == nil {
+		r.mu.Lock()
+		r.closed = true
+		cancel := r.cancel // nil: never opened, or Open sees closed and gives up
+		r.mu.Unlock()
+		if cancel == nil {
 			close(r.events)
 			return
 		}
-		r.cancel()
+		cancel()
 		err = errors.Join(r.conn.Close(), r.nakConn.Close())
 		r.wg.Wait()
 		close(r.events)

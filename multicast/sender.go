@@ -73,19 +73,20 @@ type Sender struct {
 	log   *slog.Logger
 	group netip.AddrPort
 
-	mu   sync.Mutex // guards core
+	mu   sync.Mutex // guards core, and what Open sets up against Close and Stats
 	core *SenderCore
 
-	conn   *net.UDPConn
-	pc     *ipv4.PacketConn
-	dst    *net.UDPAddr
-	msgs   []ipv4.Message
-	pubq   chan pubMsg
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	open   atomic.Bool
-	closed chan struct{}
-	once   sync.Once
+	conn    *net.UDPConn
+	pc      *ipv4.PacketConn
+	dst     *net.UDPAddr
+	msgs    []ipv4.Message
+	pubq    chan pubMsg
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	open    atomic.Bool // Open was called
+	running atomic.Bool // Open succeeded: Publish may use what it set up
+	closed  chan struct{}
+	once    sync.Once
 
 	sendErrors atomic.Uint64
 }
@@ -113,7 +114,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Sender{cfg: cfg, group: g, closed: make(chan struct{}),
+	return &Sender{cfg: cfg, group: g, closed: make(chan struct{}), pubq: make(chan pubMsg, cfg.QueueLen),
 		log: cfg.Logger.With(logGroup, g.String())}, nil
 }
 
@@ -153,15 +154,26 @@ func (s *Sender) Open(ctx context.Context) error {
 		conn.Close()
 		return fmt.Errorf("sender socket options on %s: %w", ifi.Name, err)
 	}
+	// Publish what Stats, Session and Close read under mu; a Close that
+	// came first wins.
+	s.mu.Lock()
+	select {
+	case <-s.closed:
+		s.mu.Unlock()
+		conn.Close()
+		return ErrClosed
+	default:
+	}
 	s.core, s.conn, s.pc = core, conn, pc
 	s.dst = net.UDPAddrFromAddrPort(s.group)
-	s.pubq = make(chan pubMsg, s.cfg.QueueLen)
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.log = s.log.With(logInterface, ifi.Name, logSession, fmt.Sprintf("%016x", core.Session()))
-	s.log.Info("multicast sender open", "source", conn.LocalAddr().String(), "ttl", s.cfg.TTL, "profile", s.cfg.Profile)
 	s.wg.Add(2)
+	s.mu.Unlock()
+	s.log.Info("multicast sender open", "source", conn.LocalAddr().String(), "ttl", s.cfg.TTL, "profile", s.cfg.Profile)
 	go s.writeLoop(ctx)
 	go s.readLoop(ctx)
+	s.running.Store(true)
 	return nil
 }
 
@@ -176,12 +188,21 @@ func (s *Sender) Session() uint64 {
 }
 
 // LocalAddr is the sender's source address: NAKs go there.
-func (s *Sender) LocalAddr() net.Addr { return s.conn.LocalAddr() }
+func (s *Sender) LocalAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn.LocalAddr()
+}
 
 // Publish queues one message. It blocks only when the queue is full (the rate limit or a slow
 // network holds it back) and returns ErrClosed after Close.
 func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
-	if !s.open.Load() || s.pubq == nil {
+	if !s.running.Load() {
+		select {
+		case <-s.closed:
+			return ErrClosed
+		default:
+		}
 		return ErrNotOpen
 	}
 	if topic == "" {
@@ -340,10 +361,13 @@ func (s *Sender) Close() error {
 	var err error
 	s.once.Do(func() {
 		close(s.closed)
-		if s.cancel == nil {
+		s.mu.Lock()
+		cancel := s.cancel // nil: never opened, or Open sees closed and gives up
+		s.mu.Unlock()
+		if cancel == nil {
 			return
 		}
-		s.cancel()
+		cancel()
 		s.conn.SetReadDeadline(time.Now())
 		s.wg.Wait()
 		// Pack and send what Publish accepted, then a last heartbeat so receivers see the tail.

@@ -460,7 +460,10 @@ func buildHerald(t *testing.T) string {
 		}
 		os.Chmod(dir, 0o755)
 		buildPath = filepath.Join(dir, "herald")
-		out, err := exec.Command("go", "build", "-o", buildPath, ".").CombinedOutput()
+		// Under -race the binary is built with it too: a race makes it exit
+		// with status 66, which the tests check.
+		args := append(append([]string{"build"}, testenv.GoBuildFlags()...), "-o", buildPath, ".")
+		out, err := exec.Command("go", args...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v: %s", err, out)
 		}

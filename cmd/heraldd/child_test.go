@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/internal/testenv"
 )
 
 // TestMain lets the test binary act as heraldd in a child process.
@@ -30,7 +31,8 @@ func startChild(t *testing.T, dir, addr string, extra ...string) *child {
 	args := append([]string{"--data-dir", dir, "--stomp-listen", addr, "--log-level", "warn"}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
-	cmd.Stderr = os.Stderr
+	// The child is this test binary: under -race its races fail the test.
+	cmd.Stderr = testenv.RaceWatch(t, os.Stderr)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start heraldd: %v", err)
 	}

@@ -164,7 +164,7 @@ func (n *mcNet) startDaemon(t testing.TB, host, config string) *mcDaemon {
 	}
 	cmd := exec.Command("ip", "netns", "exec", n.NS[host], exe, "--config", config)
 	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
-	cmd.Stderr = &lineLogger{t: t, prefix: "heraldd"}
+	cmd.Stderr = testenv.RaceWatch(t, &lineLogger{t: t, prefix: "heraldd"})
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start heraldd: %v", err)
 	}
@@ -244,7 +244,7 @@ func (n *mcNet) startListener(t testing.TB, herald, host, group string, extra ..
 	args := append([]string{"netns", "exec", n.NS[host], herald, "listen", "--group", group, "--interface", "eth0", "--json", "--stats"}, extra...)
 	cmd := exec.Command("ip", args...)
 	l := &mcListener{name: host, cmd: cmd, stderr: &lineLogger{t: t, prefix: "listen " + host}, done: make(chan struct{})}
-	cmd.Stderr = l.stderr
+	cmd.Stderr = testenv.RaceWatch(t, l.stderr)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -515,7 +515,9 @@ func buildHerald(t testing.TB, dir string) string {
 	t.Helper()
 	path := filepath.Join(dir, "herald")
 	start := time.Now()
-	out, err := exec.Command("go", "build", "-o", path, "github.com/herald-mq/herald/cmd/herald").CombinedOutput()
+	// Under -race the binary is built with it too (its stderr is watched).
+	args := append(append([]string{"build"}, testenv.GoBuildFlags()...), "-o", path, "github.com/herald-mq/herald/cmd/herald")
+	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build ./cmd/herald: %v\n%s", err, out)
 	}
