@@ -84,6 +84,8 @@ type Journal interface {
 	Queues(ctx context.Context) ([]QueueState, error)
 	// Load returns up to limit messages of queue with ID > after, in ID order.
 	Load(ctx context.Context, queue string, after uint64, limit int) ([]*Message, error)
+	// LoadGroup is Load for the messages of message group group only.
+	LoadGroup(ctx context.Context, queue, group string, after uint64, limit int) ([]*Message, error)
 	// Close flushes what was submitted, checkpoints and closes.
 	Close(ctx context.Context) error
 }

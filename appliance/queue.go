@@ -324,7 +324,13 @@ func (q *queue) startPageIn(req *queuecore.PageIn) {
 }
 
 func (q *queue) pageIn(req *queuecore.PageIn) {
-	msgs, err := q.b.j.Load(q.b.ctx, q.name, req.After, req.Limit)
+	var msgs []*Message
+	var err error
+	if req.Group != "" {
+		msgs, err = q.b.j.LoadGroup(q.b.ctx, q.name, req.Group, req.After, req.Limit)
+	} else {
+		msgs, err = q.b.j.Load(q.b.ctx, q.name, req.After, req.Limit)
+	}
 	cms := make([]*queuecore.Msg, len(msgs))
 	for i, m := range msgs {
 		cms[i] = coreMsg(m)

@@ -449,3 +449,41 @@ func TestQueue_DeleteRacesSubscribe(t *testing.T) {
 		cc.Close()
 	}
 }
+
+// A blocked group far longer than the memory window still lets the rest of
+// the queue through (its messages are parked in the journal), and once it
+// moves, all of it comes in order.
+func TestQueue_LongBlockedGroupParked(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MemoryWindow = 20 })
+	c := tb.Dial(t)
+	sendAll(t, c, "/queue/park", 1, func(int) string { return "g-0" }, hdr("JMSXGroupID", "g"))
+	holder := tb.Dial(t)
+	hsub, err := holder.SubscribeReceipt(ctxT(t), "/queue/park", "client-individual", hdr("prefetch-count", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := recv(t, hsub)
+	sendAll(t, c, "/queue/park", 500, func(i int) string { return "g-" + strconv.Itoa(i+1) }, hdr("JMSXGroupID", "g"))
+	sendAll(t, c, "/queue/park", 10, func(i int) string { return "u-" + strconv.Itoa(i) })
+	other := tb.Dial(t)
+	osub, err := other.SubscribeReceipt(ctxT(t), "/queue/park", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if f := recv(t, osub); string(f.Body) != "u-"+strconv.Itoa(i) {
+			t.Fatalf("got %q, want u-%d: the blocked group hides the rest of the queue", f.Body, i)
+		}
+	}
+	if v, _ := tb.B.Queue("park"); v.InMemory > 4*20+10 {
+		t.Fatalf("%d messages in memory with a window of 20", v.InMemory)
+	}
+	ackNow(t, holder, "ACK", first)
+	holder.Close() // what it was handed meanwhile goes back, in order
+	for i := range 500 {
+		if f := recv(t, osub); string(f.Body) != "g-"+strconv.Itoa(i+1) {
+			t.Fatalf("got %q, want g-%d", f.Body, i+1)
+		}
+	}
+	assertRecount(t, tb)
+}

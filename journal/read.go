@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/herald-mq/herald/appliance"
@@ -32,6 +33,18 @@ func (s *Store) Queues(ctx context.Context) ([]appliance.QueueState, error) {
 func (s *Store) Load(ctx context.Context, queue string, after uint64, limit int) ([]*appliance.Message, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.headers, m.body
 		FROM messages m WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`, queue, int64(after), limit)
+	return s.scanMessages(queue, rows, err)
+}
+
+// LoadGroup is Load for the messages of one message group (index
+// messages_grp).
+func (s *Store) LoadGroup(ctx context.Context, queue, group string, after uint64, limit int) ([]*appliance.Message, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.headers, m.body
+		FROM messages m WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.grp = ? AND m.grp != '' AND m.id > ? ORDER BY m.id LIMIT ?`, queue, group, int64(after), limit)
+	return s.scanMessages(queue, rows, err)
+}
+
+func (s *Store) scanMessages(queue string, rows *sql.Rows, err error) ([]*appliance.Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: load %s: %w", queue, err)
 	}

@@ -24,6 +24,9 @@ var schema = []string{
 		headers BLOB NOT NULL,
 		body BLOB NOT NULL)`,
 	`CREATE INDEX IF NOT EXISTS messages_qid ON messages(qid, id)`,
+	// Rescans of a parked message group (appliance/queuecore): grouped
+	// messages only, so ungrouped enqueues pay nothing for it.
+	`CREATE INDEX IF NOT EXISTS messages_grp ON messages(qid, grp, id) WHERE grp != ''`,
 	`CREATE TABLE IF NOT EXISTS dedup(
 		qid INTEGER NOT NULL,
 		key TEXT NOT NULL,

@@ -276,3 +276,47 @@ func FuzzDecodeHeaders(f *testing.F) {
 		}
 	})
 }
+
+func TestStore_LoadGroup(t *testing.T) {
+	s := mustOpen(t, Config{})
+	var ops []appliance.Op
+	for i := range 30 {
+		op := enq("q", fmt.Sprint(i))
+		op.Msg.Group = []string{"", "a", "b"}[i%3]
+		ops = append(ops, op)
+	}
+	ops = append(ops, appliance.Op{Kind: appliance.OpEnqueue, Msg: &appliance.Message{Queue: "other", Body: []byte("x"), Group: "a"}})
+	b, err := apply(t, s, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := s.LoadGroup(context.Background(), "q", "a", b.Ops[4].Msg.ID, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		got = append(got, string(m.Body)+"/"+m.Group)
+	}
+	if strings.Join(got, " ") != "7/a 10/a 13/a" {
+		t.Fatalf("LoadGroup(q, a, after message 4, 3): got %v, want [7/a 10/a 13/a]", got)
+	}
+	// The rescan reads the group's index, not every message of the queue.
+	var plan strings.Builder
+	rows, err := s.db.Query(`EXPLAIN QUERY PLAN SELECT m.id FROM messages m WHERE m.qid = 1 AND m.grp = 'a' AND m.grp != '' AND m.id > 0 ORDER BY m.id LIMIT 3`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(detail + "; ")
+	}
+	if !strings.Contains(plan.String(), "messages_grp") {
+		t.Fatalf("query plan %q does not use index messages_grp", plan.String())
+	}
+}

@@ -301,7 +301,7 @@ func (c *Core) maybePage(now int64) {
 	}
 	if from != 0 {
 		c.paging = true
-		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, seq: c.spillSeq, epoch: c.pageEpoch, group: g, scan: true}
+		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, seq: c.spillSeq, epoch: c.pageEpoch, Group: g, scan: true}
 		return
 	}
 	// At least 1: a window of 1 pages too.
@@ -422,7 +422,7 @@ func (c *Core) placePaged(m *Msg, now int64) {
 
 // rescanned places what a parked group left in the journal, up to memTail.
 func (c *Core) rescanned(req *PageIn, msgs []*Msg, now int64) {
-	g := req.group
+	g := req.Group
 	from, ok := c.parked[g]
 	if !ok || from != req.After+1 {
 		return // unparked or parked anew meanwhile: rescan again

@@ -51,9 +51,11 @@ type Moved struct {
 type PageIn struct {
 	After uint64
 	Limit int
+	// Group, when set, is a rescan of a parked group: the caller may load
+	// only that group's messages (the core ignores the others).
+	Group string
 	seq   uint64
 	epoch uint64
-	group string // a rescan of this parked group's messages, up to memTail
 	scan  bool
 }
 

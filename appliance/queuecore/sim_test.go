@@ -724,7 +724,13 @@ func (s *sim) answerPage(q int) {
 			s.logf("page-in %s after %d FAILS", simQName[q], p.req.After)
 			p.err = errSimJournal
 		} else {
+			// A rescan may load the parked group's messages only (as the
+			// SQL journal does) or every message (both are allowed).
+			onlyGroup := p.req.Group != "" && p.req.After%2 == 0 // not from s.r: the seeds keep their schedules
 			for _, id := range s.sortedIDs(q) {
+				if onlyGroup && s.rows[id].group != p.req.Group {
+					continue
+				}
 				if id > p.req.After && len(p.msgs) < p.req.Limit {
 					p.msgs = append(p.msgs, msgOfRow(s.rows[id]))
 				}
