@@ -1,0 +1,104 @@
+package queuecore
+
+import "testing"
+
+// Scripted tests of review findings on the queue (the simulation covers
+// them too; these name them).
+
+func claims(b []*Batch) (ops []Op) {
+	for _, x := range b {
+		for _, op := range x.Ops {
+			if op.Kind == OpClaim {
+				ops = append(ops, op)
+			}
+		}
+	}
+	return ops
+}
+
+// A claim that commits after its consumer left does not count as a
+// delivery: the journal's count is put back, and the next consumer gets
+// the message as attempt 1.
+func TestCore_ClaimAfterConsumerLeftIsReverted(t *testing.T) {
+	c := New(Config{Window: 10}, 1)
+	c.Committed(&Msg{ID: 1, Size: 1}, false, 0)
+	a := &Consumer{Prefetch: 1, Mode: AckClientIndividual}
+	c.Subscribe(a, 0)
+	out := c.Take()
+	cl := claims(out.Batches)
+	if len(cl) != 1 || cl[0].Deliveries != 1 {
+		t.Fatalf("claims %+v, want one claim of delivery 1", cl)
+	}
+	c.Unsubscribe(a, 1)
+	c.Done(out.Batches[0].Seq, Result{}, nil, 2)
+	out = c.Take()
+	if len(out.Deliver) != 0 {
+		t.Fatalf("delivered %d to a consumer that left", len(out.Deliver))
+	}
+	cl = claims(out.Batches)
+	if len(cl) != 1 || cl[0].Deliveries != 0 || cl[0].Msg.ID != 1 {
+		t.Fatalf("claims after the late commit %+v, want the count of 1 put back to 0", cl)
+	}
+	b := &Consumer{Prefetch: 1, Mode: AckClientIndividual}
+	c.Subscribe(b, 3)
+	out = c.Take()
+	if cl = claims(out.Batches); len(cl) != 1 || cl[0].Deliveries != 1 {
+		t.Fatalf("next claim %+v, want delivery 1", cl)
+	}
+}
+
+// A failed claim keeps its message at the head of its group: the next
+// message of the group is not delivered before it.
+func TestCore_FailedClaimKeepsGroupOrder(t *testing.T) {
+	c := New(Config{Window: 10, RetryMin: 100, RetryMax: 100}, 1)
+	c.Committed(&Msg{ID: 1, Size: 1, Group: "g"}, false, 0)
+	c.Committed(&Msg{ID: 2, Size: 1, Group: "g"}, false, 0)
+	a := &Consumer{Prefetch: 5, Mode: AckClientIndividual}
+	c.Subscribe(a, 0)
+	out := c.Take()
+	if cl := claims(out.Batches); len(cl) != 1 || cl[0].Msg.ID != 1 {
+		t.Fatalf("claims %+v, want message 1 only", cl)
+	}
+	c.Done(out.Batches[0].Seq, Result{}, errTest, 1)
+	out = c.Take()
+	if cl := claims(out.Batches); len(cl) != 0 {
+		t.Fatalf("after the failed claim of 1: claims %+v, want none (2 must wait for 1)", cl)
+	}
+	if out.Wake != 101 {
+		t.Fatalf("wake %d, want 101 (the retry back-off)", out.Wake)
+	}
+	c.Tick(101)
+	out = c.Take()
+	if cl := claims(out.Batches); len(cl) != 1 || cl[0].Msg.ID != 1 || cl[0].Deliveries != 1 {
+		t.Fatalf("after the back-off: claims %+v, want message 1 as delivery 1", cl)
+	}
+}
+
+// A NACK with no back-off returns the message at once, still first of its
+// group.
+func TestCore_NackWithoutBackoffReleasesGroup(t *testing.T) {
+	c := New(Config{Window: 10}, 1)
+	c.Committed(&Msg{ID: 1, Size: 1, Group: "g"}, false, 0)
+	c.Committed(&Msg{ID: 2, Size: 1, Group: "g"}, false, 0)
+	a := &Consumer{Prefetch: 5, Mode: AckClientIndividual}
+	c.Subscribe(a, 0)
+	out := c.Take()
+	c.Done(out.Batches[0].Seq, Result{}, nil, 0)
+	if out = c.Take(); len(out.Deliver) != 1 {
+		t.Fatalf("delivered %d, want 1", len(out.Deliver))
+	}
+	b, stale := c.Nack(a, 1, 1, true, 0)
+	if stale || b == nil {
+		t.Fatal("nack of the current delivery reported stale")
+	}
+	out = c.Take()
+	if cl := claims(out.Batches); len(cl) != 1 || cl[0].Msg.ID != 1 || cl[0].Deliveries != 2 {
+		t.Fatalf("after the nack: claims %+v, want message 1 again as delivery 2", cl)
+	}
+}
+
+var errTest = errTestT("journal: disk I/O error")
+
+type errTestT string
+
+func (e errTestT) Error() string { return string(e) }
