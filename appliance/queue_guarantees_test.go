@@ -487,3 +487,28 @@ func TestQueue_LongBlockedGroupParked(t *testing.T) {
 	}
 	assertRecount(t, tb)
 }
+
+// Shutdown while queues page in and their timers run: the broker stops its
+// timers before it waits for their goroutines, and closes in time.
+func TestQueue_CloseWhilePaging(t *testing.T) {
+	for round := range 5 {
+		tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MemoryWindow = 10 })
+		c := tb.Dial(t)
+		sendAll(t, c, "/queue/close", 500, func(i int) string { return strconv.Itoa(i) })
+		sendAll(t, c, "/queue/close", 50, func(int) string { return "later" }, hdr("AMQ_SCHEDULED_DELAY", "5"))
+		sub, err := c.SubscribeReceipt(ctxT(t), "/queue/close", "client-individual", hdr("prefetch-count", "3"), hdr("ack-timeout", "5"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 20 + round*10 {
+			recv(t, sub) // never acked: ack timeouts keep the timer busy
+		}
+		done := make(chan struct{})
+		go func() { tb.Stop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("round %d: broker did not close within 15 s while paging", round)
+		}
+	}
+}
