@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Budgets (DESIGN.md section 8): the core must not be what limits 1M msg/s of 64-byte messages
+// Budget (docs/design.md, performance targets): the core must not be what limits 1M msg/s of 64-byte messages
 // on one core, i.e. well under 1 us per message; encode and decode are a small part of that.
 
 var benchSizes = []int{64, 512, 1024}

@@ -22,7 +22,7 @@
 //  4. Sender only: Publish each message, then Flush when no more are queued right now (natural
 //     batching: a datagram fills up under load and leaves at once when the queue drains).
 //
-// Guarantee (DESIGN.md section 3.5): a receiver that keeps up within the sender's retransmit
+// Guarantee (README.md, guarantee 6): a receiver that keeps up within the sender's retransmit
 // window gets every message of every stream exactly once and in order; one that falls behind gets
 // a Gap naming the exact stream sequences lost, before the next message of that stream.
 package multicast
