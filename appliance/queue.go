@@ -71,24 +71,31 @@ func (q *queue) nowMs() int64 { return q.b.now().UnixMilli() }
 // the journal work itself: for callers that may block (readers, admin,
 // timers, page-ins).
 func (q *queue) run(fn func(now int64)) {
-	moved := q.stepLocked(fn)
+	moved, work := q.stepLocked(fn)
 	q.handOver(moved, false)
-	q.flush()
+	if work {
+		q.flush()
+	}
 }
 
 // signal is run for journal completions: the journal work goes to the
 // broker's pump instead of being submitted here.
 func (q *queue) signal(fn func(now int64)) {
-	moved := q.stepLocked(fn)
+	moved, work := q.stepLocked(fn)
 	q.handOver(moved, true)
-	q.kick()
+	if work {
+		q.kick()
+	}
 }
 
-func (q *queue) stepLocked(fn func(now int64)) []queuecore.Moved {
+// stepLocked runs fn on the core under the lock and applies its outputs;
+// work says whether journal work waits in the outbox.
+func (q *queue) stepLocked(fn func(now int64)) (moved []queuecore.Moved, work bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	fn(q.nowMs())
-	return q.applyLocked()
+	moved = q.applyLocked()
+	return moved, len(q.outbox) > 0
 }
 
 // applyLocked carries out the core's outputs, except the moves to other
