@@ -105,17 +105,17 @@ func (r *readyIndex) remove(m *Msg) {
 
 // pop takes the first eligible message; its group (if any) becomes held.
 func (r *readyIndex) pop() *Msg {
+	// Reslice rather than shift: dispatch pops from the front all the
+	// time, and the list holds up to a window of messages.
 	m := r.elig[0]
-	copy(r.elig, r.elig[1:])
-	r.elig[len(r.elig)-1] = nil
-	r.elig = r.elig[:len(r.elig)-1]
+	r.elig[0] = nil
+	r.elig = r.elig[1:]
 	r.n--
 	m.state = stNone
 	if m.Group != "" {
 		gr := r.groups[m.Group]
-		copy(gr.ready, gr.ready[1:])
-		gr.ready[len(gr.ready)-1] = nil
-		gr.ready = gr.ready[:len(gr.ready)-1]
+		gr.ready[0] = nil
+		gr.ready = gr.ready[1:]
 		gr.held++
 	}
 	return m
