@@ -10,7 +10,6 @@ import "sort"
 func (c *Core) Ack(con *Consumer, id uint64, attempt int, now int64) (b *Batch, stale bool) {
 	taken := c.take(con, id, attempt)
 	if taken == nil {
-		c.StaleAcks++
 		return nil, true
 	}
 	var p pend
@@ -31,7 +30,6 @@ func (c *Core) Ack(con *Consumer, id uint64, attempt int, now int64) (b *Batch, 
 func (c *Core) Nack(con *Consumer, id uint64, attempt int, requeue bool, now int64) (b *Batch, stale bool) {
 	taken := c.take(con, id, attempt)
 	if taken == nil {
-		c.StaleAcks++
 		return nil, true
 	}
 	var p pend
@@ -64,7 +62,8 @@ func (c *Core) emitDirect(p pend) *Batch {
 	return &Batch{Seq: c.nextSeq, Ops: p.ops}
 }
 
-// take removes the deliveries an ack of (id, attempt) covers from con.
+// take removes the deliveries an ack of (id, attempt) covers from con; nil
+// (counted as a stale ack) when con holds no such delivery.
 func (c *Core) take(con *Consumer, id uint64, attempt int) []*Delivery {
 	idx := -1
 	for i, d := range con.inflight {
@@ -74,6 +73,7 @@ func (c *Core) take(con *Consumer, id uint64, attempt int) []*Delivery {
 		}
 	}
 	if idx < 0 || !con.inflight[idx].claimed {
+		c.StaleAcks++
 		return nil
 	}
 	var taken, kept []*Delivery

@@ -331,6 +331,16 @@ func (s *sim) resetVolatile() {
 	}
 }
 
+// unfinished lists the batches submitted whose outcome the core has not
+// heard yet: pending, held back, and applied but not yet reported.
+func (s *sim) unfinished() []*simBatch {
+	out := append(append([]*simBatch(nil), s.pending...), s.held...)
+	for _, d := range s.applied {
+		out = append(out, d.jb)
+	}
+	return out
+}
+
 // --- actions ------------------------------------------------------------
 
 const (
@@ -439,17 +449,11 @@ func (s *sim) reserve(e *simEnq) bool {
 	// The journal as reported, plus enqueues not reported yet.
 	n, bytes := s.recount(qMain)
 	n, bytes = n-s.unseen[qMain].n, bytes-s.unseen[qMain].bytes
-	lists := [][]*simBatch{s.pending, s.held, nil}
-	for _, d := range s.applied {
-		lists[2] = append(lists[2], d.jb)
-	}
-	for _, list := range lists {
-		for _, jb := range list {
-			for _, p := range jb.parts {
-				if p.enq != nil {
-					n++
-					bytes += p.enq.size
-				}
+	for _, jb := range s.unfinished() {
+		for _, p := range jb.parts {
+			if p.enq != nil {
+				n++
+				bytes += p.enq.size
 			}
 		}
 	}
@@ -1360,20 +1364,14 @@ func (s *sim) check() {
 		for id, d := range s.outstanding(q) {
 			add(id, d.Msg.Group)
 		}
-		lists := [][]*simBatch{s.pending, s.held, nil}
-		for _, d := range s.applied {
-			lists[2] = append(lists[2], d.jb)
-		}
-		for _, list := range lists {
-			for _, jb := range list {
-				for _, p := range jb.parts {
-					if p.b == nil || p.q != q {
-						continue
-					}
-					for _, op := range p.b.Ops {
-						if op.Kind == OpDelete {
-							add(op.Msg.ID, op.Msg.Group)
-						}
+		for _, jb := range s.unfinished() {
+			for _, p := range jb.parts {
+				if p.b == nil || p.q != q {
+					continue
+				}
+				for _, op := range p.b.Ops {
+					if op.Kind == OpDelete {
+						add(op.Msg.ID, op.Msg.Group)
 					}
 				}
 			}

@@ -144,14 +144,21 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 		return errno(err)
 	}
 	out.FromStat(&s)
-	if h.st != nil {
-		h.lfs.mu.Lock()
-		if h.st.dirty {
-			out.Size = uint64(h.st.size)
-		}
-		h.lfs.mu.Unlock()
+	if size, ok := h.unsyncedSize(); ok {
+		out.Size = size
 	}
 	return 0
+}
+
+// unsyncedSize is the file's size with its unsynced writes, when it has
+// any (the backing file does not know them).
+func (h *handle) unsyncedSize() (uint64, bool) {
+	if h.st == nil {
+		return 0, false
+	}
+	h.lfs.mu.Lock()
+	defer h.lfs.mu.Unlock()
+	return uint64(h.st.size), h.st.dirty
 }
 
 func (h *handle) Statx(ctx context.Context, flags uint32, mask uint32, out *fuse.StatxOut) syscall.Errno {
@@ -160,12 +167,8 @@ func (h *handle) Statx(ctx context.Context, flags uint32, mask uint32, out *fuse
 		return errno(err)
 	}
 	out.FromStatx(&s)
-	if h.st != nil {
-		h.lfs.mu.Lock()
-		if h.st.dirty {
-			out.Size = uint64(h.st.size)
-		}
-		h.lfs.mu.Unlock()
+	if size, ok := h.unsyncedSize(); ok {
+		out.Size = size
 	}
 	return 0
 }
