@@ -34,6 +34,7 @@ type outItem struct {
 	// written as the dropped-before header.
 	sub   *subscription
 	drops int
+	stats *topicStats // its topic's counters (a drop counts there)
 }
 
 // session is one STOMP connection: a reader (the run goroutine), which
@@ -269,7 +270,7 @@ func (s *session) deliverQueue(f *stomp.Frame, autoAck *delivery) {
 // topic message instead, and every dropped message is announced exactly once,
 // by the dropped-before header of the next message of the same subscription:
 // one already queued, else the next one queued for it. Never a silent gap.
-func (s *session) deliverTopic(sub *subscription, f *stomp.Frame) bool {
+func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame) bool {
 	limit := s.b.cfg.Topics.SubscriberBuffer
 	s.outMu.Lock()
 	if s.ending {
@@ -289,7 +290,7 @@ func (s *session) deliverTopic(sub *subscription, f *stomp.Frame) bool {
 		s.slowDrops.Add(1)
 		s.b.stats.slowDrops.Add(1)
 	}
-	it := outItem{f: f, topic: true, sub: sub}
+	it := outItem{f: f, topic: true, sub: sub, stats: st}
 	if n := s.pendingDrops[sub]; n > 0 {
 		it.drops = n
 		delete(s.pendingDrops, sub)
@@ -314,6 +315,9 @@ func (s *session) dropOldestTopicLocked() {
 			continue
 		}
 		lost := it.drops + 1
+		if it.stats != nil {
+			it.stats.dropped.Add(1)
+		}
 		s.out = append(s.out[:i], s.out[i+1:]...)
 		s.topicQ--
 		for j := i; j < len(s.out); j++ {

@@ -115,7 +115,7 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 	}
 	deliver := func(sub *subscription) {
 		f := topicFrame(sub, dest, id, headers, body)
-		if sub.s.deliverTopic(sub, f) {
+		if sub.s.deliverTopic(sub, st, f) {
 			st.out.Add(1)
 			b.stats.topicOut.Add(1)
 		} else {
@@ -171,7 +171,7 @@ func (b *Broker) sendLastValues(sub *subscription) {
 			return true
 		}
 		if lv := v.(*topicStats).last.Load(); lv != nil {
-			sub.s.deliverTopic(sub, topicFrame(sub, prefixTopic+name, lv.id, lv.headers, lv.body, stomp.Header{Key: "last-value", Value: "true"}))
+			sub.s.deliverTopic(sub, v.(*topicStats), topicFrame(sub, prefixTopic+name, lv.id, lv.headers, lv.body, stomp.Header{Key: "last-value", Value: "true"}))
 		}
 		return true
 	})

@@ -217,6 +217,9 @@ func TestTopic_DropOldestAnnounced(t *testing.T) {
 	if conn.SlowDrops != uint64(lost) {
 		t.Fatalf("connection from %s: got slow_drops %d, want %d", peer, conn.SlowDrops, lost)
 	}
+	if v := topicView(tb, "burst"); v.Dropped != uint64(lost) {
+		t.Fatalf("topic burst: got dropped_total %d, want %d (the messages lost)", v.Dropped, lost)
+	}
 }
 
 // Two topic subscriptions on one slow connection: a dropped message of one
