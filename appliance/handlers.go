@@ -499,6 +499,16 @@ func (s *session) ackResult(f *stomp.Frame) (ackResult, bool) {
 		if sub == nil && !strings.HasPrefix(token, "t") {
 			s.b.stats.staleAcks.Add(1)
 			s.log.Debug("ack for no held message ignored", "token", token)
+			// Count it on the queue that has the message (a former
+			// holder acking after an ack timeout), if one of this
+			// connection's queues has it.
+			if id, _, ok := parseToken(token, byID); ok {
+				for _, cand := range s.subs {
+					if cand.kind == destQueue && cand.q.noteStale(id) {
+						break
+					}
+				}
+			}
 		}
 		return ackResult{stale: true}, true
 	}

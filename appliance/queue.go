@@ -404,6 +404,14 @@ func parseToken(token string, byID bool) (id uint64, attempt int, ok bool) {
 	return id, attempt, true
 }
 
+// noteStale counts a stale ACK or NACK of message id on this queue when the
+// queue has that message.
+func (q *queue) noteStale(id uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.core.NoteStale(id)
+}
+
 // holds reports whether sub holds message id.
 func (q *queue) holds(sub *subscription, id uint64) bool {
 	q.mu.Lock()

@@ -503,6 +503,16 @@ func (c *Core) Unsubscribe(con *Consumer, now int64) {
 // Consumers is the number of subscribed consumers.
 func (c *Core) Consumers() int { return len(c.consumers) }
 
+// NoteStale counts a stale ack of message id when the queue has the
+// message (its holder changed); false when it does not.
+func (c *Core) NoteStale(id uint64) bool {
+	if c.byID[id] == nil {
+		return false
+	}
+	c.StaleAcks++
+	return true
+}
+
 // Holds reports whether con holds message id.
 func (c *Core) Holds(con *Consumer, id uint64) bool {
 	d := c.flight[id]
