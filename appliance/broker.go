@@ -75,6 +75,7 @@ type Broker struct {
 type brokerStats struct {
 	connections, refused, slowDrops, staleAcks, dedupHits, deadLettered atomic.Uint64
 	topicIn, topicOut, tempDropped                                      atomic.Uint64
+	outputWaits                                                         atomic.Uint64 // readers held by stomp.max_output_bytes
 }
 
 // New returns a Broker with defaults applied; Open recovers the journal.

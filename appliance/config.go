@@ -55,6 +55,7 @@ type StompConfig struct {
 	ConnectTimeout   Duration `toml:"connect_timeout" json:"connect_timeout"`
 	WriteTimeout     Duration `toml:"write_timeout" json:"write_timeout"`
 	MaxTxFrames      int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
+	MaxOutputBytes   int64    `toml:"max_output_bytes" json:"max_output_bytes"`
 }
 
 // JournalConf configures the SQLite journal.
@@ -146,8 +147,9 @@ func (c QueueConfig) For(name string) QueueConfig {
 
 // TopicConfig configures topic fan-out.
 type TopicConfig struct {
-	SubscriberBuffer int    `toml:"subscriber_buffer" json:"subscriber_buffer"`
-	SlowSubscriber   string `toml:"slow_subscriber" json:"slow_subscriber"`
+	SubscriberBuffer      int    `toml:"subscriber_buffer" json:"subscriber_buffer"`
+	SubscriberBufferBytes int64  `toml:"subscriber_buffer_bytes" json:"subscriber_buffer_bytes"`
+	SlowSubscriber        string `toml:"slow_subscriber" json:"slow_subscriber"`
 	// LastValue keeps the last message of every topic (in memory) and gives
 	// it to a new subscriber first, marked last-value:true.
 	LastValue bool `toml:"last_value" json:"last_value"`
@@ -208,6 +210,7 @@ func DefaultConfig() Config {
 			ConnectTimeout:   Duration{10 * time.Second},
 			WriteTimeout:     Duration{30 * time.Second},
 			MaxTxFrames:      10000,
+			MaxOutputBytes:   64 << 20,
 		},
 		Journal: JournalConf{
 			Sync:          "full",
@@ -231,8 +234,9 @@ func DefaultConfig() Config {
 			MaxQueues:       10000,
 		},
 		Topics: TopicConfig{
-			SubscriberBuffer: 8192,
-			SlowSubscriber:   "disconnect",
+			SubscriberBuffer:      8192,
+			SubscriberBufferBytes: 64 << 20,
+			SlowSubscriber:        "disconnect",
 		},
 		Log: LogConfig{Level: "info", Format: "text"},
 	}
@@ -312,6 +316,11 @@ func (c *Config) Validate() error {
 			bad("%s: must be positive, got %d", name, v)
 		}
 	}
+	pos64 := func(name string, v int64) {
+		if v <= 0 {
+			bad("%s: must be positive, got %d", name, v)
+		}
+	}
 	pos("stomp.max_connections", c.Stomp.MaxConnections)
 	pos("stomp.max_subscriptions", c.Stomp.MaxSubscriptions)
 	pos("stomp.max_header_bytes", c.Stomp.MaxHeaderBytes)
@@ -319,6 +328,7 @@ func (c *Config) Validate() error {
 	pos("stomp.max_header_line", c.Stomp.MaxHeaderLine)
 	pos("stomp.max_body_bytes", c.Stomp.MaxBodyBytes)
 	pos("stomp.max_transaction_frames", c.Stomp.MaxTxFrames)
+	pos64("stomp.max_output_bytes", c.Stomp.MaxOutputBytes)
 	pos("queues.prefetch", c.Queues.Prefetch)
 	pos("queues.auto_prefetch", c.Queues.AutoPrefetch)
 	pos("queues.max_deliveries", c.Queues.MaxDeliveries)
@@ -326,6 +336,7 @@ func (c *Config) Validate() error {
 	pos("queues.dedup_max", c.Queues.DedupMax)
 	pos("queues.max_queues", c.Queues.MaxQueues)
 	pos("topics.subscriber_buffer", c.Topics.SubscriberBuffer)
+	pos64("topics.subscriber_buffer_bytes", c.Topics.SubscriberBufferBytes)
 	if c.Queues.RedeliveryMax.Duration < c.Queues.RedeliveryMin.Duration {
 		bad("queues.redelivery_delay_max (%s) is below redelivery_delay_min (%s)", c.Queues.RedeliveryMax, c.Queues.RedeliveryMin)
 	}

@@ -19,6 +19,7 @@ var transportHeaders = map[string]bool{
 
 // handle processes one client frame; false ends the session.
 func (s *session) handle(f *stomp.Frame) bool {
+	s.waitOutput()
 	if !s.connected.Load() {
 		if f.Command != stomp.CmdConnect && f.Command != stomp.CmdStomp {
 			s.fail(f, "expected CONNECT", fmt.Sprintf("The first frame must be CONNECT or STOMP, got %s.", f.Command))

@@ -35,6 +35,17 @@ type outItem struct {
 	sub   *subscription
 	drops int
 	stats *topicStats // its topic's counters (a drop counts there)
+	size  int64       // bytes it weighs in the output budget
+}
+
+// frameSize is what a frame weighs in a connection's output budget: about
+// its encoded size.
+func frameSize(f *stomp.Frame) int64 {
+	n := len(f.Command) + len(f.Body) + 4
+	for _, h := range f.Headers {
+		n += len(h.Key) + len(h.Value) + 2
+	}
+	return int64(n)
 }
 
 // session is one STOMP connection: a reader (the run goroutine), which
@@ -57,9 +68,12 @@ type session struct {
 	hbSend    time.Duration // we beat at least this often
 	hbRecv    time.Duration // the client beats at least this often
 
-	outMu  sync.Mutex
-	out    []outItem
-	topicQ int
+	outMu    sync.Mutex
+	out      []outItem
+	outBytes int64         // frames queued or being written (stomp.max_output_bytes)
+	drained  chan struct{} // closed and replaced each time the writer wrote a batch
+	topicQ   int
+	topicB   int64 // bytes of the topic messages queued (topics.subscriber_buffer_bytes)
 	// dropped topic messages not yet announced, by subscription: the
 	// subscription had no later message queued when they were dropped; its
 	// next one carries the count.
@@ -94,6 +108,7 @@ func newSession(b *Broker, c net.Conn) *session {
 		peer:    c.RemoteAddr().String(),
 		r:       stomp.NewReader(countingReader{c, nil}, b.limits),
 		wake:    make(chan struct{}, 1),
+		drained: make(chan struct{}),
 		stopW:   make(chan struct{}),
 		subs:    map[string]*subscription{},
 		txs:     map[string]*transaction{},
@@ -242,6 +257,8 @@ func (s *session) push(it outItem) bool {
 		s.outMu.Unlock()
 		return false
 	}
+	it.size = frameSize(it.f)
+	s.outBytes += it.size
 	s.out = append(s.out, it)
 	if it.last {
 		s.ending = true
@@ -271,32 +288,37 @@ func (s *session) deliverQueue(f *stomp.Frame, autoAck *delivery) {
 // by the dropped-before header of the next message of the same subscription:
 // one already queued, else the next one queued for it. Never a silent gap.
 func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame) bool {
-	limit := s.b.cfg.Topics.SubscriberBuffer
+	limit, byteLimit := s.b.cfg.Topics.SubscriberBuffer, s.b.cfg.Topics.SubscriberBufferBytes
+	size := frameSize(f)
 	s.outMu.Lock()
 	if s.ending {
 		s.outMu.Unlock()
 		return false
 	}
-	if s.topicQ >= limit {
+	for s.topicQ >= limit || (s.topicQ > 0 && s.topicB+size > byteLimit) {
 		if s.b.cfg.Topics.SlowSubscriber != "drop-oldest" {
 			s.outMu.Unlock()
 			s.slowDrops.Add(1)
 			s.b.stats.slowDrops.Add(1)
-			s.log.Warn("slow subscriber dropped", "buffered", limit)
-			s.drop("slow consumer", fmt.Sprintf("More than %d topic messages were waiting for this connection (topics.subscriber_buffer); it is closed so that other subscribers are not slowed.", limit))
+			s.log.Warn("slow subscriber dropped", "buffered", limit, "buffered_bytes", byteLimit)
+			s.drop("slow consumer", fmt.Sprintf("More than %d topic messages or %d bytes were waiting for this connection (topics.subscriber_buffer, topics.subscriber_buffer_bytes); it is closed so that other subscribers are not slowed.", limit, byteLimit))
 			return false
 		}
-		s.dropOldestTopicLocked()
+		if !s.dropOldestTopicLocked() {
+			break
+		}
 		s.slowDrops.Add(1)
 		s.b.stats.slowDrops.Add(1)
 	}
-	it := outItem{f: f, topic: true, sub: sub, stats: st}
+	it := outItem{f: f, topic: true, sub: sub, stats: st, size: size}
 	if n := s.pendingDrops[sub]; n > 0 {
 		it.drops = n
 		delete(s.pendingDrops, sub)
 	}
 	s.out = append(s.out, it)
 	s.topicQ++
+	s.topicB += size
+	s.outBytes += size
 	s.outMu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -308,7 +330,7 @@ func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame
 // dropOldestTopicLocked removes the oldest queued topic message and hands
 // its count (itself and the drops it carried) to the next message of its
 // subscription. s.outMu is held.
-func (s *session) dropOldestTopicLocked() {
+func (s *session) dropOldestTopicLocked() bool {
 	for i := range s.out {
 		it := s.out[i]
 		if !it.topic {
@@ -320,18 +342,21 @@ func (s *session) dropOldestTopicLocked() {
 		}
 		s.out = append(s.out[:i], s.out[i+1:]...)
 		s.topicQ--
+		s.topicB -= it.size
+		s.outBytes -= it.size
 		for j := i; j < len(s.out); j++ {
 			if s.out[j].topic && s.out[j].sub == it.sub {
 				s.out[j].drops += lost
-				return
+				return true
 			}
 		}
 		if s.pendingDrops == nil {
 			s.pendingDrops = map[*subscription]int{}
 		}
 		s.pendingDrops[it.sub] += lost
-		return
+		return true
 	}
+	return false
 }
 
 // forgetDrops discards the unannounced drops of an ended subscription: it
@@ -394,7 +419,7 @@ func (s *session) writer() {
 		}
 		s.outMu.Lock()
 		items, s.out = s.out, items[:0]
-		s.topicQ = 0
+		s.topicQ, s.topicB = 0, 0
 		s.outMu.Unlock()
 		if len(items) == 0 {
 			if stopping {
@@ -446,12 +471,15 @@ func (s *session) writer() {
 		}
 		lastWrite = time.Now()
 		acks = acks[:0]
+		var written int64
 		for i := range items {
 			if items[i].autoAck != nil {
 				acks = append(acks, items[i].autoAck)
 			}
+			written += items[i].size
 			items[i] = outItem{}
 		}
+		s.wrote(written)
 		if len(acks) > 0 {
 			autoAcked(acks)
 		}
@@ -467,11 +495,46 @@ func (s *session) writer() {
 	}
 }
 
+// wrote takes n written bytes off the output budget and wakes a reader
+// waiting for room (see waitOutput).
+func (s *session) wrote(n int64) {
+	s.outMu.Lock()
+	s.outBytes -= n
+	close(s.drained)
+	s.drained = make(chan struct{})
+	s.outMu.Unlock()
+}
+
+// waitOutput holds the reader while the frames waiting for the writer
+// weigh more than stomp.max_output_bytes: a client that sends but does not
+// read (its RECEIPTs, its MESSAGEs) is not read either (TCP backpressure)
+// until the writer's write timeout ends it.
+func (s *session) waitOutput() {
+	limit := s.b.cfg.Stomp.MaxOutputBytes
+	counted := false
+	for {
+		s.outMu.Lock()
+		if s.outBytes <= limit || s.ending {
+			s.outMu.Unlock()
+			return
+		}
+		ch := s.drained
+		s.outMu.Unlock()
+		if !counted {
+			counted = true
+			s.b.stats.outputWaits.Add(1)
+		}
+		<-ch
+	}
+}
+
 func (s *session) writeFailed(err error) {
 	s.log.Info("write failed; closing connection", "err", err)
 	s.outMu.Lock()
 	s.ending = true
 	s.out = nil
+	close(s.drained) // a reader waiting for room goes on, and ends
+	s.drained = make(chan struct{})
 	s.outMu.Unlock()
 	s.conn.Close()
 }

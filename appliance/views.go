@@ -69,6 +69,7 @@ type StatsView struct {
 	DeadLettered     uint64   `json:"dead_lettered_total"`
 	TopicIn          uint64   `json:"topic_messages_in_total"`
 	TopicOut         uint64   `json:"topic_messages_out_total"`
+	OutputWaits      uint64   `json:"output_backpressure_total"`
 	DiskLow          bool     `json:"disk_low"`
 	Listeners        []string `json:"listeners"`
 }
@@ -92,6 +93,7 @@ func (b *Broker) Stats() StatsView {
 		DeadLettered:     b.stats.deadLettered.Load(),
 		TopicIn:          b.stats.topicIn.Load(),
 		TopicOut:         b.stats.topicOut.Load(),
+		OutputWaits:      b.stats.outputWaits.Load(),
 		DiskLow:          b.diskLow.Load(),
 		Listeners:        ls,
 	}

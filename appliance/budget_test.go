@@ -1,0 +1,129 @@
+package appliance_test
+
+import (
+	"bytes"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+)
+
+// heapInUse is the Go heap in use after a GC.
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// flood writes frame over c again and again, never reading, until total
+// bytes are written or a write blocks for 2 s (the server stopped reading).
+// It returns the bytes written and whether it was blocked.
+func flood(c net.Conn, frame []byte, total int) (int, bool) {
+	var buf bytes.Buffer
+	for buf.Len() < 256<<10 {
+		buf.Write(frame)
+	}
+	chunk := buf.Bytes()
+	sent := 0
+	for sent < total {
+		c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		n, err := c.Write(chunk)
+		sent += n
+		if err != nil {
+			var ne net.Error
+			return sent, errorsAs(err, &ne) && ne.Timeout()
+		}
+	}
+	return sent, false
+}
+
+func errorsAs(err error, ne *net.Error) bool {
+	e, ok := err.(net.Error)
+	if ok {
+		*ne = e
+	}
+	return ok
+}
+
+// probeRTT is the round trip of a durable SEND with receipt on its own
+// connection.
+func probeRTT(t *testing.T, tb *testBroker) time.Duration {
+	t.Helper()
+	c := tb.Dial(t)
+	defer c.Close()
+	start := time.Now()
+	if _, err := c.SendReceipt(ctxT(t), "/queue/probe", []byte("ping")); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	return time.Since(start)
+}
+
+// A client that sends frames with receipts and never reads its socket is
+// not read either once its unwritten frames pass stomp.max_output_bytes:
+// the daemon's heap stays bounded, the attack is counted, and another
+// client is served as before.
+func TestBudget_NonReadingClientIsNotRead(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.MaxOutputBytes = 1 << 20
+		c.Stomp.WriteTimeout = appliance.Duration{Duration: 3 * time.Second}
+	})
+	base := probeRTT(t, tb)
+	heap0 := heapInUse()
+	r := dialRaw(t, tb)
+	r.connect("1.2")
+	// 64 MiB of topic SENDs, each asking for a RECEIPT (~40 bytes of
+	// frames in memory per 60 sent), none of which the client reads.
+	sent, blocked := flood(r.c, []byte("SEND\ndestination:/topic/void\nreceipt:r\n\nx\x00"), 64<<20)
+	grown := heapInUse() - heap0
+	if !blocked {
+		t.Fatalf("the server read all %d bytes of a client that never reads", sent)
+	}
+	if grown > 24<<20 {
+		t.Fatalf("heap grew %d KiB for a non-reading client (sent %d KiB), want at most 24 MiB", grown>>10, sent>>10)
+	}
+	if n := tb.B.Stats().OutputWaits; n == 0 {
+		t.Fatal("output_backpressure_total is 0 after a non-reading client was held")
+	}
+	if rtt := probeRTT(t, tb); rtt > 20*base+200*time.Millisecond {
+		t.Fatalf("probe round trip %s beside the attack, baseline %s", rtt, base)
+	}
+	// The write timeout ends the attacker.
+	waitFor(t, 15*time.Second, "the non-reading connection closed", func() bool { return tb.B.Stats().Connections == 0 })
+}
+
+// A topic subscriber that does not read loses its oldest messages (or its
+// connection) once they weigh more than topics.subscriber_buffer_bytes,
+// however few they are.
+func TestBudget_TopicSubscriberBufferBytes(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Topics.SubscriberBufferBytes = 2 << 20
+		c.Topics.SlowSubscriber = "drop-oldest"
+	})
+	slow := dialRaw(t, tb)
+	slow.connect("1.2")
+	slow.write("SUBSCRIBE\nid:1\ndestination:/topic/big\nreceipt:ok\n\n\x00")
+	if f := slow.frame(); f.Command != "RECEIPT" {
+		t.Fatalf("got %s, want RECEIPT", f.Command)
+	}
+	heap0 := heapInUse()
+	p := tb.Dial(t)
+	body := []byte(strings.Repeat("b", 256<<10))
+	for range 400 { // 100 MiB, fewer messages than subscriber_buffer
+		if err := p.Send("/topic/big", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.SendReceipt(ctxT(t), "/topic/big", []byte("end")); err != nil {
+		t.Fatal(err)
+	}
+	if grown := heapInUse() - heap0; grown > 48<<20 {
+		t.Fatalf("heap grew %d KiB for a subscriber that does not read 100 MiB, want at most 48 MiB", grown>>10)
+	}
+	if v := topicView(tb, "big"); v.Dropped == 0 {
+		t.Fatalf("topic big: dropped_total 0, want the messages over 2 MiB dropped")
+	}
+}
