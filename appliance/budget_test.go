@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
 )
 
 // heapInUse is the Go heap in use after a GC.
@@ -125,5 +126,44 @@ func TestBudget_TopicSubscriberBufferBytes(t *testing.T) {
 	}
 	if v := topicView(tb, "big"); v.Dropped == 0 {
 		t.Fatalf("topic big: dropped_total 0, want the messages over 2 MiB dropped")
+	}
+}
+
+// Open transactions are bounded per connection in bytes, headers included:
+// many tiny headers cost what they weigh, and two transactions share one
+// budget.
+func TestBudget_TransactionBytes(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Stomp.MaxTxBytes = 1 << 20 })
+	r := dialRaw(t, tb)
+	r.connect("1.2")
+	var frame strings.Builder
+	frame.WriteString("SEND\ndestination:/queue/tx\n")
+	for i := range 50 {
+		frame.WriteString("h" + strconvFormat(int64(i)) + ":v\n")
+	}
+	r.write("BEGIN\ntransaction:a\n\n\x00BEGIN\ntransaction:b\n\n\x00")
+	sent := 0
+	var errFrame *stomp.Frame
+	for sent < 5000 && errFrame == nil {
+		tx := "a"
+		if sent%2 == 1 {
+			tx = "b"
+		}
+		r.write(frame.String() + "transaction:" + tx + "\nreceipt:" + strconvFormat(int64(sent)) + "\n\n\x00")
+		if f := r.frame(); f.Command == "ERROR" {
+			errFrame = f
+		}
+		sent++
+	}
+	if errFrame == nil {
+		t.Fatalf("%d buffered frames of 50 headers accepted with max_transaction_bytes 1 MiB", sent)
+	}
+	if errFrame.Get("message") != "transaction too large" || !strings.Contains(string(errFrame.Body), "stomp.max_transaction_bytes") {
+		t.Fatalf("got ERROR %q %q, want transaction too large naming stomp.max_transaction_bytes", errFrame.Get("message"), errFrame.Body)
+	}
+	// Each frame weighs at least 50 headers x 32 bytes: far fewer than
+	// 5000 fit in 1 MiB, across both transactions.
+	if sent > (1<<20)/(50*32)+1 {
+		t.Fatalf("%d frames accepted before the ERROR, want at most %d", sent, (1<<20)/(50*32)+1)
 	}
 }

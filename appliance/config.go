@@ -56,6 +56,7 @@ type StompConfig struct {
 	WriteTimeout     Duration `toml:"write_timeout" json:"write_timeout"`
 	MaxTxFrames      int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
 	MaxOutputBytes   int64    `toml:"max_output_bytes" json:"max_output_bytes"`
+	MaxTxBytes       int64    `toml:"max_transaction_bytes" json:"max_transaction_bytes"`
 }
 
 // JournalConf configures the SQLite journal.
@@ -211,6 +212,7 @@ func DefaultConfig() Config {
 			WriteTimeout:     Duration{30 * time.Second},
 			MaxTxFrames:      10000,
 			MaxOutputBytes:   64 << 20,
+			MaxTxBytes:       64 << 20,
 		},
 		Journal: JournalConf{
 			Sync:          "full",
@@ -329,6 +331,7 @@ func (c *Config) Validate() error {
 	pos("stomp.max_body_bytes", c.Stomp.MaxBodyBytes)
 	pos("stomp.max_transaction_frames", c.Stomp.MaxTxFrames)
 	pos64("stomp.max_output_bytes", c.Stomp.MaxOutputBytes)
+	pos64("stomp.max_transaction_bytes", c.Stomp.MaxTxBytes)
 	pos("queues.prefetch", c.Queues.Prefetch)
 	pos("queues.auto_prefetch", c.Queues.AutoPrefetch)
 	pos("queues.max_deliveries", c.Queues.MaxDeliveries)

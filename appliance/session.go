@@ -84,8 +84,9 @@ type session struct {
 	stopW        chan struct{}
 
 	// reader goroutine only
-	subs map[string]*subscription
-	txs  map[string]*transaction
+	subs    map[string]*subscription
+	txs     map[string]*transaction
+	txBytes int64 // weight of every open transaction's frames (stomp.max_transaction_bytes)
 
 	jpending atomic.Int64 // journal batches submitted, not completed
 	nsubs    atomic.Int32 // len(subs), readable by admin

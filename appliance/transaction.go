@@ -7,15 +7,19 @@ import (
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
-// maxTxBytes bounds the bodies one transaction may buffer.
-const maxTxBytes = 64 << 20
+// txWeight is what a buffered frame weighs against
+// stomp.max_transaction_bytes: its encoded size plus the memory its parsed
+// headers take, so that many tiny headers count as much as they cost.
+func txWeight(f *stomp.Frame) int64 {
+	return frameSize(f) + 64 + 32*int64(len(f.Headers))
+}
 
 // transaction buffers the SEND, ACK and NACK frames of BEGIN..COMMIT. At
 // COMMIT they are applied in one journal batch: all or nothing. ABORT and
 // disconnect discard them.
 type transaction struct {
 	frames []*stomp.Frame
-	bytes  int
+	bytes  int64 // txWeight of frames
 }
 
 func (s *session) onBegin(f *stomp.Frame) bool {
@@ -45,6 +49,7 @@ func (s *session) onAbort(f *stomp.Frame) bool {
 		s.fail(f, "no such transaction", fmt.Sprintf("Transaction %q is not open on this connection.", id))
 		return false
 	}
+	s.txBytes -= s.txs[id].bytes
 	delete(s.txs, id)
 	s.receipt(f)
 	return true
@@ -56,8 +61,9 @@ func (s *session) buffer(id string, f *stomp.Frame) bool {
 		s.fail(f, "no such transaction", fmt.Sprintf("Transaction %q is not open on this connection: send BEGIN first.", id))
 		return false
 	}
-	if len(tx.frames) >= s.b.cfg.Stomp.MaxTxFrames || tx.bytes+len(f.Body) > maxTxBytes {
-		s.fail(f, "transaction too large", fmt.Sprintf("Transaction %q exceeds %d frames (stomp.max_transaction_frames) or %d body bytes; it is discarded. Commit smaller transactions.", id, s.b.cfg.Stomp.MaxTxFrames, maxTxBytes))
+	w := txWeight(f)
+	if len(tx.frames) >= s.b.cfg.Stomp.MaxTxFrames || s.txBytes+w > s.b.cfg.Stomp.MaxTxBytes {
+		s.fail(f, "transaction too large", fmt.Sprintf("Transaction %q exceeds %d frames (stomp.max_transaction_frames), or this connection's open transactions exceed %d bytes (stomp.max_transaction_bytes, headers included); it is discarded. Commit smaller transactions.", id, s.b.cfg.Stomp.MaxTxFrames, s.b.cfg.Stomp.MaxTxBytes))
 		return false
 	}
 	if f.Command == stomp.CmdSend {
@@ -71,7 +77,8 @@ func (s *session) buffer(id string, f *stomp.Frame) bool {
 		}
 	}
 	tx.frames = append(tx.frames, f)
-	tx.bytes += len(f.Body)
+	tx.bytes += w
+	s.txBytes += w
 	s.receipt(f)
 	return true
 }
@@ -86,6 +93,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		s.fail(f, "no such transaction", fmt.Sprintf("Transaction %q is not open on this connection.", id))
 		return false
 	}
+	s.txBytes -= tx.bytes
 	delete(s.txs, id)
 
 	type topicMsg struct {
