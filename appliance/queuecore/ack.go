@@ -65,32 +65,42 @@ func (c *Core) emitDirect(p pend) *Batch {
 // take removes the deliveries an ack of (id, attempt) covers from con; nil
 // (counted as a stale ack) when con holds no such delivery.
 func (c *Core) take(con *Consumer, id uint64, attempt int) []*Delivery {
+	// An unknown or stale token is refused by one map lookup, never a scan
+	// of the consumer's deliveries.
+	d := c.flight[id]
+	if d == nil || d.C != con || d.abandoned || d.ended || !d.claimed || (attempt != 0 && d.Attempt != attempt) {
+		c.StaleAcks++
+		return nil
+	}
 	idx := -1
-	for i, d := range con.inflight {
-		if d.Msg.ID == id && (attempt == 0 || d.Attempt == attempt) {
+	for i, x := range con.inflight { // acks come mostly in order: found at once
+		if x == d {
 			idx = i
 			break
 		}
 	}
-	if idx < 0 || !con.inflight[idx].claimed {
+	if idx < 0 {
 		c.StaleAcks++
 		return nil
 	}
-	var taken, kept []*Delivery
+	var taken []*Delivery
 	if con.Mode == AckClient {
-		for _, d := range con.inflight[:idx+1] {
-			if d.claimed {
-				taken = append(taken, d)
+		kept := con.inflight[:0]
+		for i, x := range con.inflight {
+			if i <= idx && x.claimed {
+				taken = append(taken, x)
 			} else {
-				kept = append(kept, d)
+				kept = append(kept, x)
 			}
 		}
-		kept = append(kept, con.inflight[idx+1:]...)
+		clear(con.inflight[len(kept):])
+		con.inflight = kept
 	} else {
-		taken = []*Delivery{con.inflight[idx]}
-		kept = append(append(kept, con.inflight[:idx]...), con.inflight[idx+1:]...)
+		taken = []*Delivery{d}
+		copy(con.inflight[idx:], con.inflight[idx+1:])
+		con.inflight[len(con.inflight)-1] = nil
+		con.inflight = con.inflight[:len(con.inflight)-1]
 	}
-	con.inflight = kept
 	for _, d := range taken {
 		d.ended = true
 		c.dropDeadline(d)

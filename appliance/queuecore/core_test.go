@@ -1,6 +1,9 @@
 package queuecore
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+)
 
 // Scripted tests of review findings on the queue (the simulation covers
 // them too; these name them).
@@ -102,3 +105,28 @@ var errTest = errTestT("journal: disk I/O error")
 type errTestT string
 
 func (e errTestT) Error() string { return string(e) }
+
+// A bogus ACK is refused without scanning the consumer's deliveries: its
+// cost does not grow with the prefetch window.
+func BenchmarkCore_StaleAck(b *testing.B) {
+	for _, inflight := range []int{10, 65535} {
+		b.Run("inflight="+strconv.Itoa(inflight), func(b *testing.B) {
+			c := New(Config{Window: inflight}, 1)
+			con := &Consumer{Prefetch: inflight, Mode: AckClientIndividual}
+			for i := 1; i <= inflight; i++ {
+				c.Committed(&Msg{ID: uint64(i), Size: 1}, false, 0)
+			}
+			c.Subscribe(con, 0)
+			for _, bt := range c.Take().Batches {
+				c.Done(bt.Seq, Result{}, nil, 0)
+			}
+			c.Take()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, stale := c.Ack(con, uint64(inflight+1+i%1000), 1, 0); !stale {
+					b.Fatal("bogus ack accepted")
+				}
+			}
+		})
+	}
+}
