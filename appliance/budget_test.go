@@ -167,3 +167,40 @@ func TestBudget_TransactionBytes(t *testing.T) {
 		t.Fatalf("%d frames accepted before the ERROR, want at most %d", sent, (1<<20)/(50*32)+1)
 	}
 }
+
+// A queue's memory window is bounded in bytes as well as in messages, also
+// right after a restart: large messages stay on disk until their turn.
+func TestBudget_MemoryWindowBytes(t *testing.T) {
+	const window = 4 << 20
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MemoryWindowBytes = window })
+	c := tb.Dial(t)
+	body := strings.Repeat("m", 256<<10)
+	sendAll(t, c, "/queue/big", 200, func(i int) string { return strconvFormat(int64(i)) + " " + body }) // 50 MiB
+	c.Close()
+	for round := range 2 {
+		v, _ := tb.B.Queue("big")
+		if max := window/(256<<10) + 2; v.InMemory > max {
+			t.Fatalf("round %d: %d messages of 256 KiB in memory, want at most %d (memory_window_bytes %d)", round, v.InMemory, max, window)
+		}
+		if round == 0 {
+			heap0 := heapInUse()
+			tb.Restart()
+			waitFor(t, 5*time.Second, "first page in", func() bool { v, _ := tb.B.Queue("big"); return v.InMemory > 0 })
+			if grown := heapInUse() - heap0; grown > 3*window {
+				t.Fatalf("heap grew %d KiB at restart with a 4 MiB window over 50 MiB of messages", grown>>10)
+			}
+		}
+	}
+	cc := tb.Dial(t)
+	sub, err := cc.SubscribeReceipt(ctxT(t), "/queue/big", "client-individual", hdr("prefetch-count", "4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		f := recv(t, sub)
+		if want := strconvFormat(int64(i)) + " "; !strings.HasPrefix(string(f.Body), want) {
+			t.Fatalf("got message %.10q, want %q...", f.Body, want)
+		}
+		ackNow(t, cc, "ACK", f)
+	}
+}

@@ -70,22 +70,23 @@ type JournalConf struct {
 
 // QueueConfig holds defaults for every queue.
 type QueueConfig struct {
-	Prefetch        int      `toml:"prefetch" json:"prefetch"`
-	AutoPrefetch    int      `toml:"auto_prefetch" json:"auto_prefetch"`
-	MaxDeliveries   int      `toml:"max_deliveries" json:"max_deliveries"`
-	RedeliveryMin   Duration `toml:"redelivery_delay_min" json:"redelivery_delay_min"`
-	RedeliveryMax   Duration `toml:"redelivery_delay_max" json:"redelivery_delay_max"`
-	AckTimeout      Duration `toml:"ack_timeout" json:"ack_timeout"`
-	DedupWindow     Duration `toml:"dedup_window" json:"dedup_window"`
-	DedupMax        int      `toml:"dedup_max" json:"dedup_max"`
-	MaxMessages     int      `toml:"max_messages" json:"max_messages"`
-	MaxBytes        int64    `toml:"max_bytes" json:"max_bytes"`
-	FullPolicy      string   `toml:"full_policy" json:"full_policy"`
-	BlockTimeout    Duration `toml:"block_timeout" json:"block_timeout"`
-	MemoryWindow    int      `toml:"memory_window" json:"memory_window"`
-	ExpiredToDLQ    bool     `toml:"expired_to_dlq" json:"expired_to_dlq"`
-	DeadLetterQueue string   `toml:"dead_letter_prefix" json:"dead_letter_prefix"`
-	MaxQueues       int      `toml:"max_queues" json:"max_queues"`
+	Prefetch          int      `toml:"prefetch" json:"prefetch"`
+	AutoPrefetch      int      `toml:"auto_prefetch" json:"auto_prefetch"`
+	MaxDeliveries     int      `toml:"max_deliveries" json:"max_deliveries"`
+	RedeliveryMin     Duration `toml:"redelivery_delay_min" json:"redelivery_delay_min"`
+	RedeliveryMax     Duration `toml:"redelivery_delay_max" json:"redelivery_delay_max"`
+	AckTimeout        Duration `toml:"ack_timeout" json:"ack_timeout"`
+	DedupWindow       Duration `toml:"dedup_window" json:"dedup_window"`
+	DedupMax          int      `toml:"dedup_max" json:"dedup_max"`
+	MaxMessages       int      `toml:"max_messages" json:"max_messages"`
+	MaxBytes          int64    `toml:"max_bytes" json:"max_bytes"`
+	FullPolicy        string   `toml:"full_policy" json:"full_policy"`
+	BlockTimeout      Duration `toml:"block_timeout" json:"block_timeout"`
+	MemoryWindow      int      `toml:"memory_window" json:"memory_window"`
+	MemoryWindowBytes int64    `toml:"memory_window_bytes" json:"memory_window_bytes"`
+	ExpiredToDLQ      bool     `toml:"expired_to_dlq" json:"expired_to_dlq"`
+	DeadLetterQueue   string   `toml:"dead_letter_prefix" json:"dead_letter_prefix"`
+	MaxQueues         int      `toml:"max_queues" json:"max_queues"`
 	// Policies override the defaults above for queues whose name matches;
 	// the first match wins. Zero fields inherit.
 	Policies []QueuePolicy `toml:"policy" json:"policies"`
@@ -221,19 +222,20 @@ func DefaultConfig() Config {
 			MinFreeBytes:  64 << 20,
 		},
 		Queues: QueueConfig{
-			Prefetch:        10,
-			AutoPrefetch:    1000,
-			MaxDeliveries:   10,
-			RedeliveryMin:   Duration{time.Second},
-			RedeliveryMax:   Duration{5 * time.Minute},
-			DedupWindow:     Duration{5 * time.Minute},
-			DedupMax:        1_000_000,
-			FullPolicy:      "block",
-			BlockTimeout:    Duration{30 * time.Second},
-			MemoryWindow:    10000,
-			ExpiredToDLQ:    true,
-			DeadLetterQueue: "DLQ.",
-			MaxQueues:       10000,
+			Prefetch:          10,
+			AutoPrefetch:      1000,
+			MaxDeliveries:     10,
+			RedeliveryMin:     Duration{time.Second},
+			RedeliveryMax:     Duration{5 * time.Minute},
+			DedupWindow:       Duration{5 * time.Minute},
+			DedupMax:          1_000_000,
+			FullPolicy:        "block",
+			BlockTimeout:      Duration{30 * time.Second},
+			MemoryWindow:      10000,
+			MemoryWindowBytes: 32 << 20,
+			ExpiredToDLQ:      true,
+			DeadLetterQueue:   "DLQ.",
+			MaxQueues:         10000,
 		},
 		Topics: TopicConfig{
 			SubscriberBuffer:      8192,
@@ -336,6 +338,7 @@ func (c *Config) Validate() error {
 	pos("queues.auto_prefetch", c.Queues.AutoPrefetch)
 	pos("queues.max_deliveries", c.Queues.MaxDeliveries)
 	pos("queues.memory_window", c.Queues.MemoryWindow)
+	pos64("queues.memory_window_bytes", c.Queues.MemoryWindowBytes)
 	pos("queues.dedup_max", c.Queues.DedupMax)
 	pos("queues.max_queues", c.Queues.MaxQueues)
 	pos("topics.subscriber_buffer", c.Topics.SubscriberBuffer)

@@ -72,6 +72,17 @@ type QueueState struct {
 	MaxID  uint64 // highest message ID in the queue
 }
 
+// PageRequest is one page-in of a queue.
+type PageRequest struct {
+	Queue string
+	Group string // only this message group's messages ("" = all)
+	After uint64 // messages with ID > After, in ID order
+	Limit int    // at most this many
+	// MaxBytes, when positive: stop after the message whose Size brings
+	// the total to MaxBytes or more (at least one message).
+	MaxBytes int64
+}
+
 // Journal is the durable store behind queues. Implementations batch every
 // submitted operation of every connection into few transactions (group
 // commit) and never reorder batches.
@@ -84,8 +95,9 @@ type Journal interface {
 	Queues(ctx context.Context) ([]QueueState, error)
 	// Load returns up to limit messages of queue with ID > after, in ID order.
 	Load(ctx context.Context, queue string, after uint64, limit int) ([]*Message, error)
-	// LoadGroup is Load for the messages of message group group only.
-	LoadGroup(ctx context.Context, queue, group string, after uint64, limit int) ([]*Message, error)
+	// Page is Load for paging a queue in: only message group r.Group's
+	// messages when set, and bounded in bytes (see PageRequest).
+	Page(ctx context.Context, r PageRequest) ([]*Message, error)
 	// Close flushes what was submitted, checkpoints and closes.
 	Close(ctx context.Context) error
 }

@@ -54,6 +54,7 @@ func newQueue(b *Broker, name string) *queue {
 	isDLQ := strings.HasPrefix(name, b.cfg.Queues.DeadLetterQueue)
 	core := queuecore.New(queuecore.Config{
 		Window:        c.MemoryWindow,
+		WindowBytes:   c.MemoryWindowBytes,
 		MaxMessages:   c.MaxMessages,
 		MaxBytes:      c.MaxBytes,
 		MaxDeliveries: c.MaxDeliveries,
@@ -331,13 +332,7 @@ func (q *queue) startPageIn(req *queuecore.PageIn) {
 }
 
 func (q *queue) pageIn(req *queuecore.PageIn) {
-	var msgs []*Message
-	var err error
-	if req.Group != "" {
-		msgs, err = q.b.j.LoadGroup(q.b.ctx, q.name, req.Group, req.After, req.Limit)
-	} else {
-		msgs, err = q.b.j.Load(q.b.ctx, q.name, req.After, req.Limit)
-	}
+	msgs, err := q.b.j.Page(q.b.ctx, PageRequest{Queue: q.name, Group: req.Group, After: req.After, Limit: req.Limit, MaxBytes: req.MaxBytes})
 	cms := make([]*queuecore.Msg, len(msgs))
 	for i, m := range msgs {
 		cms[i] = coreMsg(m)

@@ -31,33 +31,40 @@ func (s *Store) Queues(ctx context.Context) ([]appliance.QueueState, error) {
 
 // Load returns up to limit messages of queue with ID > after, in ID order.
 func (s *Store) Load(ctx context.Context, queue string, after uint64, limit int) ([]*appliance.Message, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.headers, m.body
-		FROM messages m WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`, queue, int64(after), limit)
-	return s.scanMessages(queue, rows, err)
+	return s.Page(ctx, appliance.PageRequest{Queue: queue, After: after, Limit: limit})
 }
 
-// LoadGroup is Load for the messages of one message group (index
-// messages_grp).
-func (s *Store) LoadGroup(ctx context.Context, queue, group string, after uint64, limit int) ([]*appliance.Message, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.headers, m.body
-		FROM messages m WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.grp = ? AND m.grp != '' AND m.id > ? ORDER BY m.id LIMIT ?`, queue, group, int64(after), limit)
-	return s.scanMessages(queue, rows, err)
-}
-
-func (s *Store) scanMessages(queue string, rows *sql.Rows, err error) ([]*appliance.Message, error) {
+// Page loads a page of a queue's messages in ID order: one message group's
+// only when r.Group is set (index messages_grp), and bounded in bytes by
+// r.MaxBytes (by the size column: rows past the budget are never read).
+func (s *Store) Page(ctx context.Context, r appliance.PageRequest) ([]*appliance.Message, error) {
+	const cols = `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.size, m.headers, m.body FROM messages m`
+	var rows *sql.Rows
+	var err error
+	if r.Group != "" {
+		rows, err = s.db.QueryContext(ctx, cols+` WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.grp = ? AND m.grp != '' AND m.id > ? ORDER BY m.id LIMIT ?`, r.Queue, r.Group, int64(r.After), r.Limit)
+	} else {
+		rows, err = s.db.QueryContext(ctx, cols+` WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`, r.Queue, int64(r.After), r.Limit)
+	}
+	queue := r.Queue
 	if err != nil {
 		return nil, fmt.Errorf("journal: load %s: %w", queue, err)
 	}
 	defer rows.Close()
 	var out []*appliance.Message
+	var total int64
 	for rows.Next() {
+		if r.MaxBytes > 0 && total >= r.MaxBytes {
+			break
+		}
 		m := &appliance.Message{Queue: queue}
-		var id int64
+		var id, size int64
 		var flags int
 		var hb []byte
-		if err := rows.Scan(&id, &m.Enqueued, &m.Deliveries, &m.NotBefore, &m.Expires, &m.Group, &flags, &hb, &m.Body); err != nil {
+		if err := rows.Scan(&id, &m.Enqueued, &m.Deliveries, &m.NotBefore, &m.Expires, &m.Group, &flags, &size, &hb, &m.Body); err != nil {
 			return nil, fmt.Errorf("journal: load %s: %w", queue, err)
 		}
+		total += size
 		m.ID = uint64(id)
 		if m.Headers, err = decodeHeaders(hb); err != nil {
 			return nil, fmt.Errorf("journal: load %s message %d: %w", queue, id, err)

@@ -277,7 +277,7 @@ func FuzzDecodeHeaders(f *testing.F) {
 	})
 }
 
-func TestStore_LoadGroup(t *testing.T) {
+func TestStore_PageGroup(t *testing.T) {
 	s := mustOpen(t, Config{})
 	var ops []appliance.Op
 	for i := range 30 {
@@ -290,7 +290,7 @@ func TestStore_LoadGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := s.LoadGroup(context.Background(), "q", "a", b.Ops[4].Msg.ID, 3)
+	ms, err := s.Page(context.Background(), appliance.PageRequest{Queue: "q", Group: "a", After: b.Ops[4].Msg.ID, Limit: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestStore_LoadGroup(t *testing.T) {
 		got = append(got, string(m.Body)+"/"+m.Group)
 	}
 	if strings.Join(got, " ") != "7/a 10/a 13/a" {
-		t.Fatalf("LoadGroup(q, a, after message 4, 3): got %v, want [7/a 10/a 13/a]", got)
+		t.Fatalf("Page(q, group a, after message 4, 3): got %v, want [7/a 10/a 13/a]", got)
 	}
 	// The rescan reads the group's index, not every message of the queue.
 	var plan strings.Builder

@@ -17,6 +17,7 @@ const (
 // Config is one queue's effective settings.
 type Config struct {
 	Window        int   // ready messages kept in memory; the rest is paged in
+	WindowBytes   int64 // and their bytes (Size); 0 = no byte bound
 	GroupOverflow int   // multiples of Window that blocked groups may add to memory
 	MaxMessages   int   // 0 = no limit
 	MaxBytes      int64 // 0 = no limit
@@ -220,6 +221,9 @@ func (c *Core) Committed(m *Msg, reserved bool, now int64) {
 }
 
 func (c *Core) windowFull() bool {
+	if wb := c.cfg.WindowBytes; wb > 0 && (c.ready.eligBytes >= wb || c.ready.bytes >= wb*int64(c.cfg.GroupOverflow)) {
+		return true
+	}
 	return len(c.ready.elig) >= c.cfg.Window || c.ready.n >= c.cfg.Window*c.cfg.GroupOverflow
 }
 
@@ -301,26 +305,57 @@ func (c *Core) maybePage(now int64) {
 	}
 	if from != 0 {
 		c.paging = true
-		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, seq: c.spillSeq, epoch: c.pageEpoch, Group: g, scan: true}
+		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, MaxBytes: max(c.cfg.WindowBytes, 0), seq: c.spillSeq, epoch: c.pageEpoch, Group: g, scan: true}
 		return
 	}
 	// At least 1: a window of 1 pages too.
 	if !c.spilled || len(c.ready.elig) >= max(1, c.cfg.Window*3/4) {
 		return
 	}
+	if wb := c.cfg.WindowBytes; wb > 0 && c.ready.eligBytes >= max(1, wb*3/4) {
+		return
+	}
 	// Up to Window eligible messages; messages of blocked groups may add up
 	// to (GroupOverflow-1) windows more. Beyond that, the blocked group with
 	// the most ready messages is parked, so that no number of blocked
 	// messages hides the rest of the queue.
-	limit := min(c.cfg.Window-len(c.ready.elig), c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
+	limit, maxBytes := c.pageBudget()
 	for limit < 1 && c.park() {
-		limit = min(c.cfg.Window-len(c.ready.elig), c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
+		limit, maxBytes = c.pageBudget()
 	}
 	if limit < 1 {
 		return
 	}
 	c.paging = true
-	c.out.PageIn = &PageIn{After: c.memTail, Limit: limit, seq: c.spillSeq, epoch: c.pageEpoch}
+	c.out.PageIn = &PageIn{After: c.memTail, Limit: limit, MaxBytes: maxBytes, seq: c.spillSeq, epoch: c.pageEpoch}
+}
+
+// pageBudget is how many messages, and bytes (0: no bound), a page-in may
+// load; a count below 1 means none.
+func (c *Core) pageBudget() (int, int64) {
+	limit := min(c.cfg.Window-len(c.ready.elig), c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
+	wb := c.cfg.WindowBytes
+	if wb <= 0 {
+		return limit, 0
+	}
+	maxBytes := min(wb-c.ready.eligBytes, wb*int64(c.cfg.GroupOverflow)-c.ready.bytes)
+	if maxBytes < 1 {
+		return 0, 0
+	}
+	return limit, maxBytes
+}
+
+// cutByBytes reports whether a page-in stopped at its byte budget (so it
+// says nothing of what the journal holds beyond).
+func cutByBytes(req *PageIn, msgs []*Msg) bool {
+	if req.MaxBytes <= 0 {
+		return false
+	}
+	var n int64
+	for _, m := range msgs {
+		n += m.Size
+	}
+	return n >= req.MaxBytes
 }
 
 // park drops the ready messages of the blocked group with the most of them
@@ -403,7 +438,7 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 		c.placePaged(m, now)
 	}
 	c.forgetGone()
-	if len(msgs) < req.Limit && c.spillSeq == req.seq {
+	if len(msgs) < req.Limit && !cutByBytes(req, msgs) && c.spillSeq == req.seq {
 		c.spilled = false
 	}
 	c.end(now)
@@ -429,7 +464,7 @@ func (c *Core) rescanned(req *PageIn, msgs []*Msg, now int64) {
 	}
 	// Done when the journal had no more, and nothing was committed into
 	// the hole since it was read.
-	last, done := req.After, len(msgs) < req.Limit && c.spillSeq == req.seq
+	last, done := req.After, len(msgs) < req.Limit && !cutByBytes(req, msgs) && c.spillSeq == req.seq
 	for _, m := range msgs {
 		if m.ID > c.memTail {
 			done = true

@@ -51,6 +51,10 @@ type Moved struct {
 type PageIn struct {
 	After uint64
 	Limit int
+	// MaxBytes, when positive, bounds the load too: it stops after the
+	// message whose Size brings the total to MaxBytes or more (at least
+	// one message, so a page-in always progresses).
+	MaxBytes int64
 	// Group, when set, is a rescan of a parked group: the caller may load
 	// only that group's messages (the core ignores the others).
 	Group string

@@ -11,9 +11,11 @@ import (
 // other ready messages of a group wait in that group's own list, so a
 // blocked group costs dispatch nothing however long it is.
 type readyIndex struct {
-	elig   []*Msg
-	groups map[string]*group
-	n      int // ready messages, eligible or not
+	elig      []*Msg
+	groups    map[string]*group
+	n         int   // ready messages, eligible or not
+	bytes     int64 // their Size
+	eligBytes int64 // Size of the eligible ones
 }
 
 type group struct {
@@ -33,14 +35,27 @@ func insertSorted(s []*Msg, m *Msg) []*Msg {
 	return s
 }
 
-func removeSorted(s []*Msg, m *Msg) []*Msg {
+func removeSorted(s []*Msg, m *Msg) ([]*Msg, bool) {
 	i := sort.Search(len(s), func(i int) bool { return s[i].ID >= m.ID })
 	if i < len(s) && s[i] == m {
 		copy(s[i:], s[i+1:])
 		s[len(s)-1] = nil
-		return s[:len(s)-1]
+		return s[:len(s)-1], true
 	}
-	return s
+	return s, false
+}
+
+// eligIn and eligOut keep eligBytes with the eligible list.
+func (r *readyIndex) eligIn(m *Msg) {
+	r.elig = insertSorted(r.elig, m)
+	r.eligBytes += m.Size
+}
+
+func (r *readyIndex) eligOut(m *Msg) {
+	var ok bool
+	if r.elig, ok = removeSorted(r.elig, m); ok {
+		r.eligBytes -= m.Size
+	}
 }
 
 func (r *readyIndex) group(g string) *group {
@@ -65,8 +80,9 @@ func (r *readyIndex) gc(g string, gr *group) {
 func (r *readyIndex) add(m *Msg) {
 	m.state = stReady
 	r.n++
+	r.bytes += m.Size
 	if m.Group == "" {
-		r.elig = insertSorted(r.elig, m)
+		r.eligIn(m)
 		return
 	}
 	gr := r.group(m.Group)
@@ -77,27 +93,28 @@ func (r *readyIndex) add(m *Msg) {
 	gr.ready = insertSorted(gr.ready, m)
 	if gr.held == 0 && gr.ready[0] == m {
 		if old != nil {
-			r.elig = removeSorted(r.elig, old)
+			r.eligOut(old)
 		}
-		r.elig = insertSorted(r.elig, m)
+		r.eligIn(m)
 	}
 }
 
 // remove takes ready message m out (purge, requeue).
 func (r *readyIndex) remove(m *Msg) {
 	r.n--
+	r.bytes -= m.Size
 	m.state = stNone
 	if m.Group == "" {
-		r.elig = removeSorted(r.elig, m)
+		r.eligOut(m)
 		return
 	}
 	gr := r.groups[m.Group]
 	head := gr.ready[0] == m
-	gr.ready = removeSorted(gr.ready, m)
+	gr.ready, _ = removeSorted(gr.ready, m)
 	if head && gr.held == 0 {
-		r.elig = removeSorted(r.elig, m)
+		r.eligOut(m)
 		if len(gr.ready) > 0 {
-			r.elig = insertSorted(r.elig, gr.ready[0])
+			r.eligIn(gr.ready[0])
 		}
 	}
 	r.gc(m.Group, gr)
@@ -111,6 +128,8 @@ func (r *readyIndex) pop() *Msg {
 	r.elig[0] = nil
 	r.elig = r.elig[1:]
 	r.n--
+	r.bytes -= m.Size
+	r.eligBytes -= m.Size
 	m.state = stNone
 	if m.Group != "" {
 		gr := r.groups[m.Group]
@@ -125,7 +144,7 @@ func (r *readyIndex) pop() *Msg {
 func (r *readyIndex) hold(g string) {
 	gr := r.group(g)
 	if gr.held == 0 && len(gr.ready) > 0 {
-		r.elig = removeSorted(r.elig, gr.ready[0])
+		r.eligOut(gr.ready[0])
 	}
 	gr.held++
 }
@@ -140,7 +159,7 @@ func (r *readyIndex) release(g string) {
 	if gr.held--; gr.held <= 0 {
 		gr.held = 0
 		if len(gr.ready) > 0 {
-			r.elig = insertSorted(r.elig, gr.ready[0])
+			r.eligIn(gr.ready[0])
 		}
 	}
 	r.gc(g, gr)

@@ -286,6 +286,11 @@ func (s *sim) init() {
 		ExpiredToDLQ:  r.intn(2) == 0,
 		RetryMin:      1 + int64(r.intn(10)),
 	}
+	if cfg.Window%2 == 0 {
+		// A byte window too, on half the seeds (not drawn from r: the
+		// seeds keep their schedules).
+		cfg.WindowBytes = int64(cfg.Window) * 40
+	}
 	cfg.RedeliveryMax = cfg.RedeliveryMin + int64(r.intn(int(51-cfg.RedeliveryMin)))
 	cfg.RetryMax = cfg.RetryMin + int64(r.intn(60))
 	if r.intn(3) == 0 {
@@ -730,13 +735,15 @@ func (s *sim) answerPage(q int) {
 		} else {
 			// A rescan may load the parked group's messages only (as the
 			// SQL journal does) or every message (both are allowed).
+			var loaded int64
 			onlyGroup := p.req.Group != "" && p.req.After%2 == 0 // not from s.r: the seeds keep their schedules
 			for _, id := range s.sortedIDs(q) {
 				if onlyGroup && s.rows[id].group != p.req.Group {
 					continue
 				}
-				if id > p.req.After && len(p.msgs) < p.req.Limit {
+				if id > p.req.After && len(p.msgs) < p.req.Limit && (p.req.MaxBytes <= 0 || loaded < p.req.MaxBytes) {
 					p.msgs = append(p.msgs, msgOfRow(s.rows[id]))
+					loaded += s.rows[id].size
 				}
 			}
 			ids := make([]uint64, len(p.msgs))
