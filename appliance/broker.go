@@ -373,6 +373,14 @@ func (b *Broker) watchDisk() {
 	}
 }
 
+// diskFloor is the free space below which SENDs are refused:
+// journal.min_free_bytes plus room for a checkpoint (which can need about
+// the WAL's size again, journal.wal_limit_bytes), so that acks, claims and
+// checkpoints keep working when producers are refused.
+func (b *Broker) diskFloor() int64 {
+	return b.cfg.Journal.MinFreeBytes + b.cfg.Journal.WALLimitBytes
+}
+
 // diskCheckEvery bounds how often SENDs re-read the free space.
 const diskCheckEvery = 20 * time.Millisecond
 
@@ -392,10 +400,10 @@ func (b *Broker) checkDisk(force bool) bool {
 		return b.diskLow.Load()
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
-	low := free < b.cfg.Journal.MinFreeBytes
+	low := free < b.diskFloor()
 	if low != b.diskLow.Swap(low) {
 		if low {
-			b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg.DataDir, "free_bytes", free, "floor_bytes", b.cfg.Journal.MinFreeBytes)
+			b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg.DataDir, "free_bytes", free, "floor_bytes", b.diskFloor())
 		} else {
 			b.log.Info("free disk space back above the floor: accepting queue SENDs", "dir", b.cfg.DataDir, "free_bytes", free)
 		}

@@ -57,7 +57,8 @@ func TestDiskFull_Floor(t *testing.T) {
 	dir := mountTmpfs(t, "24m")
 	tb := mustStartBroker(t, func(c *appliance.Config) {
 		c.DataDir = dir
-		c.Journal.MinFreeBytes = 12 << 20
+		c.Journal.MinFreeBytes = 8 << 20
+		c.Journal.WALLimitBytes = 4 << 20 // the floor: 12 MiB free
 	})
 	ok, err := fill(t, tb, "/queue/floor")
 	if err == nil || !strings.Contains(err.Error(), "disk full") {
