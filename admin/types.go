@@ -16,8 +16,10 @@ type Broker interface {
 	Topics() []appliance.TopicView
 	Connections() []appliance.ConnView
 	CloseConnection(id uint64, reason string) bool
-	// Peek returns the oldest n messages of queue, in flight or not.
-	Peek(ctx context.Context, queue string, n int) ([]*appliance.Message, error)
+	// Peek calls fn with the oldest n messages of queue, in flight or not,
+	// one at a time, each with at most maxBody bytes of its body and the
+	// whole body's length.
+	Peek(ctx context.Context, queue string, n, maxBody int, fn func(m *appliance.Message, bodyBytes int) error) error
 	// Purge deletes every message of queue not in flight.
 	Purge(ctx context.Context, queue string) (int, error)
 	// DeleteQueue purges and forgets queue; appliance.ErrQueueBusy if it has

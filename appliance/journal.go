@@ -86,6 +86,13 @@ type Journal interface {
 	Load(ctx context.Context, queue string, after uint64, limit int) ([]*Message, error)
 	// LoadGroup is Load for the messages of message group group only.
 	LoadGroup(ctx context.Context, queue, group string, after uint64, limit int) ([]*Message, error)
+	// LoadPrefix calls fn with up to limit messages of queue with ID > after,
+	// in ID order, one at a time as it reads them, each with at most maxBody
+	// bytes of its body (maxBody < 0: all of it) and the whole body's length
+	// in bytes. It reads no more of a body than it passes on, save a
+	// compressed body, read compressed and decompressed up to maxBody bytes.
+	// An error of fn ends the read and is returned.
+	LoadPrefix(ctx context.Context, queue string, after uint64, limit, maxBody int, fn func(m *Message, bodyBytes int) error) error
 	// Close flushes what was submitted, checkpoints and closes.
 	Close(ctx context.Context) error
 }
