@@ -195,10 +195,16 @@ func (c *Client) Requeue(ctx context.Context, name string, max int) (*QueueOp, e
 	return &v, c.get(ctx, "POST", qpath(name, "/requeue?max="+strconv.Itoa(max)), nil, &v)
 }
 
-// Topics is GET /v1/topics.
+// Topics is GET /v1/topics: the first DefaultTopics topics by name.
 func (c *Client) Topics(ctx context.Context) (*TopicList, error) {
 	var v TopicList
 	return &v, c.get(ctx, "GET", "/v1/topics", nil, &v)
+}
+
+// TopicsLimit is GET /v1/topics?limit=N.
+func (c *Client) TopicsLimit(ctx context.Context, limit int) (*TopicList, error) {
+	var v TopicList
+	return &v, c.get(ctx, "GET", "/v1/topics?limit="+strconv.Itoa(limit), nil, &v)
 }
 
 // Channels is GET /v1/channels.

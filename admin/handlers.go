@@ -26,6 +26,8 @@ const (
 	DefaultMaxBody  = 1 << 10  // bytes of each body a peek returns
 	MaxPeekBody     = 16 << 20 // most bytes of each body a peek returns (full_body)
 	maxRequestBytes = 64 << 10
+	DefaultTopics   = 1000   // topics GET /v1/topics lists
+	MaxTopics       = 100000 // most topics GET /v1/topics lists (limit)
 )
 
 // Handler returns the admin API's handler (every route of docs/admin-api.md).
@@ -369,11 +371,16 @@ func (s *Server) requeue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
-	ts := s.o.Broker.Topics()
+	limit, e := intParam(r, "limit", DefaultTopics, MaxTopics)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	ts, total := s.o.Broker.TopicsPage(limit)
 	if ts == nil {
 		ts = []appliance.TopicView{}
 	}
-	writeJSON(w, http.StatusOK, TopicList{Topics: ts})
+	writeJSON(w, http.StatusOK, TopicList{Topics: ts, Total: total})
 }
 
 func (s *Server) channelList(w http.ResponseWriter, r *http.Request) {

@@ -13,7 +13,9 @@ type Broker interface {
 	Stats() appliance.StatsView
 	Queues() []appliance.QueueView
 	Queue(name string) (appliance.QueueView, bool)
-	Topics() []appliance.TopicView
+	// TopicsPage returns the first limit topics by name and how many there
+	// are.
+	TopicsPage(limit int) ([]appliance.TopicView, int)
 	Connections() []appliance.ConnView
 	CloseConnection(id uint64, reason string) bool
 	// Peek calls fn with the oldest n messages of queue, in flight or not,
@@ -112,7 +114,8 @@ type QueueList struct {
 
 // TopicList is GET /v1/topics.
 type TopicList struct {
-	Topics []appliance.TopicView `json:"topics"`
+	Topics []appliance.TopicView `json:"topics"` // the first limit by name
+	Total  int                   `json:"total"`  // how many topics there are
 }
 
 // ChannelList is GET /v1/channels.

@@ -522,3 +522,29 @@ func TestAdminCLI_PeekTruncates(t *testing.T) {
 	}
 	runAdmin(t, s, exitUsage, "queue", "peek", "--full-body", "--max-body", "5", "big")
 }
+
+// TestAdminCLI_TopicsLimit lists the first --limit topics and says how many
+// there are.
+func TestAdminCLI_TopicsLimit(t *testing.T) {
+	d := admintest.Start(t, nil)
+	conn := d.Dial(t)
+	for i := range 4 {
+		if _, err := conn.SendReceipt(context.Background(), fmt.Sprintf("/topic/t.%d", i), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _ := runAdmin(t, d.Socket, exitOK, "topics", "--limit", "3")
+	mustContain(t, "topics --limit 3", out, "t.0", "t.2", "(3 of 4 topics shown; see --limit)")
+	if strings.Contains(out, "t.3") {
+		t.Errorf("topics --limit 3 printed a fourth topic:\n%s", out)
+	}
+	tl := decode[admin.TopicList](t, first(runAdmin(t, d.Socket, exitOK, "topics", "--json", "--limit", "2")))
+	if len(tl.Topics) != 2 || tl.Total != 4 {
+		t.Errorf("topics --json --limit 2: got %+v, want 2 topics of 4", tl)
+	}
+	out, _ = runAdmin(t, d.Socket, exitOK, "topics")
+	if strings.Contains(out, "shown") {
+		t.Errorf("topics (all shown): got %q, want no 'shown' line", out)
+	}
+	runAdmin(t, d.Socket, exitUsage, "topics", "--limit", "100001")
+}
