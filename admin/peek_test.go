@@ -49,6 +49,7 @@ func TestAPI_PeekBoundedMemory(t *testing.T) {
 				i, len(m.Body), m.BodyTruncated, m.BodyBytes, admin.DefaultMaxBody, size)
 		}
 	}
+	t.Logf("peek of %d bodies of %d bytes: allocated %d bytes, heap %+d bytes after GC", n, size, m1.TotalAlloc-m0.TotalAlloc, int64(m1.HeapAlloc)-int64(m0.HeapAlloc))
 	// Whole bodies loaded would allocate n*size (24 MiB) at least, the
 	// daemon's and the client's side together.
 	if got, limit := m1.TotalAlloc-m0.TotalAlloc, uint64(n*size/8); got > limit {

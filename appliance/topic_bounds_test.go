@@ -138,3 +138,27 @@ func TestTopic_ListingCapped(t *testing.T) {
 		t.Errorf("Topics: got %d, want %d as TopicsPage", len(all), len(ts))
 	}
 }
+
+// TestConfig_TopicBounds validates topics.idle_forget and
+// topics.last_value_max_bytes, and decodes them from TOML.
+func TestConfig_TopicBounds(t *testing.T) {
+	cfg := appliance.DefaultConfig()
+	if cfg.Topics.IdleForget.Duration != 10*time.Minute || cfg.Topics.LastValueMaxBytes != 64<<20 {
+		t.Errorf("defaults: got idle_forget %s, last_value_max_bytes %d; want 10m, %d", cfg.Topics.IdleForget, cfg.Topics.LastValueMaxBytes, 64<<20)
+	}
+	cfg.Topics.IdleForget = appliance.Duration{}
+	cfg.Topics.LastValueMaxBytes = -1
+	err := cfg.Validate()
+	for _, want := range []string{"topics.idle_forget", "topics.last_value_max_bytes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: got %v, want it to name %s", err, want)
+		}
+	}
+	cfg = appliance.DefaultConfig()
+	if err := appliance.DecodeConfig("[topics]\nidle_forget = \"30s\"\nlast_value_max_bytes = 1000\n", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Topics.IdleForget.Duration != 30*time.Second || cfg.Topics.LastValueMaxBytes != 1000 {
+		t.Errorf("decoded: got idle_forget %s, last_value_max_bytes %d; want 30s, 1000", cfg.Topics.IdleForget, cfg.Topics.LastValueMaxBytes)
+	}
+}
