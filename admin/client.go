@@ -152,10 +152,29 @@ func (c *Client) Queue(ctx context.Context, name string) (*appliance.QueueView, 
 	return &v, c.get(ctx, "GET", qpath(name, ""), nil, &v)
 }
 
-// Peek is GET /v1/queues/{name}/messages?limit=N.
+// Peek is GET /v1/queues/{name}/messages?limit=N: bodies cut at the
+// server's default (DefaultMaxBody).
 func (c *Client) Peek(ctx context.Context, name string, limit int) (*Peek, error) {
+	return c.PeekBody(ctx, name, limit, PeekOptions{MaxBody: -1})
+}
+
+// PeekOptions says how much of each body a peek returns.
+type PeekOptions struct {
+	MaxBody  int  // bytes of each body; -1: the server's default (DefaultMaxBody)
+	FullBody bool // whole bodies up to MaxPeekBody; MaxBody must then be -1
+}
+
+// PeekBody is GET /v1/queues/{name}/messages?limit=N&max_body=B&full_body=true.
+func (c *Client) PeekBody(ctx context.Context, name string, limit int, o PeekOptions) (*Peek, error) {
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	if o.MaxBody >= 0 {
+		q.Set("max_body", strconv.Itoa(o.MaxBody))
+	}
+	if o.FullBody {
+		q.Set("full_body", "true")
+	}
 	var v Peek
-	return &v, c.get(ctx, "GET", qpath(name, "/messages?limit="+strconv.Itoa(limit)), nil, &v)
+	return &v, c.get(ctx, "GET", qpath(name, "/messages?"+q.Encode()), nil, &v)
 }
 
 // Purge is POST /v1/queues/{name}/purge.
@@ -176,10 +195,16 @@ func (c *Client) Requeue(ctx context.Context, name string, max int) (*QueueOp, e
 	return &v, c.get(ctx, "POST", qpath(name, "/requeue?max="+strconv.Itoa(max)), nil, &v)
 }
 
-// Topics is GET /v1/topics.
+// Topics is GET /v1/topics: the first DefaultTopics topics by name.
 func (c *Client) Topics(ctx context.Context) (*TopicList, error) {
 	var v TopicList
 	return &v, c.get(ctx, "GET", "/v1/topics", nil, &v)
+}
+
+// TopicsLimit is GET /v1/topics?limit=N.
+func (c *Client) TopicsLimit(ctx context.Context, limit int) (*TopicList, error) {
+	var v TopicList
+	return &v, c.get(ctx, "GET", "/v1/topics?limit="+strconv.Itoa(limit), nil, &v)
 }
 
 // Channels is GET /v1/channels.

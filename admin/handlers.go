@@ -23,8 +23,11 @@ import (
 const (
 	DefaultPeek     = 10
 	MaxPeek         = 1000
-	DefaultMaxBody  = 64 << 10 // bytes of each body a peek returns
+	DefaultMaxBody  = 1 << 10  // bytes of each body a peek returns
+	MaxPeekBody     = 16 << 20 // most bytes of each body a peek returns (full_body)
 	maxRequestBytes = 64 << 10
+	DefaultTopics   = 1000   // topics GET /v1/topics lists
+	MaxTopics       = 100000 // most topics GET /v1/topics lists (limit)
 )
 
 // Handler returns the admin API's handler (every route of docs/admin-api.md).
@@ -216,35 +219,82 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	maxBody, e := intParam(r, "max_body", DefaultMaxBody, 0)
+	maxBody, e := intParam(r, "max_body", DefaultMaxBody, MaxPeekBody)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	out := Peek{Queue: name, Messages: []MessageView{}}
-	if limit > 0 {
-		ctx, cancel := s.opContext(r)
-		defer cancel()
-		msgs, err := s.o.Broker.Peek(ctx, name, limit)
-		if err != nil {
-			s.fail(w, r, err)
+	switch v := r.URL.Query().Get("full_body"); v {
+	case "", "false", "0":
+	case "true", "1":
+		if r.URL.Query().Has("max_body") {
+			writeError(w, errorf(http.StatusBadRequest, "give either full_body or max_body", "full_body with max_body"))
 			return
 		}
-		for _, m := range msgs {
-			out.Messages = append(out.Messages, messageView(m, maxBody))
-		}
-	} else if _, ok := s.o.Broker.Queue(name); !ok {
-		writeError(w, noQueue(name))
+		maxBody = MaxPeekBody
+	default:
+		writeError(w, errorf(http.StatusBadRequest, "give full_body=true or false", fmt.Sprintf("bad full_body %q", v)))
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	if limit == 0 {
+		if _, ok := s.o.Broker.Queue(name); !ok {
+			writeError(w, noQueue(name))
+			return
+		}
+		writeJSON(w, http.StatusOK, Peek{Queue: name, Messages: []MessageView{}})
+		return
+	}
+	// The answer is written one message at a time as the journal reads
+	// them: only one body (at most maxBody bytes) is in memory at once.
+	ctx, cancel := s.opContext(r)
+	defer cancel()
+	enc := json.NewEncoder(w)
+	enc.SetIndent("  ", "  ")
+	started := false
+	start := func() error {
+		started = true
+		qn, _ := json.Marshal(name)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, err := fmt.Fprintf(w, "{\"queue\": %s, \"messages\": [\n", qn)
+		return err
+	}
+	err := s.o.Broker.Peek(ctx, name, limit, maxBody, func(m *appliance.Message, bodyBytes int) error {
+		sep := ",\n"
+		if !started {
+			if err := start(); err != nil {
+				return err
+			}
+			sep = ""
+		}
+		if _, err := io.WriteString(w, sep+"  "); err != nil {
+			return err
+		}
+		return enc.Encode(messageView(m, bodyBytes, maxBody))
+	})
+	if err != nil && !started {
+		s.fail(w, r, err)
+		return
+	}
+	if err != nil {
+		// The status is sent: the answer stays unfinished (invalid JSON)
+		// so that no client takes it for the whole list.
+		s.log.Warn("admin peek failed mid-answer", "queue", name, "err", err)
+		return
+	}
+	if !started {
+		start()
+	}
+	io.WriteString(w, "]}\n")
 }
 
-func messageView(m *appliance.Message, maxBody int) MessageView {
+// messageView is m as a peek shows it; m.Body may be a prefix of the
+// message's body, whose whole length is bodyBytes.
+func messageView(m *appliance.Message, bodyBytes, maxBody int) MessageView {
 	v := MessageView{
 		ID:         m.ID,
 		Headers:    make(map[string]string, len(m.Headers)),
-		BodyBytes:  len(m.Body),
+		BodyBytes:  max(bodyBytes, len(m.Body)),
 		Deliveries: m.Deliveries,
 		EnqueuedAt: time.UnixMilli(m.Enqueued).UTC(),
 		Group:      m.Group,
@@ -257,8 +307,9 @@ func messageView(m *appliance.Message, maxBody int) MessageView {
 	}
 	body := m.Body
 	if len(body) > maxBody {
-		body, v.BodyTruncated = body[:maxBody], true
+		body = body[:maxBody]
 	}
+	v.BodyTruncated = len(body) < v.BodyBytes
 	v.Body = strings.ToValidUTF8(string(body), "\uFFFD")
 	if !utf8.Valid(body) {
 		v.BodyBase64 = base64.StdEncoding.EncodeToString(body)
@@ -320,11 +371,16 @@ func (s *Server) requeue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) topics(w http.ResponseWriter, r *http.Request) {
-	ts := s.o.Broker.Topics()
+	limit, e := intParam(r, "limit", DefaultTopics, MaxTopics)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	ts, total := s.o.Broker.TopicsPage(limit)
 	if ts == nil {
 		ts = []appliance.TopicView{}
 	}
-	writeJSON(w, http.StatusOK, TopicList{Topics: ts})
+	writeJSON(w, http.StatusOK, TopicList{Topics: ts, Total: total})
 }
 
 func (s *Server) channelList(w http.ResponseWriter, r *http.Request) {

@@ -122,6 +122,9 @@ var (
 	dDeadLettered = desc("herald_dead_lettered_total", "Messages dead-lettered, all queues.")
 	dTopicInAll   = desc("herald_topic_messages_in_all_total", "Messages published to topics, all topics.")
 	dTopicOutAll  = desc("herald_topic_messages_out_all_total", "Messages fanned out to topic subscribers, all topics.")
+	dTopicsForgot = desc("herald_topics_forgotten_total", "Idle topics forgotten (topics.idle_forget).")
+	dLVEvicted    = desc("herald_topic_last_values_evicted_total", "Topic last values dropped for topics.last_value_max_bytes.")
+	dLVBytes      = desc("herald_topic_last_value_bytes", "Weight of the topic last values kept.")
 	dDiskLow      = desc("herald_disk_low", "1 when free disk space is below journal.min_free_bytes (queues refuse SENDs).")
 	dStart        = desc("herald_start_time_seconds", "Start time of the daemon, seconds since the epoch.")
 	// Journal.
@@ -154,7 +157,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dQueueMessages, dQueueBytes, dQueueReady, dQueueInFlight, dQueueDelayed, dQueueConsumers, dQueueOldest, dQueueDLQ,
 		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
 		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
-		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dDiskLow, dStart,
+		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dLVEvicted, dLVBytes, dDiskLow, dStart,
 		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJCkpt, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
 	} {
@@ -195,7 +198,8 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(dQueueBlocked, float64(q.BlockedSends), n)
 		counter(dQueueBlockedS, q.BlockedSeconds, n)
 	}
-	for _, t := range b.Topics() {
+	ts, _ := b.TopicsPage(MaxTopics) // bounded: a scrape of every topic name could be huge
+	for _, t := range ts {
 		gauge(dTopicSubs, float64(t.Subscribers), t.Name)
 		counter(dTopicIn, float64(t.In), t.Name)
 		counter(dTopicOut, float64(t.Out), t.Name)
@@ -212,6 +216,9 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dDeadLettered, float64(st.DeadLettered))
 	counter(dTopicInAll, float64(st.TopicIn))
 	counter(dTopicOutAll, float64(st.TopicOut))
+	counter(dTopicsForgot, float64(st.TopicsForgotten))
+	counter(dLVEvicted, float64(st.LastValueEvicted))
+	gauge(dLVBytes, float64(st.LastValueBytes))
 	low := 0.0
 	if st.DiskLow {
 		low = 1

@@ -13,11 +13,15 @@ type Broker interface {
 	Stats() appliance.StatsView
 	Queues() []appliance.QueueView
 	Queue(name string) (appliance.QueueView, bool)
-	Topics() []appliance.TopicView
+	// TopicsPage returns the first limit topics by name and how many there
+	// are.
+	TopicsPage(limit int) ([]appliance.TopicView, int)
 	Connections() []appliance.ConnView
 	CloseConnection(id uint64, reason string) bool
-	// Peek returns the oldest n messages of queue, in flight or not.
-	Peek(ctx context.Context, queue string, n int) ([]*appliance.Message, error)
+	// Peek calls fn with the oldest n messages of queue, in flight or not,
+	// one at a time, each with at most maxBody bytes of its body and the
+	// whole body's length.
+	Peek(ctx context.Context, queue string, n, maxBody int, fn func(m *appliance.Message, bodyBytes int) error) error
 	// Purge deletes every message of queue not in flight.
 	Purge(ctx context.Context, queue string) (int, error)
 	// DeleteQueue purges and forgets queue; appliance.ErrQueueBusy if it has
@@ -110,7 +114,8 @@ type QueueList struct {
 
 // TopicList is GET /v1/topics.
 type TopicList struct {
-	Topics []appliance.TopicView `json:"topics"`
+	Topics []appliance.TopicView `json:"topics"` // the first limit by name
+	Total  int                   `json:"total"`  // how many topics there are
 }
 
 // ChannelList is GET /v1/channels.

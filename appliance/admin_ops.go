@@ -24,15 +24,18 @@ func (b *Broker) mustQueue(name string) (*queue, error) {
 	return q, nil
 }
 
-// Peek returns the oldest n messages of queue in order, in flight or not.
-func (b *Broker) Peek(ctx context.Context, name string, n int) ([]*Message, error) {
+// Peek calls fn with the oldest n messages of queue in order, in flight or
+// not, one at a time as the journal reads them: each with at most maxBody
+// bytes of its body (maxBody < 0: all of it) and the whole body's length.
+// An error of fn ends the peek and is returned.
+func (b *Broker) Peek(ctx context.Context, name string, n, maxBody int, fn func(m *Message, bodyBytes int) error) error {
 	if _, err := b.mustQueue(name); err != nil {
-		return nil, err
+		return err
 	}
 	if n <= 0 {
 		n = 10
 	}
-	return b.j.Load(ctx, name, 0, n)
+	return b.j.LoadPrefix(ctx, name, 0, n, maxBody, fn)
 }
 
 // Purge deletes every message of queue that is not in flight and returns

@@ -17,7 +17,8 @@ func TestAdmin_PeekPurgeDelete(t *testing.T) {
 	held := []string{string(recv(t, sub).Body), string(recv(t, sub).Body)}
 	eq(t, held, []string{"m0", "m1"})
 
-	msgs, err := tb.B.Peek(ctxT(t), "adm", 3)
+	var msgs []*appliance.Message
+	err := tb.B.Peek(ctxT(t), "adm", 3, -1, func(m *appliance.Message, _ int) error { msgs = append(msgs, m); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestAdmin_PeekPurgeDelete(t *testing.T) {
 	if n, err := tb.B.DeleteQueue(ctxT(t), "adm"); err != nil || n != 3 {
 		t.Fatalf("delete: n=%d err=%v", n, err)
 	}
-	if _, err := tb.B.Peek(ctxT(t), "adm", 1); !errors.Is(err, appliance.ErrNoQueue) {
+	if err := tb.B.Peek(ctxT(t), "adm", 1, -1, func(*appliance.Message, int) error { return nil }); !errors.Is(err, appliance.ErrNoQueue) {
 		t.Fatalf("peek deleted queue: %v", err)
 	}
 	tb.Restart()

@@ -173,8 +173,9 @@ func (b *Broker) Open(ctx context.Context) error {
 		q.run(func(now int64) { q.core.Recover(st.Count, st.Bytes, st.MaxID, now) })
 		b.log.Info("queue recovered", "queue", st.Name, "messages", st.Count, "bytes", st.Bytes)
 	}
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go b.watchDisk()
+	go b.forgetTopics()
 	go func() { defer b.wg.Done(); b.pump.run(b.pumpStop) }()
 	return nil
 }

@@ -155,6 +155,12 @@ type TopicConfig struct {
 	// LastValue keeps the last message of every topic (in memory) and gives
 	// it to a new subscriber first, marked last-value:true.
 	LastValue bool `toml:"last_value" json:"last_value"`
+	// LastValueMaxBytes bounds the memory of all last values together; the
+	// least recently updated go first, and a larger value is not kept.
+	LastValueMaxBytes int64 `toml:"last_value_max_bytes" json:"last_value_max_bytes"`
+	// IdleForget: a topic with no subscriber, no last value and no message
+	// for this long is forgotten (its counters start again from 0).
+	IdleForget Duration `toml:"idle_forget" json:"idle_forget"`
 }
 
 // AdminConfig configures the admin socket and metrics listener.
@@ -241,6 +247,8 @@ func DefaultConfig() Config {
 			SubscriberBuffer:      8192,
 			SubscriberBufferBytes: 64 << 20,
 			SlowSubscriber:        "disconnect",
+			LastValueMaxBytes:     64 << 20,
+			IdleForget:            Duration{10 * time.Minute},
 		},
 		Log: LogConfig{Level: "info", Format: "text"},
 	}
@@ -363,6 +371,12 @@ func (c *Config) Validate() error {
 	case "disconnect", "drop-oldest":
 	default:
 		bad("topics.slow_subscriber: %q: want \"disconnect\" or \"drop-oldest\"", c.Topics.SlowSubscriber)
+	}
+	if c.Topics.LastValueMaxBytes <= 0 {
+		bad("topics.last_value_max_bytes: must be positive, got %d", c.Topics.LastValueMaxBytes)
+	}
+	if c.Topics.IdleForget.Duration < time.Millisecond {
+		bad("topics.idle_forget: must be at least 1ms, got %s", c.Topics.IdleForget)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -98,6 +98,13 @@ type Journal interface {
 	// Page is Load for paging a queue in: only message group r.Group's
 	// messages when set, and bounded in bytes (see PageRequest).
 	Page(ctx context.Context, r PageRequest) ([]*Message, error)
+	// LoadPrefix calls fn with up to limit messages of queue with ID > after,
+	// in ID order, one at a time as it reads them, each with at most maxBody
+	// bytes of its body (maxBody < 0: all of it) and the whole body's length
+	// in bytes. It reads no more of a body than it passes on, save a
+	// compressed body, read compressed and decompressed up to maxBody bytes.
+	// An error of fn ends the read and is returned.
+	LoadPrefix(ctx context.Context, queue string, after uint64, limit, maxBody int, fn func(m *Message, bodyBytes int) error) error
 	// Close flushes what was submitted, checkpoints and closes.
 	Close(ctx context.Context) error
 }

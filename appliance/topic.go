@@ -1,9 +1,11 @@
 package appliance
 
 import (
+	"container/list"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/herald-mq/herald/appliance/stomp"
 )
@@ -14,8 +16,17 @@ type topicRegistry struct {
 	mu   sync.Mutex
 	snap atomic.Pointer[topicSnapshot]
 	seq  atomic.Uint64
-	// stats per topic name, for admin
+	// stats per topic name, for admin; idle names are forgotten
+	// (forgetIdle).
 	stats sync.Map // name -> *topicStats
+
+	// Last values (topics.last_value), least recently updated first, and
+	// their bytes; under mu.
+	lvOrder list.List // of *topicStats
+	lvBytes int64
+
+	lvEvicted atomic.Uint64 // last values dropped for the byte bound
+	forgotten atomic.Uint64 // idle topics forgotten
 }
 
 type topicSnapshot struct {
@@ -25,13 +36,102 @@ type topicSnapshot struct {
 
 type topicStats struct {
 	in, out, dropped atomic.Uint64
-	last             atomic.Pointer[lastValue] // with topics.last_value
+	used             atomic.Int64              // ms since epoch of its creation or last message
+	last             atomic.Pointer[lastValue] // with topics.last_value; set under topicRegistry.mu
+
+	lvElem *list.Element // in topicRegistry.lvOrder while last is set; under mu
+	lvSize int64         // last's weight; under mu
 }
 
 type lastValue struct {
 	id      string
 	headers stomp.Headers
 	body    []byte
+}
+
+// lastValueOverhead is the weight of a last value besides its name,
+// headers and body: its structs, list element and map entry.
+const lastValueOverhead = 256
+
+func (lv *lastValue) weight(name string) int64 {
+	n := len(name) + len(lv.id) + len(lv.body) + lastValueOverhead
+	for _, h := range lv.headers {
+		n += len(h.Key) + len(h.Value) + 32
+	}
+	return int64(n)
+}
+
+// setLast makes lv the last value of topic st, or drops st's last value
+// when lv alone weighs more than maxBytes; then it evicts the least
+// recently updated values while all weigh more than maxBytes. r.mu is held.
+func (r *topicRegistry) setLast(name string, st *topicStats, lv *lastValue, maxBytes int64) {
+	r.dropLast(st)
+	w := lv.weight(name)
+	if w > maxBytes {
+		r.lvEvicted.Add(1)
+		return
+	}
+	st.last.Store(lv)
+	st.lvSize = w
+	st.lvElem = r.lvOrder.PushBack(st)
+	r.lvBytes += w
+	for r.lvBytes > maxBytes {
+		r.dropLast(r.lvOrder.Front().Value.(*topicStats))
+		r.lvEvicted.Add(1)
+	}
+}
+
+// dropLast forgets st's last value, if any. r.mu is held.
+func (r *topicRegistry) dropLast(st *topicStats) {
+	if st.lvElem == nil {
+		return
+	}
+	r.lvOrder.Remove(st.lvElem)
+	r.lvBytes -= st.lvSize
+	st.lvElem, st.lvSize = nil, 0
+	st.last.Store(nil)
+}
+
+// forgetIdle drops the state of every topic with no subscriber, no last
+// value and no message since cutoff (ms since epoch), and returns how many
+// it dropped. A publish racing with it may count on the dropped state; a
+// last value never lands there (publish re-checks under mu).
+func (r *topicRegistry) forgetIdle(cutoff int64) int {
+	n := 0
+	r.stats.Range(func(k, v any) bool {
+		st := v.(*topicStats)
+		if st.used.Load() > cutoff || st.last.Load() != nil {
+			return true
+		}
+		r.mu.Lock()
+		if st.used.Load() <= cutoff && st.lvElem == nil && len(r.snap.Load().exact[k.(string)]) == 0 {
+			if r.stats.CompareAndDelete(k, v) {
+				n++
+			}
+		}
+		r.mu.Unlock()
+		return true
+	})
+	r.forgotten.Add(uint64(n))
+	return n
+}
+
+// forgetTopics runs forgetIdle every quarter of topics.idle_forget (at most
+// every minute) until the broker stops.
+func (b *Broker) forgetTopics() {
+	defer b.wg.Done()
+	idle := b.cfg.Topics.IdleForget.Duration
+	every := min(max(idle/4, time.Millisecond), time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			b.topics.forgetIdle(b.now().Add(-idle).UnixMilli())
+		case <-b.stop:
+			return
+		}
+	}
 }
 
 func newTopicRegistry() *topicRegistry {
@@ -88,31 +188,43 @@ func (r *topicRegistry) remove(sub *subscription) {
 	r.snap.Store(n)
 }
 
-func (r *topicRegistry) statsFor(name string) *topicStats {
+// statsFor returns the state of topic name, created if need be, marked
+// used at now (ms since epoch).
+func (r *topicRegistry) statsFor(name string, now int64) *topicStats {
 	if v, ok := r.stats.Load(name); ok {
-		return v.(*topicStats)
+		st := v.(*topicStats)
+		if st.used.Load() < now {
+			st.used.Store(now)
+		}
+		return st
 	}
-	v, _ := r.stats.LoadOrStore(name, &topicStats{})
+	st := &topicStats{}
+	st.used.Store(now)
+	v, _ := r.stats.LoadOrStore(name, st)
 	return v.(*topicStats)
 }
 
 // publish fans a message out to every matching subscriber and sink. Nothing
 // is stored: with no subscriber the message is gone.
 func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
-	st := b.topics.statsFor(name)
-	st.in.Add(1)
-	b.stats.topicIn.Add(1)
+	now := b.now().UnixMilli()
+	st := b.topics.statsFor(name, now)
 	id := "t" + strconv.FormatUint(b.topics.seq.Add(1), 10)
 	dest := prefixTopic + name
 	var snap *topicSnapshot
 	if b.cfg.Topics.LastValue {
 		b.topics.mu.Lock()
-		st.last.Store(&lastValue{id: id, headers: headers, body: body})
+		if v, ok := b.topics.stats.Load(name); !ok || v.(*topicStats) != st {
+			st = b.topics.statsFor(name, now) // forgotten meanwhile
+		}
+		b.topics.setLast(name, st, &lastValue{id: id, headers: headers, body: body}, b.cfg.Topics.LastValueMaxBytes)
 		snap = b.topics.snap.Load()
 		b.topics.mu.Unlock()
 	} else {
 		snap = b.topics.snap.Load()
 	}
+	st.in.Add(1)
+	b.stats.topicIn.Add(1)
 	deliver := func(sub *subscription) {
 		f := topicFrame(sub, dest, id, headers, body)
 		if sub.s.deliverTopic(sub, st, f) {

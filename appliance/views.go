@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"container/heap"
 	"sort"
 	"time"
 )
@@ -70,6 +71,9 @@ type StatsView struct {
 	TopicIn          uint64   `json:"topic_messages_in_total"`
 	TopicOut         uint64   `json:"topic_messages_out_total"`
 	OutputWaits      uint64   `json:"output_backpressure_total"`
+	TopicsForgotten  uint64   `json:"topics_forgotten_total"`          // idle topics forgotten (topics.idle_forget)
+	LastValueEvicted uint64   `json:"topic_last_values_evicted_total"` // over topics.last_value_max_bytes
+	LastValueBytes   int64    `json:"topic_last_value_bytes"`          // weight of the last values kept
 	DiskLow          bool     `json:"disk_low"`
 	Listeners        []string `json:"listeners"`
 }
@@ -83,6 +87,9 @@ func (b *Broker) Stats() StatsView {
 		ls = append(ls, l.Addr().String())
 	}
 	b.mu.Unlock()
+	b.topics.mu.Lock()
+	lvBytes := b.topics.lvBytes
+	b.topics.mu.Unlock()
 	return StatsView{
 		Connections:      n,
 		ConnectionsTotal: b.stats.connections.Load(),
@@ -94,6 +101,9 @@ func (b *Broker) Stats() StatsView {
 		TopicIn:          b.stats.topicIn.Load(),
 		TopicOut:         b.stats.topicOut.Load(),
 		OutputWaits:      b.stats.outputWaits.Load(),
+		TopicsForgotten:  b.topics.forgotten.Load(),
+		LastValueEvicted: b.topics.lvEvicted.Load(),
+		LastValueBytes:   lvBytes,
 		DiskLow:          b.diskLow.Load(),
 		Listeners:        ls,
 	}
@@ -199,6 +209,72 @@ func (b *Broker) Topics() []TopicView {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// TopicsPage returns the first limit topics by name of those Topics lists,
+// and how many there are, without building the whole list.
+func (b *Broker) TopicsPage(limit int) ([]TopicView, int) {
+	snap := b.topics.snap.Load()
+	first := &nameHeap{}
+	total := 0
+	consider := func(name string) {
+		total++
+		switch {
+		case limit <= 0:
+		case first.Len() < limit:
+			heap.Push(first, name)
+		case name < (*first)[0]:
+			(*first)[0] = name
+			heap.Fix(first, 0)
+		}
+	}
+	b.topics.stats.Range(func(k, _ any) bool {
+		consider(k.(string))
+		return true
+	})
+	known := func(name string) bool {
+		_, ok := b.topics.stats.Load(name)
+		return ok
+	}
+	for name := range snap.exact {
+		if !known(name) {
+			consider(name)
+		}
+	}
+	patterns := map[string]int{}
+	for _, s := range snap.wild {
+		patterns[s.name]++
+	}
+	for name := range patterns {
+		if _, exact := snap.exact[name]; !exact && !known(name) {
+			consider(name)
+		}
+	}
+	out := make([]TopicView, first.Len())
+	for i := len(out) - 1; i >= 0; i-- {
+		name := heap.Pop(first).(string)
+		v := TopicView{Name: name, Subscribers: len(snap.exact[name]) + patterns[name]}
+		if st, ok := b.topics.stats.Load(name); ok {
+			st := st.(*topicStats)
+			v.In, v.Out, v.Dropped = st.in.Load(), st.out.Load(), st.dropped.Load()
+		}
+		out[i] = v
+	}
+	return out, total
+}
+
+// nameHeap is a max-heap of names: the limit smallest seen so far.
+type nameHeap []string
+
+func (h nameHeap) Len() int           { return len(h) }
+func (h nameHeap) Less(i, j int) bool { return h[i] > h[j] }
+func (h nameHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *nameHeap) Push(x any)        { *h = append(*h, x.(string)) }
+func (h *nameHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Connections returns every STOMP connection, by id.

@@ -1,7 +1,9 @@
 package journal
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -38,4 +40,19 @@ func decompress(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	return d.DecodeAll(b, nil)
+}
+
+// decompressPrefix returns the first n bytes at most of the decompressed
+// form of z, decompressing no further.
+func decompressPrefix(z []byte, n int) ([]byte, error) {
+	d, err := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	var out bytes.Buffer
+	if _, err := io.Copy(&out, io.LimitReader(d, int64(n))); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }

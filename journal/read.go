@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 
 	"github.com/herald-mq/herald/appliance"
 )
@@ -80,4 +81,58 @@ func (s *Store) Page(ctx context.Context, r appliance.PageRequest) ([]*appliance
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+// LoadPrefix calls fn with up to limit messages of queue with ID > after, in
+// ID order, one row at a time, each with at most maxBody bytes of its body
+// (maxBody < 0: the whole body) and the length of its whole body. Only the
+// prefix of an uncompressed body is read from the database; a compressed
+// body is read whole (its compressed form, one row at a time) and
+// decompressed only up to maxBody bytes. The body passed to fn is not
+// retained by the journal; fn must not keep m after it returns if it wants
+// the memory back.
+func (s *Store) LoadPrefix(ctx context.Context, queue string, after uint64, limit, maxBody int, fn func(m *appliance.Message, bodyBytes int) error) error {
+	if maxBody < 0 {
+		maxBody = math.MaxInt32
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.size, m.headers,
+			CASE WHEN m.flags & ? != 0 THEN m.body ELSE substr(m.body, 1, ?) END, length(m.body)
+		FROM messages m WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`,
+		flagZstd, maxBody, queue, int64(after), limit)
+	if err != nil {
+		return fmt.Errorf("journal: load %s: %w", queue, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		m := &appliance.Message{Queue: queue}
+		var id int64
+		var flags, size, stored int
+		var hb []byte
+		if err := rows.Scan(&id, &m.Enqueued, &m.Deliveries, &m.NotBefore, &m.Expires, &m.Group, &flags, &size, &hb, &m.Body, &stored); err != nil {
+			return fmt.Errorf("journal: load %s: %w", queue, err)
+		}
+		m.ID = uint64(id)
+		if m.Headers, err = decodeHeaders(hb); err != nil {
+			return fmt.Errorf("journal: load %s message %d: %w", queue, id, err)
+		}
+		bodyBytes := stored
+		if flags&flagZstd != 0 {
+			// size is Message.Size() of the stored message: the body's
+			// length plus its headers' weight.
+			z := m.Body
+			m.Body = nil
+			bodyBytes = size - m.Size()
+			if m.Body, err = decompressPrefix(z, maxBody); err != nil {
+				return fmt.Errorf("journal: load %s message %d: %w", queue, id, err)
+			}
+			bodyBytes = max(bodyBytes, len(m.Body))
+		}
+		if v := m.Headers.Get("dedup-id"); v != "" {
+			m.DedupID = v
+		}
+		if err := fn(m, bodyBytes); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }

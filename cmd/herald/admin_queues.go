@@ -76,8 +76,15 @@ func queueCommand() *cli.Command {
 				Usage:     "print the oldest messages of a queue without consuming them",
 				ArgsUsage: "NAME",
 				Description: `Reads GET /v1/queues/{name}/messages?limit=N: the oldest N messages in
-order, in-flight ones included. Nothing is delivered or acknowledged.`,
-				Flags: adminFlags(&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Value: admin.DefaultPeek, Usage: "how many messages (at most 1000)"}),
+order, in-flight ones included. Nothing is delivered or acknowledged.
+Bodies are cut at 1 KiB (--max-body, or --full-body for whole bodies up to
+16 MiB); the table marks a cut body with "[cut]" and its BYTES column is
+the whole body's length.`,
+				Flags: adminFlags(
+					&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Value: admin.DefaultPeek, Usage: "how many messages (at most 1000)"},
+					&cli.IntFlag{Name: "max-body", Value: admin.DefaultMaxBody, Usage: "bytes of each body to fetch (at most 16 MiB)"},
+					&cli.BoolFlag{Name: "full-body", Usage: "fetch whole bodies (up to 16 MiB each)"},
+				),
 				Action: func(cCtx *cli.Context) error {
 					name, err := oneQueue(cCtx, "queue peek [flags] NAME")
 					if err != nil {
@@ -87,8 +94,18 @@ order, in-flight ones included. Nothing is delivered or acknowledged.`,
 					if limit < 0 || limit > admin.MaxPeek {
 						return usageErrorf("--limit %d: want 0 to %d", limit, admin.MaxPeek)
 					}
+					o := admin.PeekOptions{MaxBody: cCtx.Int("max-body"), FullBody: cCtx.Bool("full-body")}
+					if o.MaxBody < 0 || o.MaxBody > admin.MaxPeekBody {
+						return usageErrorf("--max-body %d: want 0 to %d", o.MaxBody, admin.MaxPeekBody)
+					}
+					if o.FullBody {
+						if cCtx.IsSet("max-body") {
+							return usageErrorf("give --full-body or --max-body, not both")
+						}
+						o.MaxBody = -1
+					}
 					return adminCall(cCtx, "queue peek "+name, func(ctx context.Context, c *admin.Client) error {
-						p, err := c.Peek(ctx, name, limit)
+						p, err := c.PeekBody(ctx, name, limit, o)
 						if err != nil {
 							return err
 						}
@@ -97,7 +114,11 @@ order, in-flight ones included. Nothing is delivered or acknowledged.`,
 						}
 						t := newTable(cCtx.App.Writer, "ID", "ENQUEUED", "DELIVERIES", "BYTES", "BODY")
 						for _, m := range p.Messages {
-							t.row(m.ID, m.EnqueuedAt.Local().Format(time.DateTime), m.Deliveries, m.BodyBytes, abbreviate(m.Body, 60))
+							body := abbreviate(m.Body, 60)
+							if m.BodyTruncated {
+								body = abbreviate(m.Body, 54) + " [cut]"
+							}
+							t.row(m.ID, m.EnqueuedAt.Local().Format(time.DateTime), m.Deliveries, m.BodyBytes, body)
 						}
 						if len(p.Messages) == 0 {
 							t.row("(empty)")

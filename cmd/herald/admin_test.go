@@ -488,3 +488,63 @@ func nack(t *testing.T, c interface{ Write(*stomp.Frame) error }, ack string) {
 		t.Fatalf("nack: %v", err)
 	}
 }
+
+// TestAdminCLI_PeekTruncates shows a cut body as such in the table and the
+// JSON, and --full-body fetches it whole.
+func TestAdminCLI_PeekTruncates(t *testing.T) {
+	d := admintest.Start(t, nil)
+	s := d.Socket
+	conn := d.Dial(t)
+	long := strings.Repeat("x", 3000)
+	if _, err := conn.SendReceipt(context.Background(), "/queue/big", []byte(long)); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := runAdmin(t, s, exitOK, "queue", "peek", "big")
+	row := lineWith(out, "xxxx")
+	if f := strings.Fields(row); len(f) < 6 || f[4] != "3000" || f[len(f)-1] != "[cut]" {
+		t.Errorf("peek row: got %q, want BYTES 3000 and a body ending in [cut]", row)
+	}
+	pk := decode[admin.Peek](t, first(runAdmin(t, s, exitOK, "queue", "peek", "--json", "big")))
+	if len(pk.Messages) != 1 || len(pk.Messages[0].Body) != admin.DefaultMaxBody || !pk.Messages[0].BodyTruncated || pk.Messages[0].BodyBytes != 3000 {
+		t.Fatalf("peek --json: got %+v, want one body of %d bytes, body_truncated, body_bytes 3000", pk, admin.DefaultMaxBody)
+	}
+	pk = decode[admin.Peek](t, first(runAdmin(t, s, exitOK, "queue", "peek", "--json", "--max-body", "10", "big")))
+	if len(pk.Messages) != 1 || pk.Messages[0].Body != long[:10] || !pk.Messages[0].BodyTruncated {
+		t.Errorf("peek --max-body 10: got %+v, want a 10-byte body, truncated", pk)
+	}
+	pk = decode[admin.Peek](t, first(runAdmin(t, s, exitOK, "queue", "peek", "--json", "--full-body", "big")))
+	if len(pk.Messages) != 1 || pk.Messages[0].Body != long || pk.Messages[0].BodyTruncated {
+		t.Errorf("peek --full-body: got body of %d bytes, truncated %v; want 3000, false", len(pk.Messages[0].Body), pk.Messages[0].BodyTruncated)
+	}
+	out, _ = runAdmin(t, s, exitOK, "queue", "peek", "--full-body", "big")
+	if row := lineWith(out, "xxxx"); strings.Contains(row, "[cut]") {
+		t.Errorf("peek --full-body row: got %q, want no [cut]", row)
+	}
+	runAdmin(t, s, exitUsage, "queue", "peek", "--full-body", "--max-body", "5", "big")
+}
+
+// TestAdminCLI_TopicsLimit lists the first --limit topics and says how many
+// there are.
+func TestAdminCLI_TopicsLimit(t *testing.T) {
+	d := admintest.Start(t, nil)
+	conn := d.Dial(t)
+	for i := range 4 {
+		if _, err := conn.SendReceipt(context.Background(), fmt.Sprintf("/topic/t.%d", i), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _ := runAdmin(t, d.Socket, exitOK, "topics", "--limit", "3")
+	mustContain(t, "topics --limit 3", out, "t.0", "t.2", "(3 of 4 topics shown; see --limit)")
+	if strings.Contains(out, "t.3") {
+		t.Errorf("topics --limit 3 printed a fourth topic:\n%s", out)
+	}
+	tl := decode[admin.TopicList](t, first(runAdmin(t, d.Socket, exitOK, "topics", "--json", "--limit", "2")))
+	if len(tl.Topics) != 2 || tl.Total != 4 {
+		t.Errorf("topics --json --limit 2: got %+v, want 2 topics of 4", tl)
+	}
+	out, _ = runAdmin(t, d.Socket, exitOK, "topics")
+	if strings.Contains(out, "shown") {
+		t.Errorf("topics (all shown): got %q, want no 'shown' line", out)
+	}
+	runAdmin(t, d.Socket, exitUsage, "topics", "--limit", "100001")
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -11,16 +12,21 @@ import (
 
 func topicsCommand() *cli.Command {
 	return &cli.Command{
-		Name:        "topics",
-		Usage:       "list the topics with subscribers and message counts",
-		Description: "Reads GET /v1/topics. Wildcard subscriptions are listed under their pattern.",
-		Flags:       adminFlags(),
+		Name:  "topics",
+		Usage: "list the topics with subscribers and message counts",
+		Description: `Reads GET /v1/topics?limit=N: the first N topics by name (default 1000), and
+how many there are. Wildcard subscriptions are listed under their pattern.`,
+		Flags: adminFlags(&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, Value: admin.DefaultTopics, Usage: "list at most this many topics (at most 100000)"}),
 		Action: func(cCtx *cli.Context) error {
 			if err := checkArgs(cCtx, 0, 0, "topics [flags]"); err != nil {
 				return err
 			}
+			limit := cCtx.Int("limit")
+			if limit < 0 || limit > admin.MaxTopics {
+				return usageErrorf("--limit %d: want 0 to %d", limit, admin.MaxTopics)
+			}
 			return adminCall(cCtx, "topics", func(ctx context.Context, c *admin.Client) error {
-				tl, err := c.Topics(ctx)
+				tl, err := c.TopicsLimit(ctx, limit)
 				if err != nil {
 					return err
 				}
@@ -31,10 +37,16 @@ func topicsCommand() *cli.Command {
 				for _, v := range tl.Topics {
 					t.row(v.Name, v.Subscribers, v.In, v.Out, v.Dropped)
 				}
-				if len(tl.Topics) == 0 {
+				if len(tl.Topics) == 0 && tl.Total == 0 {
 					t.row("(no topics)")
 				}
-				return t.flush()
+				if err := t.flush(); err != nil {
+					return err
+				}
+				if tl.Total > len(tl.Topics) {
+					fmt.Fprintf(cCtx.App.Writer, "(%d of %d topics shown; see --limit)\n", len(tl.Topics), tl.Total)
+				}
+				return nil
 			})
 		},
 	}
