@@ -64,7 +64,7 @@ func TestDiskFull_Floor(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("after %d messages: got %v, want ERROR disk full", len(ok), err)
 	}
-	if !strings.Contains(err.Error(), "min_free_bytes") {
+	if !strings.Contains(err.Error(), "min_free_bytes") || !strings.Contains(err.Error(), "wal_limit_bytes") {
 		t.Fatalf("error does not say what to do: %v", err)
 	}
 	remount(t, dir, "256m")
