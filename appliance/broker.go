@@ -44,6 +44,7 @@ type Broker struct {
 	mu        sync.Mutex
 	queues    map[string]*queue
 	sessions  map[uint64]*session
+	perAddr   map[string]int // open sessions per client IP address
 	listeners []net.Listener
 	closed    bool
 
@@ -105,6 +106,7 @@ func New(o Options) *Broker {
 		},
 		queues:   map[string]*queue{},
 		sessions: map[uint64]*session{},
+		perAddr:  map[string]int{},
 		topics:   newTopicRegistry(),
 		stop:     make(chan struct{}),
 		bgOpen:   true,
@@ -232,14 +234,19 @@ func (b *Broker) accept(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	addr := peerAddress(c)
 	b.mu.Lock()
-	if b.closed || len(b.sessions) >= b.cfg.Stomp.MaxConnections {
+	perAddr := b.perAddr[addr] >= b.cfg.Stomp.MaxConnectionsPerAddress
+	if b.closed || len(b.sessions) >= b.cfg.Stomp.MaxConnections || perAddr {
 		closed := b.closed
 		b.mu.Unlock()
 		b.stats.refused.Add(1)
-		reason := fmt.Sprintf("too many connections (limit %d)", b.cfg.Stomp.MaxConnections)
-		if closed {
+		reason := fmt.Sprintf("too many connections (stomp.max_connections %d)", b.cfg.Stomp.MaxConnections)
+		switch {
+		case closed:
 			reason = "server shutting down"
+		case perAddr:
+			reason = fmt.Sprintf("too many connections from %s (stomp.max_connections_per_address %d)", addr, b.cfg.Stomp.MaxConnectionsPerAddress)
 		}
 		b.log.Warn("connection refused", "peer", c.RemoteAddr().String(), "reason", reason)
 		c.SetWriteDeadline(time.Now().Add(time.Second))
@@ -249,6 +256,7 @@ func (b *Broker) accept(c net.Conn) {
 	}
 	s := newSession(b, c)
 	b.sessions[s.id] = s
+	b.perAddr[addr]++
 	b.mu.Unlock()
 	b.stats.connections.Add(1)
 	b.wg.Add(1)
@@ -257,8 +265,19 @@ func (b *Broker) accept(c net.Conn) {
 		s.run()
 		b.mu.Lock()
 		delete(b.sessions, s.id)
+		if b.perAddr[addr]--; b.perAddr[addr] <= 0 {
+			delete(b.perAddr, addr)
+		}
 		b.mu.Unlock()
 	}()
+}
+
+// peerAddress is the client's IP address (without the port).
+func peerAddress(c net.Conn) string {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	return c.RemoteAddr().String()
 }
 
 // Close stops accepting, ends every session (their unacked messages return

@@ -204,3 +204,27 @@ func TestBudget_MemoryWindowBytes(t *testing.T) {
 		ackNow(t, cc, "ACK", f)
 	}
 }
+
+// One address cannot hold every connection slot: past
+// stomp.max_connections_per_address it is refused with an ERROR naming the
+// setting, and a slot it frees is usable again.
+func TestBudget_ConnectionsPerAddress(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Stomp.MaxConnectionsPerAddress = 3 })
+	var held []*raw
+	for range 3 {
+		r := dialRaw(t, tb)
+		r.connect("1.2")
+		held = append(held, r)
+	}
+	extra := dialRaw(t, tb)
+	f := extra.frame()
+	if f.Command != "ERROR" || !strings.Contains(f.Get("message"), "stomp.max_connections_per_address") {
+		t.Fatalf("fourth connection from one address: got %s %q, want ERROR naming stomp.max_connections_per_address", f.Command, f.Get("message"))
+	}
+	held[0].c.Close()
+	waitFor(t, 5*time.Second, "a slot freed", func() bool { return tb.B.Stats().Connections == 2 })
+	again := dialRaw(t, tb)
+	if f := again.connect("1.2"); f.Command != "CONNECTED" {
+		t.Fatalf("after a slot was freed: got %s", f.Command)
+	}
+}

@@ -43,20 +43,21 @@ type Config struct {
 
 // StompConfig is the STOMP listener and its limits.
 type StompConfig struct {
-	Listen           string   `toml:"listen" json:"listen"`
-	MaxConnections   int      `toml:"max_connections" json:"max_connections"`
-	MaxSubscriptions int      `toml:"max_subscriptions" json:"max_subscriptions"`
-	MaxHeaderBytes   int      `toml:"max_header_bytes" json:"max_header_bytes"`
-	MaxHeaders       int      `toml:"max_headers" json:"max_headers"`
-	MaxHeaderLine    int      `toml:"max_header_line" json:"max_header_line"`
-	MaxBodyBytes     int      `toml:"max_body_bytes" json:"max_body_bytes"`
-	HeartbeatSend    Duration `toml:"heartbeat_send" json:"heartbeat_send"`
-	HeartbeatReceive Duration `toml:"heartbeat_receive" json:"heartbeat_receive"`
-	ConnectTimeout   Duration `toml:"connect_timeout" json:"connect_timeout"`
-	WriteTimeout     Duration `toml:"write_timeout" json:"write_timeout"`
-	MaxTxFrames      int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
-	MaxOutputBytes   int64    `toml:"max_output_bytes" json:"max_output_bytes"`
-	MaxTxBytes       int64    `toml:"max_transaction_bytes" json:"max_transaction_bytes"`
+	Listen                   string   `toml:"listen" json:"listen"`
+	MaxConnections           int      `toml:"max_connections" json:"max_connections"`
+	MaxConnectionsPerAddress int      `toml:"max_connections_per_address" json:"max_connections_per_address"`
+	MaxSubscriptions         int      `toml:"max_subscriptions" json:"max_subscriptions"`
+	MaxHeaderBytes           int      `toml:"max_header_bytes" json:"max_header_bytes"`
+	MaxHeaders               int      `toml:"max_headers" json:"max_headers"`
+	MaxHeaderLine            int      `toml:"max_header_line" json:"max_header_line"`
+	MaxBodyBytes             int      `toml:"max_body_bytes" json:"max_body_bytes"`
+	HeartbeatSend            Duration `toml:"heartbeat_send" json:"heartbeat_send"`
+	HeartbeatReceive         Duration `toml:"heartbeat_receive" json:"heartbeat_receive"`
+	ConnectTimeout           Duration `toml:"connect_timeout" json:"connect_timeout"`
+	WriteTimeout             Duration `toml:"write_timeout" json:"write_timeout"`
+	MaxTxFrames              int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
+	MaxOutputBytes           int64    `toml:"max_output_bytes" json:"max_output_bytes"`
+	MaxTxBytes               int64    `toml:"max_transaction_bytes" json:"max_transaction_bytes"`
 }
 
 // JournalConf configures the SQLite journal.
@@ -206,20 +207,21 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir: DefaultDataDir,
 		Stomp: StompConfig{
-			Listen:           DefaultListen,
-			MaxConnections:   10000,
-			MaxSubscriptions: 1024,
-			MaxHeaderBytes:   64 << 10,
-			MaxHeaders:       128,
-			MaxHeaderLine:    16 << 10,
-			MaxBodyBytes:     16 << 20,
-			HeartbeatSend:    Duration{10 * time.Second},
-			HeartbeatReceive: Duration{10 * time.Second},
-			ConnectTimeout:   Duration{10 * time.Second},
-			WriteTimeout:     Duration{30 * time.Second},
-			MaxTxFrames:      10000,
-			MaxOutputBytes:   64 << 20,
-			MaxTxBytes:       64 << 20,
+			Listen:                   DefaultListen,
+			MaxConnections:           10000,
+			MaxConnectionsPerAddress: 1000,
+			MaxSubscriptions:         1024,
+			MaxHeaderBytes:           64 << 10,
+			MaxHeaders:               128,
+			MaxHeaderLine:            16 << 10,
+			MaxBodyBytes:             16 << 20,
+			HeartbeatSend:            Duration{10 * time.Second},
+			HeartbeatReceive:         Duration{10 * time.Second},
+			ConnectTimeout:           Duration{10 * time.Second},
+			WriteTimeout:             Duration{30 * time.Second},
+			MaxTxFrames:              10000,
+			MaxOutputBytes:           64 << 20,
+			MaxTxBytes:               64 << 20,
 		},
 		Journal: JournalConf{
 			Sync:          "full",
@@ -334,6 +336,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	pos("stomp.max_connections", c.Stomp.MaxConnections)
+	pos("stomp.max_connections_per_address", c.Stomp.MaxConnectionsPerAddress)
 	pos("stomp.max_subscriptions", c.Stomp.MaxSubscriptions)
 	pos("stomp.max_header_bytes", c.Stomp.MaxHeaderBytes)
 	pos("stomp.max_headers", c.Stomp.MaxHeaders)
