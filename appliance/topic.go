@@ -10,12 +10,15 @@ import (
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
-// topicRegistry maps topic names to subscriptions. Publishing reads an
-// immutable snapshot (no lock on the hot path); subscribing copies it.
+// topicRegistry maps topic names to subscriptions. Publishing reads
+// immutable lists (no lock on the hot path); a subscription change copies
+// only the list of its own topic name (or the list of wildcard patterns),
+// never the whole registry.
 type topicRegistry struct {
-	mu   sync.Mutex
-	snap atomic.Pointer[topicSnapshot]
-	seq  atomic.Uint64
+	mu    sync.Mutex              // serialises changes
+	exact sync.Map                // name -> *subList, subscriptions to that exact name
+	wild  atomic.Pointer[subList] // subscriptions with a wildcard pattern
+	seq   atomic.Uint64
 	// stats per topic name, for admin; idle names are forgotten
 	// (forgetIdle).
 	stats sync.Map // name -> *topicStats
@@ -29,9 +32,34 @@ type topicRegistry struct {
 	forgotten atomic.Uint64 // idle topics forgotten
 }
 
-type topicSnapshot struct {
-	exact map[string][]*subscription
-	wild  []*subscription
+// subList is an immutable list of subscriptions.
+type subList struct{ subs []*subscription }
+
+// listOf reads one name's list; nil (empty) while add is creating it.
+func listOf(v any) []*subscription {
+	if l := v.(*atomic.Pointer[subList]).Load(); l != nil {
+		return l.subs
+	}
+	return nil
+}
+
+// exactSubs returns the subscriptions to exactly name.
+func (r *topicRegistry) exactSubs(name string) []*subscription {
+	if v, ok := r.exact.Load(name); ok {
+		return listOf(v)
+	}
+	return nil
+}
+
+// wildSubs returns the subscriptions with a wildcard pattern.
+func (r *topicRegistry) wildSubs() []*subscription { return r.wild.Load().subs }
+
+// rangeExact calls fn for every name with subscriptions, until it returns
+// false.
+func (r *topicRegistry) rangeExact(fn func(name string, subs []*subscription) bool) {
+	r.exact.Range(func(k, v any) bool {
+		return fn(k.(string), listOf(v))
+	})
 }
 
 type topicStats struct {
@@ -104,7 +132,7 @@ func (r *topicRegistry) forgetIdle(cutoff int64) int {
 			return true
 		}
 		r.mu.Lock()
-		if st.used.Load() <= cutoff && st.lvElem == nil && len(r.snap.Load().exact[k.(string)]) == 0 {
+		if st.used.Load() <= cutoff && st.lvElem == nil && len(r.exactSubs(k.(string))) == 0 {
 			if r.stats.CompareAndDelete(k, v) {
 				n++
 			}
@@ -136,7 +164,7 @@ func (b *Broker) forgetTopics() {
 
 func newTopicRegistry() *topicRegistry {
 	r := &topicRegistry{}
-	r.snap.Store(&topicSnapshot{exact: map[string][]*subscription{}})
+	r.wild.Store(&subList{})
 	return r
 }
 
@@ -148,24 +176,18 @@ func (r *topicRegistry) add(b *Broker, sub *subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b.sendLastValues(sub)
-	old := r.snap.Load()
-	n := &topicSnapshot{exact: make(map[string][]*subscription, len(old.exact)+1), wild: old.wild}
-	for k, v := range old.exact {
-		n.exact[k] = v
-	}
 	if hasWildcard(sub.name) {
-		n.wild = append(append([]*subscription(nil), old.wild...), sub)
-	} else {
-		n.exact[sub.name] = append(append([]*subscription(nil), old.exact[sub.name]...), sub)
+		r.wild.Store(&subList{append(append([]*subscription(nil), r.wildSubs()...), sub)})
+		return
 	}
-	r.snap.Store(n)
+	v, _ := r.exact.LoadOrStore(sub.name, &atomic.Pointer[subList]{})
+	p := v.(*atomic.Pointer[subList])
+	p.Store(&subList{append(append([]*subscription(nil), listOf(v)...), sub)})
 }
 
 func (r *topicRegistry) remove(sub *subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := r.snap.Load()
-	n := &topicSnapshot{exact: make(map[string][]*subscription, len(old.exact))}
 	without := func(list []*subscription) []*subscription {
 		var out []*subscription
 		for _, s := range list {
@@ -175,17 +197,20 @@ func (r *topicRegistry) remove(sub *subscription) {
 		}
 		return out
 	}
-	for k, v := range old.exact {
-		if k == sub.name {
-			v = without(v)
-			if len(v) == 0 {
-				continue
-			}
-		}
-		n.exact[k] = v
+	if hasWildcard(sub.name) {
+		r.wild.Store(&subList{without(r.wildSubs())})
+		return
 	}
-	n.wild = without(old.wild)
-	r.snap.Store(n)
+	v, ok := r.exact.Load(sub.name)
+	if !ok {
+		return
+	}
+	p := v.(*atomic.Pointer[subList])
+	if rest := without(listOf(v)); len(rest) > 0 {
+		p.Store(&subList{rest})
+	} else {
+		r.exact.Delete(sub.name)
+	}
 }
 
 // statsFor returns the state of topic name, created if need be, marked
@@ -211,17 +236,17 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 	st := b.topics.statsFor(name, now)
 	id := "t" + strconv.FormatUint(b.topics.seq.Add(1), 10)
 	dest := prefixTopic + name
-	var snap *topicSnapshot
+	var exact, wild []*subscription
 	if b.cfg.Topics.LastValue {
 		b.topics.mu.Lock()
 		if v, ok := b.topics.stats.Load(name); !ok || v.(*topicStats) != st {
 			st = b.topics.statsFor(name, now) // forgotten meanwhile
 		}
 		b.topics.setLast(name, st, &lastValue{id: id, headers: headers, body: body}, b.cfg.Topics.LastValueMaxBytes)
-		snap = b.topics.snap.Load()
+		exact, wild = b.topics.exactSubs(name), b.topics.wildSubs()
 		b.topics.mu.Unlock()
 	} else {
-		snap = b.topics.snap.Load()
+		exact, wild = b.topics.exactSubs(name), b.topics.wildSubs()
 	}
 	st.in.Add(1)
 	b.stats.topicIn.Add(1)
@@ -234,10 +259,10 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 			st.dropped.Add(1)
 		}
 	}
-	for _, sub := range snap.exact[name] {
+	for _, sub := range exact {
 		deliver(sub)
 	}
-	for _, sub := range snap.wild {
+	for _, sub := range wild {
 		if MatchTopic(sub.name, name) {
 			deliver(sub)
 		}

@@ -181,7 +181,6 @@ func (q *queue) view() QueueView {
 // Topics returns every topic with traffic or subscribers, sorted by name.
 // Wildcard subscriptions are listed under their pattern.
 func (b *Broker) Topics() []TopicView {
-	snap := b.topics.snap.Load()
 	views := map[string]*TopicView{}
 	get := func(name string) *TopicView {
 		v := views[name]
@@ -191,10 +190,11 @@ func (b *Broker) Topics() []TopicView {
 		}
 		return v
 	}
-	for name, subs := range snap.exact {
+	b.topics.rangeExact(func(name string, subs []*subscription) bool {
 		get(name).Subscribers += len(subs)
-	}
-	for _, s := range snap.wild {
+		return true
+	})
+	for _, s := range b.topics.wildSubs() {
 		get(s.name).Subscribers++
 	}
 	b.topics.stats.Range(func(k, v any) bool {
@@ -214,7 +214,6 @@ func (b *Broker) Topics() []TopicView {
 // TopicsPage returns the first limit topics by name of those Topics lists,
 // and how many there are, without building the whole list.
 func (b *Broker) TopicsPage(limit int) ([]TopicView, int) {
-	snap := b.topics.snap.Load()
 	first := &nameHeap{}
 	total := 0
 	consider := func(name string) {
@@ -236,24 +235,25 @@ func (b *Broker) TopicsPage(limit int) ([]TopicView, int) {
 		_, ok := b.topics.stats.Load(name)
 		return ok
 	}
-	for name := range snap.exact {
+	b.topics.rangeExact(func(name string, _ []*subscription) bool {
 		if !known(name) {
 			consider(name)
 		}
-	}
+		return true
+	})
 	patterns := map[string]int{}
-	for _, s := range snap.wild {
+	for _, s := range b.topics.wildSubs() {
 		patterns[s.name]++
 	}
 	for name := range patterns {
-		if _, exact := snap.exact[name]; !exact && !known(name) {
+		if len(b.topics.exactSubs(name)) == 0 && !known(name) {
 			consider(name)
 		}
 	}
 	out := make([]TopicView, first.Len())
 	for i := len(out) - 1; i >= 0; i-- {
 		name := heap.Pop(first).(string)
-		v := TopicView{Name: name, Subscribers: len(snap.exact[name]) + patterns[name]}
+		v := TopicView{Name: name, Subscribers: len(b.topics.exactSubs(name)) + patterns[name]}
 		if st, ok := b.topics.stats.Load(name); ok {
 			st := st.(*topicStats)
 			v.In, v.Out, v.Dropped = st.in.Load(), st.out.Load(), st.dropped.Load()
