@@ -146,9 +146,8 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		if n > r.limits.MaxBody {
 			return nil, limitErr("max_body", r.limits.MaxBody, "body of %d bytes exceeds the limit of %d", n, r.limits.MaxBody)
 		}
-		f.Body = make([]byte, n)
-		if _, err := io.ReadFull(r.br, f.Body); err != nil {
-			return nil, eofInFrame(err)
+		if f.Body, err = r.readBody(n); err != nil {
+			return nil, err
 		}
 		b, err := r.br.ReadByte()
 		if err != nil {
@@ -177,6 +176,38 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		}
 		body = append(body, chunk...)
 	}
+}
+
+// bodyStep is the most a body buffer is allocated ahead of the octets that
+// have arrived: a content-length is only a claim, so a body grows as it is
+// received (from bodyStep, doubling, up to the announced length) and a peer
+// that announces 16 MiB and sends nothing holds bodyStep, not 16 MiB.
+const bodyStep = 64 << 10
+
+// readBody reads a body of n octets (n is within MaxBody).
+func (r *Reader) readBody(n int) ([]byte, error) {
+	if n <= bodyStep {
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r.br, body); err != nil {
+			return nil, eofInFrame(err)
+		}
+		return body, nil
+	}
+	body := make([]byte, 0, bodyStep)
+	for len(body) < n {
+		if len(body) == cap(body) {
+			// Everything allocated so far has arrived: at most double.
+			grown := make([]byte, len(body), min(n, 2*cap(body)))
+			copy(grown, body)
+			body = grown
+		}
+		m, err := r.br.Read(body[len(body):cap(body)])
+		body = body[:len(body)+m]
+		if err != nil && len(body) < n {
+			return nil, eofInFrame(err)
+		}
+	}
+	return body, nil
 }
 
 // readLine reads one header-section line without its EOL, counting bytes
