@@ -48,6 +48,7 @@ type Reader struct {
 	br      *bufio.Reader
 	limits  Limits
 	version string
+	onStart func()
 }
 
 // NewReader returns a Reader over r with the given limits. The version is
@@ -63,6 +64,11 @@ func NewReader(r io.Reader, limits Limits) *Reader {
 
 // SetVersion sets the negotiated protocol version, which decides escaping.
 func (r *Reader) SetVersion(v string) { r.version = v }
+
+// OnFrameStart sets fn to be called by ReadFrame once the first octet of a
+// frame (or the CR of a CRLF heart-beat) has been read, before it waits for
+// the rest: the caller can bound the time the whole frame may take.
+func (r *Reader) OnFrameStart(fn func()) { r.onStart = fn }
 
 // Buffered reports how many bytes are buffered but not yet decoded.
 func (r *Reader) Buffered() int { return r.br.Buffered() }
@@ -80,6 +86,9 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 	case '\n':
 		return nil, nil
 	case '\r':
+		if r.onStart != nil {
+			r.onStart()
+		}
 		b2, err := r.br.ReadByte()
 		if err != nil {
 			return nil, eofInFrame(err)
@@ -91,6 +100,9 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 	}
 	if err := r.br.UnreadByte(); err != nil {
 		return nil, err
+	}
+	if r.onStart != nil {
+		r.onStart()
 	}
 
 	headerBytes := 0

@@ -431,3 +431,28 @@ func TestReader_BodyNotAllocatedAhead(t *testing.T) {
 		t.Errorf("got %d bytes allocated for a frame that announced %d and sent 3, want at most %d", got, announced, bound)
 	}
 }
+
+// TestReader_OnFrameStart checks the hook runs once per frame, once its first
+// octet has been read, and for the CR of a CRLF heart-beat, not for an LF one.
+func TestReader_OnFrameStart(t *testing.T) {
+	in := "\n\r\nSEND\n\nabc\x00MESSAGE\ncontent-length:1\n\nx\x00\n"
+	r := stomp.NewReader(iotest.OneByteReader(strings.NewReader(in)), stomp.Limits{})
+	var starts []int // frames decoded when each call came
+	frames := 0
+	r.OnFrameStart(func() { starts = append(starts, frames) })
+	for {
+		f, err := r.ReadFrame()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("got error %v, want frames then io.EOF", err)
+		}
+		if f != nil {
+			frames++
+		}
+	}
+	if want := []int{0, 0, 1}; !reflect.DeepEqual(starts, want) {
+		t.Errorf("got the hook called with %v frames decoded, want %v (CRLF, SEND, MESSAGE)", starts, want)
+	}
+}
