@@ -54,6 +54,8 @@ type StompConfig struct {
 	HeartbeatSend            Duration `toml:"heartbeat_send" json:"heartbeat_send"`
 	HeartbeatReceive         Duration `toml:"heartbeat_receive" json:"heartbeat_receive"`
 	ConnectTimeout           Duration `toml:"connect_timeout" json:"connect_timeout"`
+	FrameTimeout             Duration `toml:"frame_timeout" json:"frame_timeout"`
+	IdleTimeout              Duration `toml:"idle_timeout" json:"idle_timeout"`
 	WriteTimeout             Duration `toml:"write_timeout" json:"write_timeout"`
 	MaxTxFrames              int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
 	MaxOutputBytes           int64    `toml:"max_output_bytes" json:"max_output_bytes"`
@@ -218,6 +220,8 @@ func DefaultConfig() Config {
 			HeartbeatSend:            Duration{10 * time.Second},
 			HeartbeatReceive:         Duration{10 * time.Second},
 			ConnectTimeout:           Duration{10 * time.Second},
+			FrameTimeout:             Duration{30 * time.Second},
+			IdleTimeout:              Duration{10 * time.Minute},
 			WriteTimeout:             Duration{30 * time.Second},
 			MaxTxFrames:              10000,
 			MaxOutputBytes:           64 << 20,
@@ -354,6 +358,12 @@ func (c *Config) Validate() error {
 	pos("queues.max_queues", c.Queues.MaxQueues)
 	pos("topics.subscriber_buffer", c.Topics.SubscriberBuffer)
 	pos64("topics.subscriber_buffer_bytes", c.Topics.SubscriberBufferBytes)
+	if c.Stomp.FrameTimeout.Duration <= 0 {
+		bad("stomp.frame_timeout: must be positive, got %s", c.Stomp.FrameTimeout)
+	}
+	if c.Stomp.IdleTimeout.Duration < 0 {
+		bad("stomp.idle_timeout: must be \"0s\" (never) or positive, got %s", c.Stomp.IdleTimeout)
+	}
 	if c.Queues.RedeliveryMax.Duration < c.Queues.RedeliveryMin.Duration {
 		bad("queues.redelivery_delay_max (%s) is below redelivery_delay_min (%s)", c.Queues.RedeliveryMax, c.Queues.RedeliveryMin)
 	}

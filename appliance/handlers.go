@@ -182,7 +182,7 @@ func (s *session) onSend(f *stomp.Frame) bool {
 			q.enqueueFailed(m)
 			s.log.Error("message not stored", "queue", name, "err", err)
 			s.fail(f, "message not stored", err.Error())
-			s.conn.SetReadDeadline(time.Now())
+			s.endReads(time.Now())
 			return
 		}
 		op := &b.Ops[0]

@@ -87,6 +87,15 @@ type session struct {
 	subs    map[string]*subscription
 	txs     map[string]*transaction
 	txBytes int64 // weight of every open transaction's frames (stomp.max_transaction_bytes)
+	// the read deadline in force is for waiting (what readError reports on
+	// a timeout); connectBy is when CONNECT must be complete.
+	waiting   readWait
+	connectBy time.Time
+
+	// readEnd, when non-zero, is the time (UnixNano) by which the reader
+	// must stop because the session is ending; no later read deadline
+	// overrides it.
+	readEnd atomic.Int64
 
 	jpending atomic.Int64 // journal batches submitted, not completed
 	nsubs    atomic.Int32 // len(subs), readable by admin
@@ -134,21 +143,36 @@ func (c countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// readWait is what the reader's current read deadline bounds.
+type readWait uint8
+
+const (
+	waitConnect   readWait = iota // CONNECT (stomp.connect_timeout)
+	waitHeartbeat                 // the client's next heart-beat or frame
+	waitIdle                      // the next frame of a client without heart-beats (stomp.idle_timeout)
+	waitFrame                     // the rest of a started frame (stomp.frame_timeout)
+)
+
 // run reads and handles frames until the connection ends, then cleans up.
 // Frames that arrived before the client closed its socket are handled.
+//
+// Every read has a deadline: CONNECT within connect_timeout of the TCP
+// connection; then the next frame or heart-beat within twice the negotiated
+// heart-beat interval plus a second, or, without heart-beats, within
+// idle_timeout; and once a frame has started, all of it within
+// frame_timeout, so that a slow or stalled frame cannot hold the connection
+// (and the memory of its body) forever.
 func (s *session) run() {
 	s.writerWG.Add(1)
 	go s.writer()
 	defer s.cleanup()
-	s.conn.SetReadDeadline(time.Now().Add(s.b.cfg.Stomp.ConnectTimeout.Duration))
+	s.connectBy = time.Now().Add(s.b.cfg.Stomp.ConnectTimeout.Duration)
+	s.r.OnFrameStart(s.frameStarted)
 	for {
-		if s.connected.Load() {
-			if s.hbRecv > 0 {
-				// Tolerate late beats: twice the interval plus a second.
-				s.conn.SetReadDeadline(time.Now().Add(2*s.hbRecv + time.Second))
-			} else {
-				s.conn.SetReadDeadline(time.Time{})
-			}
+		// With input already buffered, ReadFrame does not wait before
+		// the next frame starts (and frameStarted sets its deadline).
+		if s.r.Buffered() == 0 {
+			s.awaitNext()
 		}
 		f, err := s.r.ReadFrame()
 		if err != nil {
@@ -165,6 +189,55 @@ func (s *session) run() {
 	}
 }
 
+// awaitNext sets the deadline for the next frame or heart-beat.
+func (s *session) awaitNext() {
+	switch {
+	case !s.connected.Load():
+		s.setReadDeadline(waitConnect, s.connectBy)
+	case s.hbRecv > 0:
+		// Tolerate late beats: twice the interval plus a second.
+		s.setReadDeadline(waitHeartbeat, time.Now().Add(2*s.hbRecv+time.Second))
+	case s.b.cfg.Stomp.IdleTimeout.Duration > 0:
+		s.setReadDeadline(waitIdle, time.Now().Add(s.b.cfg.Stomp.IdleTimeout.Duration))
+	default:
+		s.setReadDeadline(waitIdle, time.Time{})
+	}
+}
+
+// frameStarted runs when the first octet of a frame has arrived: the rest
+// must follow within frame_timeout (and CONNECT still within its own
+// deadline).
+func (s *session) frameStarted() {
+	ft := s.b.cfg.Stomp.FrameTimeout.Duration
+	if ft <= 0 {
+		return
+	}
+	d := time.Now().Add(ft)
+	if !s.connected.Load() && s.connectBy.Before(d) {
+		s.setReadDeadline(waitConnect, s.connectBy)
+		return
+	}
+	s.setReadDeadline(waitFrame, d)
+}
+
+// setReadDeadline sets the read deadline (zero: none) for w, unless the
+// session is ending and must stop reading sooner.
+func (s *session) setReadDeadline(w readWait, t time.Time) {
+	s.waiting = w
+	s.conn.SetReadDeadline(t)
+	// endReads stores before it sets the deadline: if it ran after the
+	// load below, its deadline is the later one set.
+	if e := s.readEnd.Load(); e != 0 && (t.IsZero() || e < t.UnixNano()) {
+		s.conn.SetReadDeadline(time.Unix(0, e))
+	}
+}
+
+// endReads makes the reader stop by t (any goroutine): the session is ending.
+func (s *session) endReads(t time.Time) {
+	s.readEnd.Store(t.UnixNano())
+	s.conn.SetReadDeadline(t)
+}
+
 func (s *session) readError(err error) {
 	s.outMu.Lock()
 	ending := s.ending
@@ -179,10 +252,18 @@ func (s *session) readError(err error) {
 		s.log.Warn("protocol error; closing connection", "err", pe.Reason)
 		s.fail(nil, pe.Reason, "The frame could not be decoded; the connection is closed.")
 	case errors.As(err, &ne) && ne.Timeout():
-		if s.connected.Load() {
+		cfg := &s.b.cfg.Stomp
+		switch s.waiting {
+		case waitFrame:
+			s.log.Warn("frame not complete in time; closing connection", "frame_timeout", cfg.FrameTimeout.Duration)
+			s.fail(nil, "frame timeout", fmt.Sprintf("A frame was started but not complete within %s (stomp.frame_timeout); the connection is closed.", cfg.FrameTimeout.Duration))
+		case waitHeartbeat:
 			s.log.Warn("peer silent past its heart-beat interval; closing connection", "heartbeat", s.hbRecv)
 			s.fail(nil, "heart-beat timeout", fmt.Sprintf("Nothing received for more than twice the negotiated heart-beat interval (%s).", s.hbRecv))
-		} else {
+		case waitIdle:
+			s.log.Info("idle connection without heart-beats; closing it", "idle_timeout", cfg.IdleTimeout.Duration)
+			s.fail(nil, "idle timeout", fmt.Sprintf("Nothing received for %s on a connection without client heart-beats (stomp.idle_timeout); the connection is closed. Negotiate heart-beats in CONNECT (for example heart-beat:10000,10000) to stay connected while idle.", cfg.IdleTimeout.Duration))
+		default:
 			s.log.Warn("no CONNECT frame in time; closing connection")
 			s.fail(nil, "connect timeout", "Send CONNECT first.")
 		}
@@ -239,7 +320,7 @@ func (s *session) drop(msg, detail string) {
 	s.hurry.Store(true)
 	s.conn.SetWriteDeadline(time.Now().Add(lastWriteTimeout))
 	s.fail(nil, msg, detail)
-	s.conn.SetReadDeadline(time.Now())
+	s.endReads(time.Now())
 }
 
 // isEnding reports whether the session is closing (its last frame queued or
@@ -490,7 +571,7 @@ func (s *session) writer() {
 			if tc, ok := s.conn.(*net.TCPConn); ok {
 				tc.CloseWrite()
 			}
-			s.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			s.endReads(time.Now().Add(100 * time.Millisecond))
 			return
 		}
 	}

@@ -38,12 +38,12 @@ func benchFrame(size int) *stomp.Frame {
 }
 
 func BenchmarkReader(b *testing.B) {
-	for _, size := range []int{100, 1024} {
+	for _, size := range []int{100, 1024, 64 << 10, 1 << 20} {
 		for _, v := range []string{stomp.V10, stomp.V12} {
 			b.Run(fmt.Sprintf("body=%d/v=%s", size, v), func(b *testing.B) {
 				one := stomp.Encode(benchFrame(size), v)
 				var stream []byte
-				for len(stream) < 256<<10 {
+				for len(stream) < 256<<10 || len(stream) < 2*len(one) {
 					stream = append(stream, one...)
 				}
 				r := stomp.NewReader(&loopReader{buf: stream}, stomp.Limits{})

@@ -48,6 +48,7 @@ type Reader struct {
 	br      *bufio.Reader
 	limits  Limits
 	version string
+	onStart func()
 }
 
 // NewReader returns a Reader over r with the given limits. The version is
@@ -63,6 +64,11 @@ func NewReader(r io.Reader, limits Limits) *Reader {
 
 // SetVersion sets the negotiated protocol version, which decides escaping.
 func (r *Reader) SetVersion(v string) { r.version = v }
+
+// OnFrameStart sets fn to be called by ReadFrame once the first octet of a
+// frame (or the CR of a CRLF heart-beat) has been read, before it waits for
+// the rest: the caller can bound the time the whole frame may take.
+func (r *Reader) OnFrameStart(fn func()) { r.onStart = fn }
 
 // Buffered reports how many bytes are buffered but not yet decoded.
 func (r *Reader) Buffered() int { return r.br.Buffered() }
@@ -80,6 +86,9 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 	case '\n':
 		return nil, nil
 	case '\r':
+		if r.onStart != nil {
+			r.onStart()
+		}
 		b2, err := r.br.ReadByte()
 		if err != nil {
 			return nil, eofInFrame(err)
@@ -91,6 +100,9 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 	}
 	if err := r.br.UnreadByte(); err != nil {
 		return nil, err
+	}
+	if r.onStart != nil {
+		r.onStart()
 	}
 
 	headerBytes := 0
@@ -146,9 +158,8 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		if n > r.limits.MaxBody {
 			return nil, limitErr("max_body", r.limits.MaxBody, "body of %d bytes exceeds the limit of %d", n, r.limits.MaxBody)
 		}
-		f.Body = make([]byte, n)
-		if _, err := io.ReadFull(r.br, f.Body); err != nil {
-			return nil, eofInFrame(err)
+		if f.Body, err = r.readBody(n); err != nil {
+			return nil, err
 		}
 		b, err := r.br.ReadByte()
 		if err != nil {
@@ -177,6 +188,38 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		}
 		body = append(body, chunk...)
 	}
+}
+
+// bodyStep is the most a body buffer is allocated ahead of the octets that
+// have arrived: a content-length is only a claim, so a body grows as it is
+// received (from bodyStep, doubling, up to the announced length) and a peer
+// that announces 16 MiB and sends nothing holds bodyStep, not 16 MiB.
+const bodyStep = 64 << 10
+
+// readBody reads a body of n octets (n is within MaxBody).
+func (r *Reader) readBody(n int) ([]byte, error) {
+	if n <= bodyStep {
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r.br, body); err != nil {
+			return nil, eofInFrame(err)
+		}
+		return body, nil
+	}
+	body := make([]byte, 0, bodyStep)
+	for len(body) < n {
+		if len(body) == cap(body) {
+			// Everything allocated so far has arrived: at most double.
+			grown := make([]byte, len(body), min(n, 2*cap(body)))
+			copy(grown, body)
+			body = grown
+		}
+		m, err := r.br.Read(body[len(body):cap(body)])
+		body = body[:len(body)+m]
+		if err != nil && len(body) < n {
+			return nil, eofInFrame(err)
+		}
+	}
+	return body, nil
 }
 
 // readLine reads one header-section line without its EOL, counting bytes

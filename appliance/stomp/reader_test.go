@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -370,5 +372,87 @@ func TestReader_OneByteReads(t *testing.T) {
 		if (a == nil) != (b == nil) || (a != nil && !sameFrame(a, b)) {
 			t.Fatalf("step %d: got %+v, want %+v", i, b, a)
 		}
+	}
+}
+
+// TestReader_LargeBodies checks bodies around and beyond the sizes where the
+// body buffer grows, delivered whole, in odd-sized reads and one byte at a
+// time, followed by a second frame.
+func TestReader_LargeBodies(t *testing.T) {
+	for _, size := range []int{64<<10 - 1, 64 << 10, 64<<10 + 1, 128<<10 + 1, 1<<20 + 3} {
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte(i*7 + i>>8)
+		}
+		body[size/2] = 0 // content-length bodies may hold NULs
+		in := string(stomp.Encode(&stomp.Frame{Command: stomp.CmdSend, Body: body}, stomp.V12)) + "SEND\n\nnext\x00"
+		sources := map[string]func() io.Reader{
+			"whole":    func() io.Reader { return strings.NewReader(in) },
+			"half":     func() io.Reader { return iotest.HalfReader(strings.NewReader(in)) },
+			"one byte": func() io.Reader { return iotest.OneByteReader(strings.NewReader(in)) },
+		}
+		for name, src := range sources {
+			if name == "one byte" && size > 128<<10 {
+				continue // slow, and adds nothing beyond the sizes below
+			}
+			r := stomp.NewReader(src(), stomp.Limits{})
+			r.SetVersion(stomp.V12)
+			f, err := r.ReadFrame()
+			if err != nil {
+				t.Fatalf("size %d, %s: got error %v, want a frame", size, name, err)
+			}
+			if !bytes.Equal(f.Body, body) {
+				t.Fatalf("size %d, %s: got a body of %d bytes that differs, want the %d sent", size, name, len(f.Body), size)
+			}
+			if f, err = r.ReadFrame(); err != nil || string(f.Body) != "next" {
+				t.Fatalf("size %d, %s: got %v, %v after the body, want the frame \"next\"", size, name, f, err)
+			}
+		}
+	}
+}
+
+// TestReader_BodyNotAllocatedAhead checks that a content-length is not
+// trusted with memory: a frame announcing 16 MiB whose stream ends after a
+// few octets of body costs the reader far less than 16 MiB.
+func TestReader_BodyNotAllocatedAhead(t *testing.T) {
+	const announced = 16 << 20
+	in := "SEND\ncontent-length:" + strconv.Itoa(announced) + "\n\nabc"
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r := stomp.NewReader(strings.NewReader(in), stomp.Limits{MaxBody: announced})
+	if _, err := r.ReadFrame(); err != io.ErrUnexpectedEOF {
+		t.Fatalf("got error %v, want io.ErrUnexpectedEOF", err)
+	}
+	runtime.ReadMemStats(&after)
+	// The read buffer (64 KiB) and one body step (64 KiB), with room to spare.
+	const bound = 1 << 20
+	if got := after.TotalAlloc - before.TotalAlloc; got > bound {
+		t.Errorf("got %d bytes allocated for a frame that announced %d and sent 3, want at most %d", got, announced, bound)
+	}
+}
+
+// TestReader_OnFrameStart checks the hook runs once per frame, once its first
+// octet has been read, and for the CR of a CRLF heart-beat, not for an LF one.
+func TestReader_OnFrameStart(t *testing.T) {
+	in := "\n\r\nSEND\n\nabc\x00MESSAGE\ncontent-length:1\n\nx\x00\n"
+	r := stomp.NewReader(iotest.OneByteReader(strings.NewReader(in)), stomp.Limits{})
+	var starts []int // frames decoded when each call came
+	frames := 0
+	r.OnFrameStart(func() { starts = append(starts, frames) })
+	for {
+		f, err := r.ReadFrame()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("got error %v, want frames then io.EOF", err)
+		}
+		if f != nil {
+			frames++
+		}
+	}
+	if want := []int{0, 0, 1}; !reflect.DeepEqual(starts, want) {
+		t.Errorf("got the hook called with %v frames decoded, want %v (CRLF, SEND, MESSAGE)", starts, want)
 	}
 }

@@ -1,0 +1,252 @@
+package appliance_test
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// connectHB sends CONNECT (STOMP 1.2) with the given heart-beat header and
+// waits for CONNECTED.
+func connectHB(r *raw, hb string) {
+	r.t.Helper()
+	r.write("CONNECT\naccept-version:1.2\nhost:test\nheart-beat:" + hb + "\n\n\x00")
+	f := r.frame()
+	if f.Command != stomp.CmdConnected {
+		r.t.Fatalf("got %s %v, want CONNECTED", f.Command, f.Headers)
+	}
+	r.r.SetVersion(f.Get("version"))
+}
+
+// wantError reads the next frame and checks it is an ERROR with message msg
+// whose body names setting.
+func wantError(r *raw, msg, setting string) {
+	r.t.Helper()
+	f := r.frame()
+	if f.Command != stomp.CmdError || f.Get("message") != msg || !strings.Contains(string(f.Body), setting) {
+		r.t.Fatalf("got %s message %q body %q, want ERROR message %q with a body naming %s", f.Command, f.Get("message"), f.Body, msg, setting)
+	}
+}
+
+// sendReceipt sends a SEND with a receipt and checks the RECEIPT comes back:
+// the connection is up.
+func sendReceipt(r *raw, what string) {
+	r.t.Helper()
+	r.write("SEND\ndestination:/queue/alive\nreceipt:" + what + "\n\nx\x00")
+	f := r.frame()
+	if f.Command != stomp.CmdReceipt || f.Get("receipt-id") != what {
+		r.t.Fatalf("%s: got %s %v %q, want RECEIPT %s", what, f.Command, f.Headers, f.Body, what)
+	}
+}
+
+// heapInuse returns the heap in use after a full collection.
+func heapInuse() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// TestHostile_AnnouncedBodiesDoNotReserveMemory opens many connections that
+// each announce a 16 MiB body and send a few octets of it: the broker must
+// not reserve the announced bodies, only what arrived (plus one bounded
+// step). Before, each such frame cost its whole content-length at once.
+func TestHostile_AnnouncedBodiesDoNotReserveMemory(t *testing.T) {
+	const (
+		conns     = 200
+		announced = 16 << 20
+		// per connection: the first body step (64 KiB), and as much
+		// again for incidental allocations.
+		perConn = 128 << 10
+	)
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Stomp.MaxBodyBytes = announced })
+	rs := make([]*raw, conns)
+	for i := range rs {
+		rs[i] = dialRaw(t, tb)
+		rs[i].connect("1.2")
+	}
+	bytesIn := func() uint64 {
+		var n uint64
+		for _, c := range tb.B.Connections() {
+			n += c.BytesIn
+		}
+		return n
+	}
+	waitBytesIn := func(want uint64) {
+		t.Helper()
+		waitFor(t, 20*time.Second, "the broker to read "+strconv.FormatUint(want, 10)+" bytes", func() bool { return bytesIn() == want })
+	}
+	base := bytesIn()
+	before := heapInuse()
+
+	head := "SEND\ndestination:/queue/big\ncontent-length:" + strconv.Itoa(announced) + "\n\nabc"
+	for _, r := range rs {
+		r.write(head)
+	}
+	waitBytesIn(base + conns*uint64(len(head)))
+	// The broker reads these only once it has decoded the headers above
+	// and set up the body: every reader is now inside its body.
+	for _, r := range rs {
+		r.write("def")
+	}
+	waitBytesIn(base + conns*uint64(len(head)+3))
+
+	after := heapInuse()
+	runtime.KeepAlive(rs) // the client side's buffers count in both figures
+	grown := int64(after) - int64(before)
+	t.Logf("heap in use: %d before, %d with %d bodies of %d bytes announced (+%d)", before, after, conns, announced, grown)
+	if grown > conns*perConn {
+		t.Errorf("got the heap grown by %d bytes for %d connections each announcing %d bytes and sending 6, want at most %d (%d per connection)",
+			grown, conns, announced, conns*perConn, perConn)
+	}
+}
+
+// TestHostile_FrameTimeout starts frames and never finishes them: with or
+// without heart-beats, the client gets an ERROR naming stomp.frame_timeout,
+// no sooner than frame_timeout after the frame's first byte, and the
+// connection is closed.
+func TestHostile_FrameTimeout(t *testing.T) {
+	const ft = 300 * time.Millisecond
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.FrameTimeout = appliance.Duration{Duration: ft}
+		c.Stomp.HeartbeatReceive = appliance.Duration{Duration: 100 * time.Millisecond}
+	})
+	for _, tc := range []struct {
+		name, heartbeat, partial string
+		trickle                  bool // then one byte of body every 50 ms
+	}{
+		{"headers, no heart-beats", "0,0", "SEND\ndestination:/queue/a\nreceipt:1\n", false},
+		{"body, no heart-beats", "0,0", "SEND\ndestination:/queue/a\ncontent-length:10\n\nabc", false},
+		{"body, heart-beats", "100,0", "SEND\ndestination:/queue/a\ncontent-length:10\n\nabc", false},
+		// every byte well within the heart-beat interval, the frame never
+		// complete
+		{"trickled body, heart-beats", "100,0", "SEND\ndestination:/queue/a\ncontent-length:1000\n\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := dialRaw(t, tb)
+			connectHB(r, tc.heartbeat)
+			start := time.Now()
+			r.write(tc.partial)
+			if tc.trickle {
+				stop := make(chan struct{})
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					tick := time.NewTicker(50 * time.Millisecond)
+					defer tick.Stop()
+					for {
+						select {
+						case <-stop:
+							return
+						case <-tick.C:
+							if _, err := r.c.Write([]byte("x")); err != nil {
+								return
+							}
+						}
+					}
+				}()
+				defer func() { close(stop); <-done }()
+			}
+			wantError(r, "frame timeout", "stomp.frame_timeout")
+			if elapsed := time.Since(start); elapsed < ft {
+				t.Errorf("got the ERROR %s after the frame started, want no sooner than frame_timeout (%s)", elapsed, ft)
+			}
+			r.closed()
+		})
+	}
+	t.Run("CONNECT keeps connect_timeout", func(t *testing.T) {
+		// Regression guard: a frame_timeout longer than connect_timeout
+		// does not extend the time CONNECT may take.
+		tb := mustStartBroker(t, func(c *appliance.Config) {
+			c.Stomp.ConnectTimeout = appliance.Duration{Duration: ft}
+			c.Stomp.FrameTimeout = appliance.Duration{Duration: time.Minute}
+		})
+		r := dialRaw(t, tb)
+		r.write("CONNECT\naccept-version:1.2\n")
+		wantError(r, "connect timeout", "CONNECT")
+		r.closed()
+	})
+}
+
+// TestHostile_IdleTimeout checks that a connection without heart-beats that
+// sends nothing is closed after stomp.idle_timeout with an ERROR naming it,
+// while one that keeps sending and one whose negotiated heart-beat interval
+// is longer than idle_timeout stay up.
+func TestHostile_IdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.IdleTimeout = appliance.Duration{Duration: idle}
+		c.Stomp.HeartbeatReceive = appliance.Duration{Duration: time.Second}
+	})
+
+	// Negotiated client heart-beats (1 s: silence allowed for 3 s), silent.
+	beating := dialRaw(t, tb)
+	connectHB(beating, "1000,0")
+	// No heart-beats, but an EOL every idle/3.
+	chatty := dialRaw(t, tb)
+	connectHB(chatty, "0,0")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(idle / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := chatty.c.Write([]byte("\n")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+
+	// Two idle connections, one after the other: when the second has its
+	// ERROR, the two above have been up for more than twice idle_timeout.
+	for i := 0; i < 2; i++ {
+		idler := dialRaw(t, tb)
+		connectHB(idler, "0,0")
+		start := time.Now()
+		wantError(idler, "idle timeout", "stomp.idle_timeout")
+		if elapsed := time.Since(start); elapsed < idle {
+			t.Errorf("idle connection %d: got the ERROR %s after CONNECTED, want no sooner than idle_timeout (%s)", i, elapsed, idle)
+		}
+		idler.closed()
+	}
+	close(stop)
+	<-done
+	sendReceipt(beating, "beating")
+	sendReceipt(chatty, "chatty")
+}
+
+// TestHostile_TimeoutsValidated checks the new timeouts' validation:
+// frame_timeout must be positive, idle_timeout "0s" (never) or positive.
+func TestHostile_TimeoutsValidated(t *testing.T) {
+	cfg := appliance.DefaultConfig()
+	if got, want := cfg.Stomp.FrameTimeout.Duration, 30*time.Second; got != want {
+		t.Errorf("got frame_timeout %s by default, want %s", got, want)
+	}
+	if got, want := cfg.Stomp.IdleTimeout.Duration, 10*time.Minute; got != want {
+		t.Errorf("got idle_timeout %s by default, want %s", got, want)
+	}
+	cfg.Stomp.IdleTimeout.Duration = 0
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("idle_timeout 0s: got %v, want valid (never)", err)
+	}
+	cfg.Stomp.FrameTimeout.Duration = 0
+	cfg.Stomp.IdleTimeout.Duration = -time.Second
+	err := cfg.Validate()
+	for _, want := range []string{"stomp.frame_timeout", "stomp.idle_timeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("frame_timeout 0s, idle_timeout -1s: got %v, want an error naming %s", err, want)
+		}
+	}
+}
