@@ -3,6 +3,7 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
@@ -185,6 +186,17 @@ type ChannelConfig struct {
 	KeyID     int      `toml:"key_id" json:"key_id"`
 }
 
+// Largest values Validate accepts for the frame limits of [stomp]. A reader
+// buffer of max_header_line bytes is allocated per connection, and a body of
+// up to max_body_bytes as soon as its content-length is read; a message is
+// journaled in one SQLite row, which holds at most 1e9 bytes.
+const (
+	maxHeaderLine  = 1 << 20  // 1 MiB
+	maxHeaderBytes = 16 << 20 // 16 MiB
+	maxHeaders     = 10000
+	maxBodyBytes   = 512 << 20 // 512 MiB
+)
+
 // Defaults.
 const (
 	DefaultListen  = "127.0.0.1:61613"
@@ -326,6 +338,47 @@ func (c *Config) Validate() error {
 	pos("queues.dedup_max", c.Queues.DedupMax)
 	pos("queues.max_queues", c.Queues.MaxQueues)
 	pos("topics.subscriber_buffer", c.Topics.SubscriberBuffer)
+	// Frame limits bound what one connection may make the daemon allocate.
+	atMost := func(name string, v, limit int, human string) {
+		if v > limit {
+			bad("%s: at most %d (%s), got %d", name, limit, human, v)
+		}
+	}
+	atMost("stomp.max_header_line", c.Stomp.MaxHeaderLine, maxHeaderLine, "1 MiB")
+	atMost("stomp.max_header_bytes", c.Stomp.MaxHeaderBytes, maxHeaderBytes, "16 MiB")
+	atMost("stomp.max_headers", c.Stomp.MaxHeaders, maxHeaders, "headers per frame")
+	atMost("stomp.max_body_bytes", c.Stomp.MaxBodyBytes, maxBodyBytes, "512 MiB")
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{
+		{"stomp.connect_timeout", c.Stomp.ConnectTimeout},
+		{"stomp.write_timeout", c.Stomp.WriteTimeout},
+	} {
+		if d.v.Duration <= 0 {
+			bad("%s: must be positive (example: \"10s\"), got %s", d.name, d.v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{
+		{"stomp.heartbeat_send", c.Stomp.HeartbeatSend},
+		{"stomp.heartbeat_receive", c.Stomp.HeartbeatReceive},
+		{"journal.checkpoint_interval", c.Journal.Checkpoint},
+		{"queues.redelivery_delay_min", c.Queues.RedeliveryMin},
+		{"queues.redelivery_delay_max", c.Queues.RedeliveryMax},
+		{"queues.ack_timeout", c.Queues.AckTimeout},
+		{"queues.dedup_window", c.Queues.DedupWindow},
+		{"queues.block_timeout", c.Queues.BlockTimeout},
+	} {
+		if d.v.Duration < 0 {
+			bad("%s: must not be negative, got %s", d.name, d.v)
+		}
+	}
+	if c.Journal.WALLimitBytes < 0 {
+		bad("journal.wal_limit_bytes: must not be negative, got %d", c.Journal.WALLimitBytes)
+	}
 	if c.Queues.RedeliveryMax.Duration < c.Queues.RedeliveryMin.Duration {
 		bad("queues.redelivery_delay_max (%s) is below redelivery_delay_min (%s)", c.Queues.RedeliveryMax, c.Queues.RedeliveryMin)
 	}
@@ -373,6 +426,17 @@ func (c *Config) Validate() error {
 		if p.MaxMessages < 0 || p.MaxBytes < 0 || p.Prefetch < 0 || p.MaxDeliveries < 0 {
 			bad("%s: limits must be 0 (inherit) or positive", where)
 		}
+		for _, d := range []struct {
+			name string
+			v    Duration
+		}{
+			{"redelivery_delay_min", p.RedeliveryMin}, {"redelivery_delay_max", p.RedeliveryMax},
+			{"ack_timeout", p.AckTimeout}, {"block_timeout", p.BlockTimeout},
+		} {
+			if d.v.Duration < 0 {
+				bad("%s.%s: must not be negative, got %s", where, d.name, d.v)
+			}
+		}
 	}
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {
@@ -385,6 +449,22 @@ func (c *Config) Validate() error {
 		names[ch.Name] = true
 		if ch.Group == "" {
 			bad("%s.group: must not be empty (example: \"239.255.0.1:7400\")", where)
+		} else if ap, err := netip.ParseAddrPort(ch.Group); err != nil || !ap.Addr().Is4() || !ap.Addr().IsMulticast() || ap.Port() == 0 {
+			bad("%s.group: %q: want an IPv4 multicast address and port (example: \"239.255.0.1:7400\")", where, ch.Group)
+		}
+		// The IP TTL is one byte; 0 takes the default, 1 (the LAN segment).
+		if ch.TTL < 0 || ch.TTL > 255 {
+			bad("%s.ttl: %d: want 0 to 255 (0: the default, 1)", where, ch.TTL)
+		}
+		// The key id is one byte of every datagram's header.
+		if ch.KeyID < 0 || ch.KeyID > 255 {
+			bad("%s.key_id: %d: want 0 to 255 (it is one byte on the wire)", where, ch.KeyID)
+		}
+		if ch.RateLimit < 0 {
+			bad("%s.rate_limit: must be 0 (unlimited) or positive, got %d", where, ch.RateLimit)
+		}
+		if ch.Window < 0 {
+			bad("%s.window: must be 0 (the default, 16 MiB) or positive, got %d", where, ch.Window)
 		}
 		if len(ch.Topics) == 0 {
 			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"])", where)
