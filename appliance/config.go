@@ -3,6 +3,8 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
@@ -198,6 +200,17 @@ type ChannelConfig struct {
 	KeyID     int      `toml:"key_id" json:"key_id"`
 }
 
+// Largest values Validate accepts for the frame limits of [stomp]. A reader
+// buffer of max_header_line bytes is allocated per connection, and a body of
+// up to max_body_bytes as soon as its content-length is read; a message is
+// journaled in one SQLite row, which holds at most 1e9 bytes.
+const (
+	maxHeaderLine  = 1 << 20  // 1 MiB
+	maxHeaderBytes = 16 << 20 // 16 MiB
+	maxHeaders     = 10000
+	maxBodyBytes   = 512 << 20 // 512 MiB
+)
+
 // Defaults.
 const (
 	DefaultListen  = "127.0.0.1:61613"
@@ -264,7 +277,13 @@ func DefaultConfig() Config {
 // naming the key and its line.
 func LoadConfig(path string) (Config, error) {
 	cfg := DefaultConfig()
-	src, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	// One byte over the limit is enough for DecodeConfig to refuse it.
+	src, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
 	if err != nil {
 		return cfg, fmt.Errorf("read config: %w", err)
 	}
@@ -274,8 +293,27 @@ func LoadConfig(path string) (Config, error) {
 	return cfg, nil
 }
 
-// DecodeConfig decodes TOML text into cfg strictly.
+// Bounds on the config text, checked before it is parsed (checkShape): the
+// TOML parser's time and memory grow much faster than the text with nesting
+// (an 8,000-deep inline table of 48 KB took 2.7 GB and 5 s; 12,000 dotted key
+// segments, 16 s; 1 MiB of 31-deep inline tables, 640 MB). The shipped file is
+// under 10 KB, nests 3 deep and holds a few hundred key levels.
+const (
+	maxConfigBytes     = 1 << 20 // 1 MiB
+	maxConfigNesting   = 32
+	maxConfigKeyLevels = 100_000
+)
+
+// DecodeConfig decodes TOML text into cfg strictly. Text over 1 MiB, nesting
+// tables, arrays and dotted keys more than 32 deep, or holding more than
+// 100,000 key levels (see checkShape), is refused before it is parsed.
 func DecodeConfig(src string, cfg *Config) error {
+	if len(src) > maxConfigBytes {
+		return fmt.Errorf("config larger than %d bytes (1 MiB), the limit", maxConfigBytes)
+	}
+	if err := checkShape(src); err != nil {
+		return err
+	}
 	md, err := toml.Decode(src, cfg)
 	if err != nil {
 		var pe toml.ParseError
@@ -301,6 +339,103 @@ func DecodeConfig(src string, cfg *Config) error {
 		return fmt.Errorf("%s (see packaging/herald.toml for every key)", strings.Join(msgs, "; "))
 	}
 	return nil
+}
+
+// checkShape refuses src when it nests deeper than maxConfigNesting or holds
+// more than maxConfigKeyLevels key levels in all. It is a cheap pre-scan, not
+// a TOML parser: it skips comments and strings (basic, literal, multi-line) as
+// TOML does, and counts each open [ or { plus each dot of the key that leads
+// into it, and the dots of the key being written (a.b.c = 1 is 3 deep). Dots
+// of a value (1.5) count too; a config never comes near the limits.
+//
+// The parser's cost grows with every key times the square of its depth (it
+// keeps each key's whole path, and a dotted key creates a table per prefix), so
+// each key, table header and value closing at depth d adds d(d+1)/2 levels.
+func checkShape(src string) error {
+	line := 1
+	level, dots, levels := 0, 0, 0
+	var stack []int
+	count := func(d int) { levels += d * (d + 1) / 2 }
+	for i := 0; i < len(src); i++ {
+		switch c := src[i]; c {
+		case '\n':
+			line++
+			dots = 0
+		case ',':
+			dots = 0
+		case '=':
+			count(level + dots + 1)
+		case '#':
+			for i+1 < len(src) && src[i+1] != '\n' {
+				i++
+			}
+		case '"', '\'':
+			i, line = skipString(src, i, line)
+		case '[', '{':
+			stack = append(stack, level)
+			level += 1 + dots
+			dots = 0
+		case ']', '}':
+			count(level + dots)
+			if n := len(stack); n > 0 {
+				level = stack[n-1]
+				stack = stack[:n-1]
+			}
+			dots = 0
+		case '.':
+			dots++
+		}
+		if level+dots > maxConfigNesting {
+			return fmt.Errorf("line %d: tables, arrays and dotted keys nested more than %d deep, the limit", line, maxConfigNesting)
+		}
+		if levels > maxConfigKeyLevels {
+			return fmt.Errorf("line %d: more than %d key levels in all, the limit (a key or table at depth d counts d(d+1)/2): split the nesting or remove keys", line, maxConfigKeyLevels)
+		}
+	}
+	return nil
+}
+
+// skipString returns the index of the last byte of the string opening at
+// src[i] (a quote), and the line it ends on. A string left open ends at the
+// end of its line (single-line) or of src (multi-line): the parser refuses it.
+func skipString(src string, i, line int) (int, int) {
+	q := src[i]
+	triple := string([]byte{q, q, q})
+	if strings.HasPrefix(src[i:], triple) {
+		for j := i + 3; j < len(src); j++ {
+			switch {
+			case src[j] == '\n':
+				line++
+			case q == '"' && src[j] == '\\':
+				j++ // an escape: the next byte cannot close the string
+				if j < len(src) && src[j] == '\n' {
+					line++
+				}
+			case strings.HasPrefix(src[j:], triple):
+				j += 2
+				// Up to two more quotes belong to the string ("a""""").
+				for k := 0; k < 2 && j+1 < len(src) && src[j+1] == q; k++ {
+					j++
+				}
+				return j, line
+			}
+		}
+		return len(src) - 1, line
+	}
+	for j := i + 1; j < len(src); j++ {
+		switch {
+		case src[j] == '\n':
+			return j - 1, line
+		case q == '"' && src[j] == '\\':
+			if j+1 < len(src) && src[j+1] == '\n' {
+				return j, line
+			}
+			j++
+		case src[j] == q:
+			return j, line
+		}
+	}
+	return len(src) - 1, line
 }
 
 var keyLine = regexp.MustCompile(`^\s*"?([^"=\s]+)"?\s*=`)
@@ -364,6 +499,47 @@ func (c *Config) Validate() error {
 	if c.Stomp.IdleTimeout.Duration < 0 {
 		bad("stomp.idle_timeout: must be \"0s\" (never) or positive, got %s", c.Stomp.IdleTimeout)
 	}
+	// Frame limits bound what one connection may make the daemon allocate.
+	atMost := func(name string, v, limit int, human string) {
+		if v > limit {
+			bad("%s: at most %d (%s), got %d", name, limit, human, v)
+		}
+	}
+	atMost("stomp.max_header_line", c.Stomp.MaxHeaderLine, maxHeaderLine, "1 MiB")
+	atMost("stomp.max_header_bytes", c.Stomp.MaxHeaderBytes, maxHeaderBytes, "16 MiB")
+	atMost("stomp.max_headers", c.Stomp.MaxHeaders, maxHeaders, "headers per frame")
+	atMost("stomp.max_body_bytes", c.Stomp.MaxBodyBytes, maxBodyBytes, "512 MiB")
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{
+		{"stomp.connect_timeout", c.Stomp.ConnectTimeout},
+		{"stomp.write_timeout", c.Stomp.WriteTimeout},
+	} {
+		if d.v.Duration <= 0 {
+			bad("%s: must be positive (example: \"10s\"), got %s", d.name, d.v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{
+		{"stomp.heartbeat_send", c.Stomp.HeartbeatSend},
+		{"stomp.heartbeat_receive", c.Stomp.HeartbeatReceive},
+		{"journal.checkpoint_interval", c.Journal.Checkpoint},
+		{"queues.redelivery_delay_min", c.Queues.RedeliveryMin},
+		{"queues.redelivery_delay_max", c.Queues.RedeliveryMax},
+		{"queues.ack_timeout", c.Queues.AckTimeout},
+		{"queues.dedup_window", c.Queues.DedupWindow},
+		{"queues.block_timeout", c.Queues.BlockTimeout},
+	} {
+		if d.v.Duration < 0 {
+			bad("%s: must not be negative, got %s", d.name, d.v)
+		}
+	}
+	if c.Journal.WALLimitBytes < 0 {
+		bad("journal.wal_limit_bytes: must not be negative, got %d", c.Journal.WALLimitBytes)
+	}
 	if c.Queues.RedeliveryMax.Duration < c.Queues.RedeliveryMin.Duration {
 		bad("queues.redelivery_delay_max (%s) is below redelivery_delay_min (%s)", c.Queues.RedeliveryMax, c.Queues.RedeliveryMin)
 	}
@@ -417,6 +593,17 @@ func (c *Config) Validate() error {
 		if p.MaxMessages < 0 || p.MaxBytes < 0 || p.Prefetch < 0 || p.MaxDeliveries < 0 {
 			bad("%s: limits must be 0 (inherit) or positive", where)
 		}
+		for _, d := range []struct {
+			name string
+			v    Duration
+		}{
+			{"redelivery_delay_min", p.RedeliveryMin}, {"redelivery_delay_max", p.RedeliveryMax},
+			{"ack_timeout", p.AckTimeout}, {"block_timeout", p.BlockTimeout},
+		} {
+			if d.v.Duration < 0 {
+				bad("%s.%s: must not be negative, got %s", where, d.name, d.v)
+			}
+		}
 	}
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {
@@ -429,6 +616,22 @@ func (c *Config) Validate() error {
 		names[ch.Name] = true
 		if ch.Group == "" {
 			bad("%s.group: must not be empty (example: \"239.255.0.1:7400\")", where)
+		} else if ap, err := netip.ParseAddrPort(ch.Group); err != nil || !ap.Addr().Is4() || !ap.Addr().IsMulticast() || ap.Port() == 0 {
+			bad("%s.group: %q: want an IPv4 multicast address and port (example: \"239.255.0.1:7400\")", where, ch.Group)
+		}
+		// The IP TTL is one byte; 0 takes the default, 1 (the LAN segment).
+		if ch.TTL < 0 || ch.TTL > 255 {
+			bad("%s.ttl: %d: want 0 to 255 (0: the default, 1)", where, ch.TTL)
+		}
+		// The key id is one byte of every datagram's header.
+		if ch.KeyID < 0 || ch.KeyID > 255 {
+			bad("%s.key_id: %d: want 0 to 255 (it is one byte on the wire)", where, ch.KeyID)
+		}
+		if ch.RateLimit < 0 {
+			bad("%s.rate_limit: must be 0 (unlimited) or positive, got %d", where, ch.RateLimit)
+		}
+		if ch.Window < 0 {
+			bad("%s.window: must be 0 (the default, 16 MiB) or positive, got %d", where, ch.Window)
 		}
 		if len(ch.Topics) == 0 {
 			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"])", where)

@@ -18,6 +18,12 @@
 //     \n \c \\ for 1.1, and also \r for 1.2. CONNECT, STOMP and CONNECTED
 //     frames are never unescaped (STOMP 1.2, "Value Encoding"). An undefined
 //     escape is an error.
+//   - A NUL anywhere in a header line is an error, in every version.
+//
+// Contract of the encoder: a header the version cannot carry exactly is left
+// out of the frame, never rewritten ([Writable]): one holding a NUL; where
+// nothing is escaped, one holding LF or CR or with a colon in its key; in
+// 1.1, one holding CR.
 //   - Every error is a *Error carrying a short reason suitable for the
 //     "message" header of an ERROR frame; after an error the stream is not
 //     resynchronised: the connection must be closed.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"strings"
 	"testing"
 
 	"github.com/herald-mq/herald/appliance/stomp"
@@ -17,26 +16,14 @@ func fuzzVersion(b uint8) string {
 
 // normalize returns what f must look like after AppendFrame and ReadFrame in
 // version v: content-length headers are dropped (AppendFrame writes the true
-// length last), and text the version cannot carry is replaced as AppendFrame
-// does (CR and LF by a space where there is no escape for them).
+// length last), and so are the headers the version cannot carry (Writable).
 func normalize(f *stomp.Frame, v string) *stomp.Frame {
 	g := &stomp.Frame{Command: f.Command, Body: f.Body}
-	esc := stomp.Escaped(v, f.Command)
-	fix := func(s string) string {
-		if esc && v == stomp.V12 {
-			return s
-		}
-		s = strings.ReplaceAll(s, "\r", " ")
-		if !esc {
-			s = strings.ReplaceAll(s, "\n", " ")
-		}
-		return s
-	}
 	for _, h := range f.Headers {
-		if h.Key == "content-length" {
+		if h.Key == "content-length" || !stomp.Writable(h, v, f.Command) {
 			continue
 		}
-		g.Headers = append(g.Headers, stomp.Header{Key: fix(h.Key), Value: fix(h.Value)})
+		g.Headers = append(g.Headers, h)
 	}
 	return g
 }

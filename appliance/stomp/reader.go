@@ -128,6 +128,11 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		if len(line) == 0 {
 			break
 		}
+		if bytes.IndexByte(line, 0) >= 0 {
+			// A NUL ends a frame: relayed inside a header, it would let the
+			// sender forge frames for the subscribers.
+			return nil, errorf("NUL byte in a header line (STOMP forbids NUL in headers)")
+		}
 		if len(f.Headers) >= r.limits.MaxHeaders {
 			return nil, limitErr("max_headers", r.limits.MaxHeaders, "too many headers (limit %d)", r.limits.MaxHeaders)
 		}

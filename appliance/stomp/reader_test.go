@@ -411,6 +411,40 @@ func TestReader_LargeBodies(t *testing.T) {
 	}
 }
 
+// TestReader_NULInHeader: a NUL anywhere in a header line is refused in every
+// version (relayed, it would end the frame early and let the rest of the line
+// forge a frame for the subscribers).
+func TestReader_NULInHeader(t *testing.T) {
+	forged := "\x00MESSAGE\ndestination:/queue/x\nmessage-id:forged\n\nforged body"
+	lines := map[string]string{
+		"in value":             "k:v" + forged,
+		"in key":               "k\x00x:v",
+		"only byte of value":   "k:\x00",
+		"after escaped value":  `k:a\nb` + "\x00",
+		"before the colon":     "\x00:v",
+		"line without a colon": "k\x00",
+	}
+	for _, v := range []string{"", stomp.V10, stomp.V11, stomp.V12} {
+		for _, cmd := range []string{stomp.CmdSend, stomp.CmdConnect, stomp.CmdSubscribe} {
+			for name, line := range lines {
+				t.Run(v+"/"+cmd+"/"+name, func(t *testing.T) {
+					frames, _, err := readAll(t, cmd+"\ndestination:/queue/a\n"+line+"\n\nbody\x00", v, stomp.Limits{})
+					var se *stomp.Error
+					if !errors.As(err, &se) {
+						t.Fatalf("got %d frames and error %v (%T), want *stomp.Error", len(frames), err, err)
+					}
+					if want := "NUL byte in a header line"; !strings.Contains(se.Reason, want) || se.Limit != "" {
+						t.Errorf("got reason %q limit %q, want a reason containing %q and no limit", se.Reason, se.Limit, want)
+					}
+					if len(frames) != 0 {
+						t.Errorf("got %d frames before the error, want 0", len(frames))
+					}
+				})
+			}
+		}
+	}
+}
+
 // TestReader_BodyNotAllocatedAhead checks that a content-length is not
 // trusted with memory: a frame announcing 16 MiB whose stream ends after a
 // few octets of body costs the reader far less than 16 MiB.
