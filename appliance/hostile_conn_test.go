@@ -1,6 +1,7 @@
 package appliance_test
 
 import (
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -134,24 +135,7 @@ func TestHostile_FrameTimeout(t *testing.T) {
 			start := time.Now()
 			r.write(tc.partial)
 			if tc.trickle {
-				stop := make(chan struct{})
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					tick := time.NewTicker(50 * time.Millisecond)
-					defer tick.Stop()
-					for {
-						select {
-						case <-stop:
-							return
-						case <-tick.C:
-							if _, err := r.c.Write([]byte("x")); err != nil {
-								return
-							}
-						}
-					}
-				}()
-				defer func() { close(stop); <-done }()
+				defer trickle(r.c, 50*time.Millisecond, "x")()
 			}
 			wantError(r, "frame timeout", "stomp.frame_timeout")
 			if elapsed := time.Since(start); elapsed < ft {
@@ -191,23 +175,7 @@ func TestHostile_IdleTimeout(t *testing.T) {
 	// No heart-beats, but an EOL every idle/3.
 	chatty := dialRaw(t, tb)
 	connectHB(chatty, "0,0")
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(idle / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if _, err := chatty.c.Write([]byte("\n")); err != nil {
-					return
-				}
-			}
-		}
-	}()
+	stopChatty := trickle(chatty.c, idle/3, "\n")
 
 	// Two idle connections, one after the other: when the second has its
 	// ERROR, the two above have been up for more than twice idle_timeout.
@@ -221,8 +189,7 @@ func TestHostile_IdleTimeout(t *testing.T) {
 		}
 		idler.closed()
 	}
-	close(stop)
-	<-done
+	stopChatty()
 	sendReceipt(beating, "beating")
 	sendReceipt(chatty, "chatty")
 }
@@ -249,4 +216,26 @@ func TestHostile_TimeoutsValidated(t *testing.T) {
 			t.Errorf("frame_timeout 0s, idle_timeout -1s: got %v, want an error naming %s", err, want)
 		}
 	}
+}
+
+// trickle writes b to c every interval until the returned stop is called
+// (which waits for the writer to end).
+func trickle(c net.Conn, every time.Duration, b string) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				if _, err := c.Write([]byte(b)); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
