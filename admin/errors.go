@@ -45,5 +45,5 @@ func classify(err error) *apiError {
 	case errors.Is(err, context.Canceled):
 		return errorf(499, "the request was cancelled", err.Error())
 	}
-	return errorf(http.StatusInternalServerError, "see the daemon's log (journalctl -u heraldd) for details", err.Error())
+	return errorf(http.StatusInternalServerError, "see the daemon's log (journalctl -u herald, the systemd unit) for details", err.Error())
 }

@@ -530,7 +530,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	if err != nil {
-		hint := "see the daemon's log (journalctl -u heraldd) for details"
+		hint := "see the daemon's log (journalctl -u herald, the systemd unit) for details"
 		if errors.Is(err, os.ErrPermission) {
 			hint = "the daemon writes the backup: choose a directory its user can write (for example its data directory)"
 		}

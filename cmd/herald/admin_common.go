@@ -117,11 +117,11 @@ func adminFailure(what, sock string, ctx context.Context, err error) error {
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
-		return &exitError{code: exitTimeout, err: fmt.Errorf("%s: no answer from heraldd on %s in time; it may be overloaded (raise --timeout) or stuck (journalctl -u heraldd)", what, sock)}
+		return &exitError{code: exitTimeout, err: fmt.Errorf("%s: no answer from heraldd on %s in time; it may be overloaded (raise --timeout) or stuck (%s)", what, sock, logHint())}
 	case errors.Is(err, syscall.EACCES) || errors.Is(err, os.ErrPermission):
 		return &exitError{code: exitNoPerm, err: fmt.Errorf("%s: permission denied on the admin socket %s; run as root or as a member of the daemon's group (sudo usermod -aG herald $USER, then log in again)", what, sock)}
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
-		return &exitError{code: exitUnavailable, err: fmt.Errorf("%s: heraldd is not answering on %s; is it running? start it with: heraldd (or point --socket / HERALD_SOCKET at its admin socket)", what, sock)}
+		return &exitError{code: exitUnavailable, err: fmt.Errorf("%s: heraldd is not answering on %s; is it running? start it with: %s (or point --socket / HERALD_SOCKET at its admin socket)", what, sock, startHint())}
 	}
 	var ce *admin.ConnError
 	if errors.As(err, &ce) {

@@ -149,8 +149,8 @@ func dial(ctx context.Context, cCtx *cli.Context, heartBeat [2]time.Duration) (*
 		return nil, &exitError{code: exitOther, err: ctx.Err()}
 	}
 	return nil, &exitError{code: exitUnavailable, err: fmt.Errorf(
-		"cannot reach the STOMP server at %s: %w; is heraldd running? start it with: heraldd (or point --server / HERALD_SERVER at it)",
-		server, unwrapClient(err))}
+		"cannot reach the STOMP server at %s: %w; is heraldd running? start it with: %s (or point --server / HERALD_SERVER at it)",
+		server, unwrapClient(err), startHint())}
 }
 
 // failure classifies an error met after connecting.
@@ -168,7 +168,7 @@ func failure(server, doing string, err error) error {
 		return &exitError{code: exitTimeout, err: fmt.Errorf("%s: %w", doing, unwrapClient(err))}
 	case errors.Is(err, client.ErrConnectionLost), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return &exitError{code: exitUnavailable, err: fmt.Errorf(
-			"%s: lost the connection to %s; check that heraldd is still running (journalctl -u heraldd)", doing, server)}
+			"%s: lost the connection to %s; check that heraldd is still running (%s)", doing, server, logHint())}
 	}
 	return &exitError{code: exitOther, err: fmt.Errorf("%s: %w", doing, err)}
 }
