@@ -94,6 +94,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // "orders.>" stays readable; this is no HTML
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }
@@ -249,6 +250,7 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.opContext(r)
 	defer cancel()
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("  ", "  ")
 	started := false
 	start := func() error {
@@ -414,8 +416,13 @@ func (s *Server) closeConnection(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) config(w http.ResponseWriter, r *http.Request) {
-	// Channel keys carry json:"-"; nothing else in Config is secret.
-	writeJSON(w, http.StatusOK, s.o.Config)
+	// Channel keys carry json:"-"; nothing else in Config is secret. Empty
+	// lists are [] rather than null.
+	cfg := s.o.Config
+	if cfg.Queues.Policies == nil {
+		cfg.Queues.Policies = []appliance.QueuePolicy{}
+	}
+	writeJSON(w, http.StatusOK, cfg)
 }
 
 func levelName(lv *slog.LevelVar) string {
@@ -513,6 +520,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	emit := func(ev BackupEvent) {
 		enc.Encode(ev)
 		rc.Flush()

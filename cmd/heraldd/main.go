@@ -88,7 +88,7 @@ type daemon struct {
 
 func (d *daemon) run() int {
 	d.level.Set(parseLevel(d.cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: &d.level}
+	opts := &slog.HandlerOptions{Level: &d.level, ReplaceAttr: durationsAsText}
 	if d.cfg.Log.Format == "json" {
 		d.log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	} else {
@@ -223,4 +223,13 @@ func parseLevel(s string) slog.Level {
 		return slog.LevelInfo
 	}
 	return l
+}
+
+// durationsAsText writes durations as Go duration strings ("4ms"), not as
+// nanosecond integers, in both log formats.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
