@@ -34,6 +34,13 @@ func run(args []string) int {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	checkConfig := fs.Bool("check-config", false, "validate the configuration and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the usage was printed, as asked
+		}
+		return 64
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "heraldd: unexpected argument %q: heraldd takes only flags (see heraldd --help)\n", fs.Arg(0))
 		return 64
 	}
 	if *showVersion {
