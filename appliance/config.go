@@ -336,7 +336,7 @@ func DecodeConfig(src string, cfg *Config) error {
 			}
 			msgs = append(msgs, fmt.Sprintf("unknown key %q%s", k.String(), where))
 		}
-		return fmt.Errorf("%s (see packaging/herald.toml for every key)", strings.Join(msgs, "; "))
+		return fmt.Errorf("%s (every key is listed with its default in /etc/herald/herald.toml as installed, packaging/herald.toml in the source, and man heraldd)", strings.Join(msgs, "; "))
 	}
 	return nil
 }
