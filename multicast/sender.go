@@ -167,7 +167,7 @@ func (s *Sender) Open(ctx context.Context) error {
 	s.core, s.conn, s.pc = core, conn, pc
 	s.dst = net.UDPAddrFromAddrPort(s.group)
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.log = s.log.With(logInterface, ifi.Name, logSession, fmt.Sprintf("%016x", core.Session()))
+	s.log = s.log.With(logInterface, ifi.Name, logSession, FormatSession(core.Session()))
 	s.wg.Add(2)
 	s.mu.Unlock()
 	s.log.Info("multicast sender open", "source", conn.LocalAddr().String(), "ttl", s.cfg.TTL, "profile", s.cfg.Profile)
@@ -176,6 +176,10 @@ func (s *Sender) Open(ctx context.Context) error {
 	s.running.Store(true)
 	return nil
 }
+
+// FormatSession is how a session id is written in logs and tools: 16 hex
+// digits.
+func FormatSession(id uint64) string { return fmt.Sprintf("%016x", id) }
 
 // Session returns the session id (0 before Open).
 func (s *Sender) Session() uint64 {

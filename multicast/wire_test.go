@@ -226,3 +226,9 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatSession(t *testing.T) {
+	if got, want := FormatSession(0xbeef), "000000000000beef"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}

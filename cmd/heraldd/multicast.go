@@ -75,7 +75,7 @@ func (d *daemon) openChannels(ctx context.Context) error {
 		ch := &channel{cfg: cc, sender: s}
 		d.channels = append(d.channels, ch)
 		d.broker.AddTopicSink(ch)
-		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "profile", cc.Profile, "session", s.Session())
+		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "profile", cc.Profile, "session", multicast.FormatSession(s.Session()))
 	}
 	return nil
 }
