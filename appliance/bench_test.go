@@ -177,3 +177,40 @@ func BenchmarkTopic(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFloodSend measures one producer sending 1 KiB queue messages
+// without receipts (sync=full), for several sizes of the journal intake's
+// share in flight (intakeInflight): smaller keeps other clients' round
+// trips short beside a flood (TestBudget_JournalIntakeIsFair) and makes
+// commits smaller. The last SEND carries a receipt, so the timer covers the
+// commits.
+func BenchmarkFloodSend(b *testing.B) {
+	for _, inflight := range []int64{64 << 10, 256 << 10, 1 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("inflight=%dKiB", inflight>>10), func(b *testing.B) {
+			old := appliance.SetIntakeInflight(inflight)
+			defer appliance.SetIntakeInflight(old)
+			tb := mustStartBroker(b, func(c *appliance.Config) {
+				c.Journal.Sync = "full"
+				c.Stomp.MaxJournalPendingBytes = 64 << 20
+			})
+			c, err := client.Dial(context.Background(), tb.Addr, client.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			body := make([]byte, 1024)
+			b.SetBytes(1024)
+			b.ResetTimer()
+			for range b.N {
+				if err := c.Send("/queue/flood", body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := c.SendReceipt(context.Background(), "/queue/flood", body); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}

@@ -69,6 +69,7 @@ type Broker struct {
 
 	pumpStop      chan struct{}
 	pump          *pump         // submits journal work produced by completions
+	intake        *intake       // the connections' journal batches, round-robin
 	seed          atomic.Uint64 // per-queue seeds of the cores' random choices
 	journalFailed atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
 }
@@ -77,6 +78,7 @@ type brokerStats struct {
 	connections, refused, slowDrops, staleAcks, dedupHits, deadLettered atomic.Uint64
 	topicIn, topicOut, tempDropped                                      atomic.Uint64
 	outputWaits                                                         atomic.Uint64 // readers held by stomp.max_output_bytes
+	journalWaits                                                        atomic.Uint64 // readers held by stomp.max_journal_pending_bytes
 }
 
 // New returns a Broker with defaults applied; Open recovers the journal.
@@ -115,6 +117,7 @@ func New(o Options) *Broker {
 	}
 	b.seed.Store(uint64(o.Now().UnixNano()))
 	b.pump = newPump()
+	b.intake = newIntake(o.Journal, intakeInflight)
 	b.pumpStop = make(chan struct{})
 	return b
 }
@@ -179,6 +182,8 @@ func (b *Broker) Open(ctx context.Context) error {
 	go b.watchDisk()
 	go b.forgetTopics()
 	go func() { defer b.wg.Done(); b.pump.run(b.pumpStop) }()
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); b.intake.run(b.pumpStop) }()
 	return nil
 }
 

@@ -62,6 +62,7 @@ type StompConfig struct {
 	MaxTxFrames              int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
 	MaxOutputBytes           int64    `toml:"max_output_bytes" json:"max_output_bytes"`
 	MaxTxBytes               int64    `toml:"max_transaction_bytes" json:"max_transaction_bytes"`
+	MaxJournalPendingBytes   int64    `toml:"max_journal_pending_bytes" json:"max_journal_pending_bytes"`
 }
 
 // JournalConf configures the SQLite journal.
@@ -239,6 +240,7 @@ func DefaultConfig() Config {
 			MaxTxFrames:              10000,
 			MaxOutputBytes:           64 << 20,
 			MaxTxBytes:               64 << 20,
+			MaxJournalPendingBytes:   1 << 20,
 		},
 		Journal: JournalConf{
 			Sync:          "full",
@@ -484,6 +486,7 @@ func (c *Config) Validate() error {
 	pos("stomp.max_transaction_frames", c.Stomp.MaxTxFrames)
 	pos64("stomp.max_output_bytes", c.Stomp.MaxOutputBytes)
 	pos64("stomp.max_transaction_bytes", c.Stomp.MaxTxBytes)
+	pos64("stomp.max_journal_pending_bytes", c.Stomp.MaxJournalPendingBytes)
 	pos("queues.prefetch", c.Queues.Prefetch)
 	pos("queues.auto_prefetch", c.Queues.AutoPrefetch)
 	pos("queues.max_deliveries", c.Queues.MaxDeliveries)

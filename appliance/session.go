@@ -98,9 +98,13 @@ type session struct {
 	readEnd atomic.Int64
 
 	jpending atomic.Int64 // journal batches submitted, not completed
-	nsubs    atomic.Int32 // len(subs), readable by admin
-	hurry    atomic.Bool  // being dropped: short write deadline
-	temps    []string     // temporary queues this session owns; reader goroutine
+	jmu      sync.Mutex
+	jbytes   int64         // weight of those batches (stomp.max_journal_pending_bytes)
+	jroom    chan struct{} // closed and replaced each time one completes
+	iq       intakeQ       // its turn in the journal intake (broker.intake)
+	nsubs    atomic.Int32  // len(subs), readable by admin
+	hurry    atomic.Bool   // being dropped: short write deadline
+	temps    []string      // temporary queues this session owns; reader goroutine
 	done     chan struct{}
 
 	started                              time.Time
@@ -119,6 +123,7 @@ func newSession(b *Broker, c net.Conn) *session {
 		r:       stomp.NewReader(countingReader{c, nil}, b.limits),
 		wake:    make(chan struct{}, 1),
 		drained: make(chan struct{}),
+		jroom:   make(chan struct{}),
 		stopW:   make(chan struct{}),
 		subs:    map[string]*subscription{},
 		txs:     map[string]*transaction{},
@@ -623,8 +628,50 @@ func (s *session) writeFailed(err error) {
 
 // --- receipts and journal ordering --------------------------------------
 
+// batchWeight is what a batch weighs in its session's share of the journal
+// intake: its messages' bytes and a fixed cost per operation.
+func batchWeight(b *Batch) int64 {
+	w := int64(0)
+	for i := range b.Ops {
+		w += 256
+		if m := b.Ops[i].Msg; m != nil {
+			w += int64(m.Size())
+		}
+	}
+	return w
+}
+
 // submit sends a batch to the journal, counting it so later receipts wait.
+// The reader calls it. Batches go to the journal through the broker's
+// intake, round-robin between connections. A session's batches not yet
+// committed weigh at most stomp.max_journal_pending_bytes (one batch always
+// goes): past that the reader waits for its earlier batches to commit and
+// stops reading the socket meanwhile (TCP backpressure), so a producer that
+// floods SENDs without receipts holds bounded memory.
 func (s *session) submit(b *Batch) {
+	w := batchWeight(b)
+	if limit := s.b.cfg.Stomp.MaxJournalPendingBytes; limit > 0 {
+		counted := false
+		for {
+			s.jmu.Lock()
+			if s.jbytes == 0 || s.jbytes+w <= limit {
+				s.jbytes += w
+				s.jmu.Unlock()
+				break
+			}
+			ch := s.jroom
+			s.jmu.Unlock()
+			if !counted {
+				counted = true
+				s.b.stats.journalWaits.Add(1)
+			}
+			<-ch
+		}
+	} else {
+		s.jmu.Lock()
+		s.jbytes += w
+		s.jmu.Unlock()
+	}
 	s.jpending.Add(1)
 	done := b.Done
 	b.Done = func(b *Batch, err error) {
@@ -632,8 +679,13 @@ func (s *session) submit(b *Batch) {
 			done(b, err)
 		}
 		s.jpending.Add(-1)
+		s.jmu.Lock()
+		s.jbytes -= w
+		close(s.jroom)
+		s.jroom = make(chan struct{})
+		s.jmu.Unlock()
 	}
-	s.b.j.Submit(b)
+	s.b.intake.add(&s.iq, b, w)
 }
 
 // drainJournal waits until every journal batch this session submitted has

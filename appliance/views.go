@@ -71,6 +71,7 @@ type StatsView struct {
 	TopicIn          uint64   `json:"topic_messages_in_total"`
 	TopicOut         uint64   `json:"topic_messages_out_total"`
 	OutputWaits      uint64   `json:"output_backpressure_total"`
+	JournalWaits     uint64   `json:"journal_backpressure_total"`      // readers held by stomp.max_journal_pending_bytes
 	TopicsForgotten  uint64   `json:"topics_forgotten_total"`          // idle topics forgotten (topics.idle_forget)
 	LastValueEvicted uint64   `json:"topic_last_values_evicted_total"` // over topics.last_value_max_bytes
 	LastValueBytes   int64    `json:"topic_last_value_bytes"`          // weight of the last values kept
@@ -101,6 +102,7 @@ func (b *Broker) Stats() StatsView {
 		TopicIn:          b.stats.topicIn.Load(),
 		TopicOut:         b.stats.topicOut.Load(),
 		OutputWaits:      b.stats.outputWaits.Load(),
+		JournalWaits:     b.stats.journalWaits.Load(),
 		TopicsForgotten:  b.topics.forgotten.Load(),
 		LastValueEvicted: b.topics.lvEvicted.Load(),
 		LastValueBytes:   lvBytes,
