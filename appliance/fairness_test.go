@@ -59,4 +59,3 @@ func TestBudget_JournalIntakeIsFair(t *testing.T) {
 		t.Fatalf("probe round trip %s beside 2 flooding producers, %s at rest: the flood is not held to its share of the journal", under, base)
 	}
 }
-
