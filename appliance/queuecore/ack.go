@@ -240,7 +240,7 @@ func (c *Core) claimDone(d *Delivery, err error, retryAt, now int64) {
 func (c *Core) left(m *Msg) {
 	c.count--
 	c.bytes -= m.Size
-	delete(c.byID, m.ID)
+	c.unhold(m.ID)
 	if m.ID > c.memTail || c.inHole(m) {
 		if c.goneAhead == nil {
 			c.goneAhead = map[uint64]string{}
@@ -262,7 +262,7 @@ func (c *Core) leaveFailed(m *Msg, retryAt, now int64) {
 	if m.ID > c.memTail {
 		// Never in memory (requeue of a message not paged in): the pager
 		// finds it again.
-		delete(c.byID, m.ID)
+		c.unhold(m.ID)
 		m.state = stNone
 		c.spilled = true
 		c.spillSeq++

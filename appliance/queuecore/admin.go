@@ -71,7 +71,7 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 		default:
 			continue
 		}
-		delete(c.byID, id)
+		c.unhold(id)
 	}
 	// Every message up to UpTo is now gone or kept in memory, except kept
 	// ones that left memory meanwhile (a requeue of messages not paged in
@@ -133,7 +133,7 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 				continue // gone meanwhile
 			}
 			m = lm
-			c.byID[m.ID] = m
+			c.hold(m)
 		case m.state == stReady:
 			c.ready.remove(m)
 		case m.state == stDelayed:

@@ -44,6 +44,8 @@ type Core struct {
 	ready     readyIndex
 	delayed   delayHeap
 	byID      map[uint64]*Msg // every message in memory, any state
+	memBytes  int64           // their sizes (MemBytes)
+	windowCap int64           // SetWindowCap: a lower byte window than cfg.WindowBytes; 0 = none
 	flight    map[uint64]*Delivery
 	consumers []*Consumer
 	rr        int
@@ -220,8 +222,51 @@ func (c *Core) Committed(m *Msg, reserved bool, now int64) {
 	c.end(now)
 }
 
+// hold records m as in memory.
+func (c *Core) hold(m *Msg) {
+	if old := c.byID[m.ID]; old != nil {
+		c.memBytes -= old.Size
+	}
+	c.byID[m.ID] = m
+	c.memBytes += m.Size
+}
+
+// unhold records that message id left memory.
+func (c *Core) unhold(id uint64) {
+	if old := c.byID[id]; old != nil {
+		c.memBytes -= old.Size
+		delete(c.byID, id)
+	}
+}
+
+// MemBytes is the size of every message the core holds in memory (ready,
+// delayed, in flight or leaving): what the queue weighs in the broker's
+// memory budget.
+func (c *Core) MemBytes() int64 { return c.memBytes }
+
+// SetWindowCap lowers the ready window's byte bound to capBytes while the
+// broker's memory budget is short (0: back to Config.WindowBytes alone).
+// Messages committed past it stay in the journal and are paged in later, as
+// past the configured window. Messages already in memory stay.
+func (c *Core) SetWindowCap(capBytes int64, now int64) {
+	if capBytes == c.windowCap {
+		return
+	}
+	c.windowCap = capBytes
+	c.end(now)
+}
+
+// windowBytes is the ready window's byte bound in force (0: none).
+func (c *Core) windowBytes() int64 {
+	wb := c.cfg.WindowBytes
+	if c.windowCap > 0 && (wb <= 0 || c.windowCap < wb) {
+		return c.windowCap
+	}
+	return wb
+}
+
 func (c *Core) windowFull() bool {
-	if wb := c.cfg.WindowBytes; wb > 0 && (c.ready.eligBytes >= wb || c.ready.bytes >= wb*int64(c.cfg.GroupOverflow)) {
+	if wb := c.windowBytes(); wb > 0 && (c.ready.eligBytes >= wb || c.ready.bytes >= wb*int64(c.cfg.GroupOverflow)) {
 		return true
 	}
 	return len(c.ready.elig) >= c.cfg.Window || c.ready.n >= c.cfg.Window*c.cfg.GroupOverflow
@@ -229,7 +274,7 @@ func (c *Core) windowFull() bool {
 
 // place puts a message that is in memory and not held where it belongs.
 func (c *Core) place(m *Msg, now int64) {
-	c.byID[m.ID] = m
+	c.hold(m)
 	if m.NotBefore > now {
 		m.state = stDelayed
 		heap.Push(&c.delayed, m)
@@ -305,14 +350,14 @@ func (c *Core) maybePage(now int64) {
 	}
 	if from != 0 {
 		c.paging = true
-		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, MaxBytes: max(c.cfg.WindowBytes, 0), seq: c.spillSeq, epoch: c.pageEpoch, Group: g, scan: true}
+		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, MaxBytes: max(c.windowBytes(), 0), seq: c.spillSeq, epoch: c.pageEpoch, Group: g, scan: true}
 		return
 	}
 	// At least 1: a window of 1 pages too.
 	if !c.spilled || len(c.ready.elig) >= max(1, c.cfg.Window*3/4) {
 		return
 	}
-	if wb := c.cfg.WindowBytes; wb > 0 && c.ready.eligBytes >= max(1, wb*3/4) {
+	if wb := c.windowBytes(); wb > 0 && c.ready.eligBytes >= max(1, wb*3/4) {
 		return
 	}
 	// Up to Window eligible messages; messages of blocked groups may add up
@@ -334,7 +379,7 @@ func (c *Core) maybePage(now int64) {
 // load; a count below 1 means none.
 func (c *Core) pageBudget() (int, int64) {
 	limit := min(c.cfg.Window-len(c.ready.elig), c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
-	wb := c.cfg.WindowBytes
+	wb := c.windowBytes()
 	if wb <= 0 {
 		return limit, 0
 	}
@@ -385,7 +430,7 @@ func (c *Core) park() bool {
 			c.stash[g] = append(c.stash[g], m)
 			continue
 		}
-		delete(c.byID, m.ID)
+		c.unhold(m.ID)
 	}
 	if p, ok := c.parked[g]; !ok || from < p {
 		if c.parked == nil {

@@ -130,3 +130,31 @@ func BenchmarkCore_StaleAck(b *testing.B) {
 		})
 	}
 }
+
+// A window cap (the broker's memory budget is short) keeps messages
+// committed past it in the journal, and page-ins ask for no more than it;
+// lifting the cap pages the rest in.
+func TestCore_WindowCapSpills(t *testing.T) {
+	c := New(Config{Window: 100, WindowBytes: 10000}, 1)
+	c.SetWindowCap(250, 0)
+	for i := range 10 {
+		c.Committed(&Msg{ID: uint64(i + 1), Size: 100}, false, 0)
+	}
+	if got := c.MemBytes(); got != 300 {
+		t.Fatalf("%d bytes in memory under a cap of 250, want 300 (the window fills, then spills)", got)
+	}
+	c.Take()
+	c.SetWindowCap(0, 1)
+	out := c.Take()
+	if out.PageIn == nil || out.PageIn.MaxBytes != 9700 || out.PageIn.After != 3 {
+		t.Fatalf("page-in after the cap is lifted: %+v, want after 3 up to 9700 bytes (the window less the 300 in memory)", out.PageIn)
+	}
+	var rest []*Msg
+	for i := 3; i < 10; i++ {
+		rest = append(rest, &Msg{ID: uint64(i + 1), Size: 100})
+	}
+	c.Paged(out.PageIn, rest, nil, 2)
+	if got := c.MemBytes(); got != 1000 {
+		t.Fatalf("%d bytes in memory after the page-in, want 1000", got)
+	}
+}

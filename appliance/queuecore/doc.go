@@ -45,7 +45,11 @@
 //     number of blocked messages hides the rest of the queue.
 //   - Delayed messages are held apart from the ready window, so any number
 //     of them never blocks ready messages.
-//   - count and bytes equal what the journal holds for the queue.
+//   - count and bytes equal what the journal holds for the queue;
+//     MemBytes equals the sizes of the messages held in memory (what the
+//     broker charges to its memory budget). SetWindowCap lowers the byte
+//     window while that budget is short: messages committed past it stay
+//     in the journal and are paged in once it is lifted.
 //   - A failed journal write never makes dispatch spin: the affected
 //     messages wait out a back-off that grows with consecutive failures.
 package queuecore

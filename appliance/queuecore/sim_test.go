@@ -263,6 +263,9 @@ func runSim(r simSrc, steps int, label string) (st simStats, err error) {
 			break
 		}
 		s.act()
+		if s.step%37 == 0 {
+			s.capWindow()
+		}
 		s.check()
 		if s.step%50 == 0 {
 			s.settle()
@@ -1319,8 +1322,26 @@ func (s *sim) outstanding(q int) map[uint64]*Delivery {
 	return out
 }
 
+// capWindow lowers or restores the main queue's byte window now and then,
+// as the broker does while its memory budget is short (not drawn from r:
+// the seeds keep their schedules).
+func (s *sim) capWindow() {
+	c := []int64{0, 1, 60, 200, 0, 5000}[(s.step/37)%6]
+	s.logf("window cap %d", c)
+	s.cores[qMain].SetWindowCap(c, s.now)
+	s.collect(qMain)
+}
+
 func (s *sim) check() {
 	for q := range s.cores {
+		// The memory the core reports is what it holds.
+		inMem := int64(0)
+		for _, m := range s.cores[q].byID {
+			inMem += m.Size
+		}
+		if mb := s.cores[q].MemBytes(); mb != inMem {
+			s.failf("%s reports %d bytes in memory, holds %d", simQName[q], mb, inMem)
+		}
 		// 8: counts match the journal.
 		// Batches applied but not reported yet are not the core's to know.
 		n, bytes := s.recount(q)
