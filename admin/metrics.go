@@ -117,6 +117,9 @@ var (
 	dRefused      = desc("herald_connections_refused_total", "STOMP connections refused.")
 	dSlowDrops    = desc("herald_slow_subscriber_drops_total", "Topic messages dropped for slow subscribers, all topics.")
 	dOutputWaits  = desc("herald_output_backpressure_total", "Times a connection was not read because its unwritten frames exceeded stomp.max_output_bytes.")
+	dMemWaits     = desc("herald_memory_backpressure_total", "Times a connection was not read because the memory budget (memory.budget_bytes) was spent.")
+	dMemBudget    = desc("herald_memory_budget_bytes", "The memory budget in force (memory.budget_bytes).")
+	dMemUsed      = desc("herald_memory_used_bytes", "Bytes clients hold of the memory budget: frames to write, bodies being read, transactions, queue messages in memory, last values.")
 	dJournalWaits = desc("herald_journal_backpressure_total", "Times a connection was not read because its writes waiting for the journal exceeded stomp.max_journal_pending_bytes.")
 	dStaleAcks    = desc("herald_stale_acks_total", "Stale ACKs and NACKs ignored, all queues.")
 	dDedupHits    = desc("herald_dedup_hits_total", "SENDs recognised as duplicates by their dedup id.")
@@ -158,7 +161,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dQueueMessages, dQueueBytes, dQueueReady, dQueueInFlight, dQueueDelayed, dQueueConsumers, dQueueOldest, dQueueDLQ,
 		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
 		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
-		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dLVEvicted, dLVBytes, dDiskLow, dStart,
+		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dLVEvicted, dLVBytes, dDiskLow, dStart,
 		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJCkpt, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
 	} {
@@ -213,6 +216,9 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dSlowDrops, float64(st.SlowDrops))
 	counter(dOutputWaits, float64(st.OutputWaits))
 	counter(dJournalWaits, float64(st.JournalWaits))
+	counter(dMemWaits, float64(st.MemoryWaits))
+	gauge(dMemBudget, float64(st.MemoryBudget))
+	gauge(dMemUsed, float64(st.MemoryUsed))
 	counter(dStaleAcks, float64(st.StaleAcks))
 	counter(dDedupHits, float64(st.DedupHits))
 	counter(dDeadLettered, float64(st.DeadLettered))

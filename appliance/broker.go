@@ -70,6 +70,7 @@ type Broker struct {
 	pumpStop      chan struct{}
 	pump          *pump         // submits journal work produced by completions
 	intake        *intake       // the connections' journal batches, round-robin
+	mem           *memBudget    // memory.budget_bytes
 	seed          atomic.Uint64 // per-queue seeds of the cores' random choices
 	journalFailed atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
 }
@@ -116,6 +117,19 @@ func New(o Options) *Broker {
 		cancel:   cancel,
 	}
 	b.seed.Store(uint64(o.Now().UnixNano()))
+	budget := c.Memory.BudgetBytes
+	if budget == 0 {
+		budget = DefaultMemoryBudget()
+	}
+	b.mem = newMemBudget(budget)
+	b.topics.mem = b.mem
+	// Last values never drain by themselves: they may take at most a
+	// quarter of the connections' half of the budget, or producers could
+	// wait for good.
+	if lim := budget / 8; b.cfg.Topics.LastValueMaxBytes > lim {
+		o.Logger.Warn("topics.last_value_max_bytes lowered to an eighth of the memory budget", "last_value_max_bytes", b.cfg.Topics.LastValueMaxBytes, "now", lim, "memory_budget_bytes", budget)
+		b.cfg.Topics.LastValueMaxBytes = lim
+	}
 	b.pump = newPump()
 	b.intake = newIntake(o.Journal, intakeInflight)
 	b.pumpStop = make(chan struct{})

@@ -32,13 +32,14 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // Config is the whole daemon configuration, one TOML file. Every key has a
 // default (DefaultConfig) and is documented in packaging/herald.toml.
 type Config struct {
-	DataDir string      `toml:"data_dir" json:"data_dir"`
-	Stomp   StompConfig `toml:"stomp" json:"stomp"`
-	Journal JournalConf `toml:"journal" json:"journal"`
-	Queues  QueueConfig `toml:"queues" json:"queues"`
-	Topics  TopicConfig `toml:"topics" json:"topics"`
-	Admin   AdminConfig `toml:"admin" json:"admin"`
-	Log     LogConfig   `toml:"log" json:"log"`
+	DataDir string       `toml:"data_dir" json:"data_dir"`
+	Stomp   StompConfig  `toml:"stomp" json:"stomp"`
+	Journal JournalConf  `toml:"journal" json:"journal"`
+	Queues  QueueConfig  `toml:"queues" json:"queues"`
+	Topics  TopicConfig  `toml:"topics" json:"topics"`
+	Admin   AdminConfig  `toml:"admin" json:"admin"`
+	Log     LogConfig    `toml:"log" json:"log"`
+	Memory  MemoryConfig `toml:"memory" json:"memory"`
 	// Multicast holds the channels topics are mapped to.
 	Multicast MulticastConfig `toml:"multicast" json:"multicast"`
 }
@@ -173,6 +174,14 @@ type TopicConfig struct {
 type AdminConfig struct {
 	Socket        string `toml:"socket" json:"socket"`
 	MetricsListen string `toml:"metrics_listen" json:"metrics_listen"`
+}
+
+// MemoryConfig is the memory budget across everything clients can fill.
+type MemoryConfig struct {
+	// BudgetBytes bounds the bytes clients can make the daemon hold, summed
+	// over connections and queues (see memBudget); 0 = 40% of the memory
+	// the daemon may use (DefaultMemoryBudget).
+	BudgetBytes int64 `toml:"budget_bytes" json:"budget_bytes"`
 }
 
 // LogConfig configures logging.
@@ -487,6 +496,9 @@ func (c *Config) Validate() error {
 	pos64("stomp.max_output_bytes", c.Stomp.MaxOutputBytes)
 	pos64("stomp.max_transaction_bytes", c.Stomp.MaxTxBytes)
 	pos64("stomp.max_journal_pending_bytes", c.Stomp.MaxJournalPendingBytes)
+	if b := c.Memory.BudgetBytes; b != 0 && (b < 16<<20 || b > 1<<50) {
+		bad("memory.budget_bytes: %d: want 0 (40%% of the memory available) or 16 MiB (16777216) to 1 PiB", b)
+	}
 	pos("queues.prefetch", c.Queues.Prefetch)
 	pos("queues.auto_prefetch", c.Queues.AutoPrefetch)
 	pos("queues.max_deliveries", c.Queues.MaxDeliveries)

@@ -44,6 +44,10 @@ type queue struct {
 	failLog  rateLog
 
 	blocked, blockedNs atomic.Uint64
+
+	// memCharged is what the queue holds of the broker's memory budget:
+	// the core's MemBytes as of its last step. Under mu.
+	memCharged int64
 }
 
 // delivery is one delivery attempt, as the core tracks it.
@@ -94,9 +98,32 @@ func (q *queue) signal(fn func(now int64)) {
 func (q *queue) stepLocked(fn func(now int64)) (moved []queuecore.Moved, work bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	fn(q.nowMs())
+	now := q.nowMs()
+	fn(now)
+	q.accountLocked(now)
 	moved = q.applyLocked()
 	return moved, len(q.outbox) > 0
+}
+
+// accountLocked brings the queue's share of the memory budget up to date
+// and, while the queues' half of it is short (less than a quarter free),
+// caps the ready window at what it holds plus what is free (at least
+// windowFloor, so that a queue whose consumers wait can always page in):
+// new messages then stay in the journal. q.mu is held.
+func (q *queue) accountLocked(now int64) {
+	mb := q.core.MemBytes()
+	if q.closed || q.deleted {
+		mb = 0
+	}
+	if d := mb - q.memCharged; d != 0 {
+		q.b.mem.chargeQueue(d)
+	}
+	q.memCharged = mb
+	capBytes := int64(0)
+	if free := q.b.mem.queueFree(); free < q.b.mem.half/4 {
+		capBytes = max(q.core.ReadyBytes()+free, windowFloor)
+	}
+	q.core.SetWindowCap(capBytes, now)
 }
 
 // applyLocked carries out the core's outputs, except the moves to other
@@ -326,18 +353,32 @@ func (q *queue) startPageIn(req *queuecore.PageIn) {
 		q.core.Paged(req, nil, errBrokerClosed, q.nowMs())
 		return
 	}
-	if !q.b.goBackground(func() { q.pageIn(req) }) {
+	// While the memory budget is short, a page-in loads at most what is
+	// free (at least windowFloor, and always one message), and reserves it
+	// until its messages are charged: queues paging in at once cannot
+	// together pass the budget. The core sees the bound it was given.
+	reserved := int64(0)
+	if free := q.b.mem.queueFree(); free < q.b.mem.half/4 {
+		if lim := max(free, windowFloor); req.MaxBytes <= 0 || req.MaxBytes > lim {
+			req.MaxBytes = lim
+		}
+		reserved = req.MaxBytes
+		q.b.mem.chargeQueue(reserved)
+	}
+	if !q.b.goBackground(func() { q.pageIn(req, reserved) }) {
+		q.b.mem.chargeQueue(-reserved)
 		q.closed = true
 	}
 }
 
-func (q *queue) pageIn(req *queuecore.PageIn) {
+func (q *queue) pageIn(req *queuecore.PageIn, reserved int64) {
 	msgs, err := q.b.j.Page(q.b.ctx, PageRequest{Queue: q.name, Group: req.Group, After: req.After, Limit: req.Limit, MaxBytes: req.MaxBytes})
 	cms := make([]*queuecore.Msg, len(msgs))
 	for i, m := range msgs {
 		cms[i] = coreMsg(m)
 	}
 	q.run(func(now int64) { q.core.Paged(req, cms, err, now) })
+	q.b.mem.chargeQueue(-reserved)
 }
 
 // --- consumers ----------------------------------------------------------
@@ -520,6 +561,8 @@ func (q *queue) stop() {
 	if q.timer != nil {
 		q.timer.Stop()
 	}
+	q.b.mem.chargeQueue(-q.memCharged)
+	q.memCharged = 0
 	q.mu.Unlock()
 }
 

@@ -87,6 +87,9 @@ type session struct {
 	subs    map[string]*subscription
 	txs     map[string]*transaction
 	txBytes int64 // weight of every open transaction's frames (stomp.max_transaction_bytes)
+	// bodyHeld is what the frame being read or handled holds of the memory
+	// budget (its body as it arrives).
+	bodyHeld int64
 	// the read deadline in force is for waiting (what readError reports on
 	// a timeout); connectBy is when CONNECT must be complete.
 	waiting   readWait
@@ -173,6 +176,7 @@ func (s *session) run() {
 	defer s.cleanup()
 	s.connectBy = time.Now().Add(s.b.cfg.Stomp.ConnectTimeout.Duration)
 	s.r.OnFrameStart(s.frameStarted)
+	s.r.OnBody(s.bodyGrows)
 	for {
 		// With input already buffered, ReadFrame does not wait before
 		// the next frame starts (and frameStarted sets its deadline).
@@ -188,9 +192,33 @@ func (s *session) run() {
 			continue // heart-beat
 		}
 		s.framesIn.Add(1)
-		if !s.handle(f) {
+		if f.Command == stomp.CmdSend {
+			s.waitMemory() // a SEND without a body weighs something too
+		}
+		ok := s.handle(f)
+		s.b.mem.release(s.bodyHeld)
+		s.bodyHeld = 0
+		if !ok {
 			return
 		}
+	}
+}
+
+// bodyGrows charges n more octets of the body being read to the memory
+// budget, and holds the reader while the budget is spent.
+func (s *session) bodyGrows(n int) {
+	s.bodyHeld += int64(n)
+	s.b.mem.charge(int64(n))
+	s.waitMemory()
+}
+
+// waitMemory holds the reader while the broker's memory budget is spent
+// (memory.budget_bytes): producers are not read until deliveries and
+// acknowledgements free it. The frame in progress gets its frame_timeout
+// again afterwards.
+func (s *session) waitMemory() {
+	if s.b.mem.wait(s.isEnding) {
+		s.frameStarted()
 	}
 }
 
@@ -297,6 +325,14 @@ func (s *session) cleanup() {
 	s.outMu.Unlock()
 	close(s.stopW)
 	s.writerWG.Wait()
+	// What was never written, open transactions and a body half read
+	// leave the memory budget with the session.
+	s.outMu.Lock()
+	s.b.mem.release(s.outBytes)
+	s.outBytes = 0
+	s.outMu.Unlock()
+	s.b.mem.release(s.txBytes + s.bodyHeld)
+	s.txBytes, s.bodyHeld = 0, 0
 	for _, sub := range s.subs {
 		s.endSubscription(sub)
 	}
@@ -346,6 +382,7 @@ func (s *session) push(it outItem) bool {
 	}
 	it.size = frameSize(it.f)
 	s.outBytes += it.size
+	s.b.mem.charge(it.size)
 	s.out = append(s.out, it)
 	if it.last {
 		s.ending = true
@@ -406,6 +443,7 @@ func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame
 	s.topicQ++
 	s.topicB += size
 	s.outBytes += size
+	s.b.mem.charge(size)
 	s.outMu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -431,6 +469,7 @@ func (s *session) dropOldestTopicLocked() bool {
 		s.topicQ--
 		s.topicB -= it.size
 		s.outBytes -= it.size
+		s.b.mem.release(it.size)
 		for j := i; j < len(s.out); j++ {
 			if s.out[j].topic && s.out[j].sub == it.sub {
 				s.out[j].drops += lost
@@ -587,6 +626,7 @@ func (s *session) writer() {
 func (s *session) wrote(n int64) {
 	s.outMu.Lock()
 	s.outBytes -= n
+	s.b.mem.release(n)
 	close(s.drained)
 	s.drained = make(chan struct{})
 	s.outMu.Unlock()

@@ -27,6 +27,7 @@ type topicRegistry struct {
 	// their bytes; under mu.
 	lvOrder list.List // of *topicStats
 	lvBytes int64
+	mem     *memBudget // charged with lvBytes
 
 	lvEvicted atomic.Uint64 // last values dropped for the byte bound
 	forgotten atomic.Uint64 // idle topics forgotten
@@ -103,6 +104,7 @@ func (r *topicRegistry) setLast(name string, st *topicStats, lv *lastValue, maxB
 	st.lvSize = w
 	st.lvElem = r.lvOrder.PushBack(st)
 	r.lvBytes += w
+	r.mem.charge(w)
 	for r.lvBytes > maxBytes {
 		r.dropLast(r.lvOrder.Front().Value.(*topicStats))
 		r.lvEvicted.Add(1)
@@ -116,6 +118,7 @@ func (r *topicRegistry) dropLast(st *topicStats) {
 	}
 	r.lvOrder.Remove(st.lvElem)
 	r.lvBytes -= st.lvSize
+	r.mem.release(st.lvSize)
 	st.lvElem, st.lvSize = nil, 0
 	st.last.Store(nil)
 }

@@ -50,6 +50,7 @@ func (s *session) onAbort(f *stomp.Frame) bool {
 		return false
 	}
 	s.txBytes -= s.txs[id].bytes
+	s.b.mem.release(s.txs[id].bytes)
 	delete(s.txs, id)
 	s.receipt(f)
 	return true
@@ -79,6 +80,7 @@ func (s *session) buffer(id string, f *stomp.Frame) bool {
 	tx.frames = append(tx.frames, f)
 	tx.bytes += w
 	s.txBytes += w
+	s.b.mem.charge(w)
 	s.receipt(f)
 	return true
 }
@@ -94,6 +96,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		return false
 	}
 	s.txBytes -= tx.bytes
+	s.b.mem.release(tx.bytes)
 	delete(s.txs, id)
 
 	type topicMsg struct {

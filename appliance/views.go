@@ -72,6 +72,9 @@ type StatsView struct {
 	TopicOut         uint64   `json:"topic_messages_out_total"`
 	OutputWaits      uint64   `json:"output_backpressure_total"`
 	JournalWaits     uint64   `json:"journal_backpressure_total"`      // readers held by stomp.max_journal_pending_bytes
+	MemoryBudget     int64    `json:"memory_budget_bytes"`             // memory.budget_bytes in force
+	MemoryUsed       int64    `json:"memory_used_bytes"`               // what clients hold of it
+	MemoryWaits      uint64   `json:"memory_backpressure_total"`       // readers held while it was spent
 	TopicsForgotten  uint64   `json:"topics_forgotten_total"`          // idle topics forgotten (topics.idle_forget)
 	LastValueEvicted uint64   `json:"topic_last_values_evicted_total"` // over topics.last_value_max_bytes
 	LastValueBytes   int64    `json:"topic_last_value_bytes"`          // weight of the last values kept
@@ -103,6 +106,9 @@ func (b *Broker) Stats() StatsView {
 		TopicOut:         b.stats.topicOut.Load(),
 		OutputWaits:      b.stats.outputWaits.Load(),
 		JournalWaits:     b.stats.journalWaits.Load(),
+		MemoryBudget:     b.mem.limit,
+		MemoryUsed:       b.mem.used.Load(),
+		MemoryWaits:      b.mem.waits.Load(),
 		TopicsForgotten:  b.topics.forgotten.Load(),
 		LastValueEvicted: b.topics.lvEvicted.Load(),
 		LastValueBytes:   lvBytes,

@@ -239,6 +239,10 @@ func (c *Core) unhold(id uint64) {
 	}
 }
 
+// ReadyBytes is the size of the ready messages eligible for delivery: what
+// the byte window bounds.
+func (c *Core) ReadyBytes() int64 { return c.ready.eligBytes }
+
 // MemBytes is the size of every message the core holds in memory (ready,
 // delayed, in flight or leaving): what the queue weighs in the broker's
 // memory budget.

@@ -49,6 +49,7 @@ type Reader struct {
 	limits  Limits
 	version string
 	onStart func()
+	onBody  func(n int)
 }
 
 // NewReader returns a Reader over r with the given limits. The version is
@@ -69,6 +70,17 @@ func (r *Reader) SetVersion(v string) { r.version = v }
 // frame (or the CR of a CRLF heart-beat) has been read, before it waits for
 // the rest: the caller can bound the time the whole frame may take.
 func (r *Reader) OnFrameStart(fn func()) { r.onStart = fn }
+
+// OnBody sets fn to be called by ReadFrame before it allocates n more
+// octets for a body (as they arrive, see bodyStep), so that the caller can
+// account for them, and wait: fn may block.
+func (r *Reader) OnBody(fn func(n int)) { r.onBody = fn }
+
+func (r *Reader) bodyGrows(n int) {
+	if r.onBody != nil && n > 0 {
+		r.onBody(n)
+	}
+}
 
 // Buffered reports how many bytes are buffered but not yet decoded.
 func (r *Reader) Buffered() int { return r.br.Buffered() }
@@ -182,6 +194,7 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 			return nil, limitErr("max_body", r.limits.MaxBody, "body exceeds the limit of %d bytes", r.limits.MaxBody)
 		}
 		if err == nil {
+			r.bodyGrows(len(chunk) - 1)
 			if body == nil {
 				body = make([]byte, 0, len(chunk)-1)
 			}
@@ -191,7 +204,9 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		if !errors.Is(err, bufio.ErrBufferFull) {
 			return nil, eofInFrame(err)
 		}
+		// chunk is the reader's buffer: copy it before waiting in onBody.
 		body = append(body, chunk...)
+		r.bodyGrows(len(chunk))
 	}
 }
 
@@ -204,16 +219,19 @@ const bodyStep = 64 << 10
 // readBody reads a body of n octets (n is within MaxBody).
 func (r *Reader) readBody(n int) ([]byte, error) {
 	if n <= bodyStep {
+		r.bodyGrows(n)
 		body := make([]byte, n)
 		if _, err := io.ReadFull(r.br, body); err != nil {
 			return nil, eofInFrame(err)
 		}
 		return body, nil
 	}
+	r.bodyGrows(bodyStep)
 	body := make([]byte, 0, bodyStep)
 	for len(body) < n {
 		if len(body) == cap(body) {
 			// Everything allocated so far has arrived: at most double.
+			r.bodyGrows(min(n, 2*cap(body)) - cap(body))
 			grown := make([]byte, len(body), min(n, 2*cap(body)))
 			copy(grown, body)
 			body = grown
