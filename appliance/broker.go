@@ -187,7 +187,7 @@ func (b *Broker) Open(ctx context.Context) error {
 func (b *Broker) Listen(addr string) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("stomp listen %s: %w (is another broker running on that port? choose another with --stomp-listen)", addr, err)
+		return nil, fmt.Errorf("stomp listen %s: %w", addr, err)
 	}
 	b.mu.Lock()
 	if b.closed {

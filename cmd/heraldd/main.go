@@ -70,21 +70,32 @@ func run(args []string) int {
 	if cfg.Admin.Socket == "" {
 		cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
 	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "heraldd: invalid configuration:\n%v\n", err)
-		return 78
-	}
+	// The same checks for --check-config and a start (preflight.go).
+	problems := preflight(cfg)
+	code := exitCode(problems)
 	if *checkConfig {
-		fmt.Println("configuration ok")
-		return 0
+		out := os.Stdout
+		if code != 0 {
+			out = os.Stderr
+		}
+		report(out, problems)
+		if code == 0 {
+			fmt.Println("configuration ok")
+		}
+		return code
 	}
-	d := &daemon{cfg: cfg, configPath: *configPath}
+	if code != 0 {
+		report(os.Stderr, problems)
+		return code
+	}
+	d := &daemon{cfg: cfg, configPath: *configPath, notes: problems}
 	return d.run()
 }
 
 type daemon struct {
 	cfg        appliance.Config
 	configPath string
+	notes      []problem // preflight's notes, logged once the log is set up
 	level      slog.LevelVar
 	log        *slog.Logger
 	store      *journal.Store
@@ -100,6 +111,9 @@ func (d *daemon) run() int {
 		d.log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	} else {
 		d.log = slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	for _, p := range d.notes {
+		d.log.Warn(p.msg, "key", p.key)
 	}
 	start := time.Now()
 	if err := mkdirDurable(d.cfg.DataDir, 0o750); err != nil {
@@ -147,9 +161,11 @@ func (d *daemon) run() int {
 	}
 	addr, err := d.broker.Listen(d.cfg.Stomp.Listen)
 	if err != nil {
-		d.log.Error("cannot listen", "err", err)
+		// preflight bound it a moment ago: something took it since.
+		p := bindProblem("stomp.listen", d.cfg.Stomp.Listen, err)
+		d.log.Error("cannot listen: "+p.msg, "key", p.key, "err", err)
 		d.shutdown()
-		return 69
+		return exitCode([]problem{p})
 	}
 	if err := d.startAdmin(ctx); err != nil {
 		d.log.Error("cannot start the admin API", "err", err)
