@@ -201,7 +201,7 @@ type sim struct {
 	// reconfig: SetConfig is one of the actions (TestSimReconfig). Then
 	// the checks use the bounds of every config a queue has had: a batch
 	// may have been made under an earlier one.
-	reconfig bool
+	reconfig  bool
 	minMaxDel [2]int   // smallest positive MaxDeliveries a queue has had, 0: never one
 	maxRedel  [2]int64 // largest RedeliveryMax a queue has had
 
