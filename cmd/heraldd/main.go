@@ -55,21 +55,25 @@ func run(args []string) int {
 			return 78
 		}
 	}
-	if *dataDir != "" {
-		cfg.DataDir = *dataDir
+	// Flags override the file, also on a reload (SIGHUP).
+	overrides := func(cfg *appliance.Config) {
+		if *dataDir != "" {
+			cfg.DataDir = *dataDir
+		}
+		if *listen != "" {
+			cfg.Stomp.Listen = *listen
+		}
+		if *adminSocket != "" {
+			cfg.Admin.Socket = *adminSocket
+		}
+		if *logLevel != "" {
+			cfg.Log.Level = *logLevel
+		}
+		if cfg.Admin.Socket == "" {
+			cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
+		}
 	}
-	if *listen != "" {
-		cfg.Stomp.Listen = *listen
-	}
-	if *adminSocket != "" {
-		cfg.Admin.Socket = *adminSocket
-	}
-	if *logLevel != "" {
-		cfg.Log.Level = *logLevel
-	}
-	if cfg.Admin.Socket == "" {
-		cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
-	}
+	overrides(&cfg)
 	// The same checks for --check-config and a start (preflight.go).
 	problems := preflight(cfg)
 	code := exitCode(problems)
@@ -88,14 +92,15 @@ func run(args []string) int {
 		report(os.Stderr, problems)
 		return code
 	}
-	d := &daemon{cfg: cfg, configPath: *configPath, notes: problems}
+	d := &daemon{cfg: cfg, configPath: *configPath, overrides: overrides, notes: problems}
 	return d.run()
 }
 
 type daemon struct {
 	cfg        appliance.Config
 	configPath string
-	notes      []problem // preflight's notes, logged once the log is set up
+	overrides  func(*appliance.Config) // the command line's flags, applied over the file
+	notes      []problem               // preflight's notes, logged once the log is set up
 	level      slog.LevelVar
 	log        *slog.Logger
 	store      *journal.Store
@@ -220,24 +225,6 @@ func (d *daemon) shutdown() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// reload re-reads what can change without a restart: the log level.
-func (d *daemon) reload() {
-	if d.configPath == "" {
-		d.log.Info("SIGHUP: no config file to reload")
-		return
-	}
-	cfg, err := appliance.LoadConfig(d.configPath)
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err != nil {
-		d.log.Error("SIGHUP: config not reloaded; fix it and send SIGHUP again", "err", err)
-		return
-	}
-	d.level.Set(parseLevel(cfg.Log.Level))
-	d.log.Info("SIGHUP: configuration reloaded", "log_level", cfg.Log.Level)
 }
 
 func parseLevel(s string) slog.Level {
