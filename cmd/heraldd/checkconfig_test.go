@@ -191,6 +191,9 @@ key_file = %q
 	if code != 0 || !strings.Contains(out, "configuration ok") {
 		t.Errorf("good config: exit %d, want 0 and \"configuration ok\"\n%s", code, out)
 	}
+	if os.Geteuid() == 0 && !strings.Contains(out, "note: checked as root") {
+		t.Errorf("good config checked as root: no note that root's rights are not the service's:\n%s", out)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "good")); err == nil {
 		t.Errorf("--check-config created %s: a check must not change the host", filepath.Join(dir, "good"))
 	}

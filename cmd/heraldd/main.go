@@ -78,6 +78,9 @@ func run(args []string) int {
 	problems := preflight(cfg)
 	code := exitCode(problems)
 	if *checkConfig {
+		if os.Geteuid() == 0 {
+			problems = append(problems, problem{sev: sevNote, msg: "checked as root: files, directories and ports below 1024 are checked with root's rights, which the service (user herald, no capabilities) does not have; check as its user: sudo -u herald heraldd --check-config --config FILE"})
+		}
 		out := os.Stdout
 		if code != 0 {
 			out = os.Stderr
