@@ -228,8 +228,8 @@ func TestStartup_BindFailureSaysWhy(t *testing.T) {
 		code         int
 		wants        []string
 	}{
-		{"in use", "", 69, []string{"address already in use", "ss -ltnp", "stomp.listen"}},
-		{"not an IP", "999.1.1.1:61613", 78, []string{"999.1.1.1 is not a valid IP address", "stomp.listen"}},
+		{"in use", "", 69, []string{"cannot serve this configuration now: 1 problem (not starting)", "address already in use", "ss -ltnp", "stomp.listen"}},
+		{"not an IP", "999.1.1.1:61613", 78, []string{"invalid configuration: 1 problem (not starting)", "999.1.1.1 is not a valid IP address", "stomp.listen"}},
 		{"lookup", "no-such-host.invalid:61613", 78, []string{"cannot resolve", "no-such-host.invalid", "stomp.listen"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -85,14 +85,14 @@ func run(args []string) int {
 		if code != 0 {
 			out = os.Stderr
 		}
-		report(out, problems)
+		report(out, problems, false)
 		if code == 0 {
 			fmt.Println("configuration ok")
 		}
 		return code
 	}
 	if code != 0 {
-		report(os.Stderr, problems)
+		report(os.Stderr, problems, true)
 		return code
 	}
 	d := &daemon{cfg: cfg, configPath: *configPath, overrides: overrides, notes: problems}

@@ -102,6 +102,9 @@ func splitJoined(err error) []error {
 	return []error{err}
 }
 
+// sevUnavailableCode is the exit code when only sevUnavailable problems stop a start.
+const sevUnavailableCode = 69
+
 // exitCode is the code a start (or --check-config) ends with for ps: 78 if
 // any problem is the config's, else 69 if something else holds what the
 // daemon needs, else 0.
@@ -112,15 +115,15 @@ func exitCode(ps []problem) int {
 		case sevConfig:
 			return 78
 		case sevUnavailable:
-			code = 69
+			code = sevUnavailableCode
 		}
 	}
 	return code
 }
 
-// report writes ps as --check-config and a refused start show them: the
-// failures under one heading with their count, then the notes.
-func report(w *os.File, ps []problem) {
+// report writes ps as --check-config and a refused start (starting) show
+// them: the failures under one heading with their count, then the notes.
+func report(w *os.File, ps []problem, starting bool) {
 	var fails, notes []string
 	for _, p := range ps {
 		if p.sev == sevNote {
@@ -134,7 +137,15 @@ func report(w *os.File, ps []problem) {
 		if len(fails) == 1 {
 			noun = "problem"
 		}
-		fmt.Fprintf(w, "heraldd: invalid configuration: %d %s (the daemon would refuse to start):\n%s\n", len(fails), noun, strings.Join(fails, "\n"))
+		what := "invalid configuration"
+		if exitCode(ps) == sevUnavailableCode {
+			what = "cannot serve this configuration now"
+		}
+		then := "the daemon would refuse to start"
+		if starting {
+			then = "not starting"
+		}
+		fmt.Fprintf(w, "heraldd: %s: %d %s (%s):\n%s\n", what, len(fails), noun, then, strings.Join(fails, "\n"))
 	}
 	if len(notes) > 0 {
 		fmt.Fprintln(w, strings.Join(notes, "\n"))
