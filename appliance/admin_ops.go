@@ -117,10 +117,10 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 // removed and their delivery count reset. Messages of the DLQ in flight
 // are skipped, however many.
 func (b *Broker) Requeue(ctx context.Context, name string, maxN int) (int, error) {
-	if strings.HasPrefix(name, b.cfg.Queues.DeadLetterQueue) {
-		return 0, fmt.Errorf("%w %q: name the original queue, not its DLQ (herald queue requeue %s)", ErrNoQueue, name, strings.TrimPrefix(name, b.cfg.Queues.DeadLetterQueue))
+	if strings.HasPrefix(name, b.cfg().Queues.DeadLetterQueue) {
+		return 0, fmt.Errorf("%w %q: name the original queue, not its DLQ (herald queue requeue %s)", ErrNoQueue, name, strings.TrimPrefix(name, b.cfg().Queues.DeadLetterQueue))
 	}
-	dlq, err := b.mustQueue(b.cfg.Queues.DeadLetterQueue + name)
+	dlq, err := b.mustQueue(b.cfg().Queues.DeadLetterQueue + name)
 	if err != nil {
 		return 0, err
 	}

@@ -33,14 +33,13 @@ type Options struct {
 
 // Broker is the appliance core: sessions, queues, topics.
 type Broker struct {
-	cfg     Config
+	conf    atomic.Pointer[Config] // replaced whole by Reload (reload.go); read with cfg()
 	j       Journal
 	log     *slog.Logger
 	version string
 	now     func() time.Time
 
-	limits stomp.Limits
-
+	reloadMu  sync.Mutex // serialises Reload (reload.go)
 	mu        sync.Mutex
 	queues    map[string]*queue
 	sessions  map[uint64]*session
@@ -96,17 +95,10 @@ func New(o Options) *Broker {
 	c := o.Config
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
-		cfg:     c,
-		j:       o.Journal,
-		log:     o.Logger,
-		version: o.Version,
-		now:     o.Now,
-		limits: stomp.Limits{
-			MaxHeaderBytes: c.Stomp.MaxHeaderBytes,
-			MaxHeaders:     c.Stomp.MaxHeaders,
-			MaxHeaderLine:  c.Stomp.MaxHeaderLine,
-			MaxBody:        c.Stomp.MaxBodyBytes,
-		},
+		j:        o.Journal,
+		log:      o.Logger,
+		version:  o.Version,
+		now:      o.Now,
 		queues:   map[string]*queue{},
 		sessions: map[uint64]*session{},
 		perAddr:  map[string]int{},
@@ -116,6 +108,7 @@ func New(o Options) *Broker {
 		ctx:      ctx,
 		cancel:   cancel,
 	}
+	b.conf.Store(&c)
 	b.seed.Store(uint64(o.Now().UnixNano()))
 	budget := c.Memory.BudgetBytes
 	if budget == 0 {
@@ -206,7 +199,7 @@ func (b *Broker) Open(ctx context.Context) error {
 func (b *Broker) Listen(addr string) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("stomp listen %s: %w (is another broker running on that port? choose another with --stomp-listen)", addr, err)
+		return nil, fmt.Errorf("stomp listen %s: %w", addr, err)
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -255,17 +248,17 @@ func (b *Broker) accept(c net.Conn) {
 	}
 	addr := peerAddress(c)
 	b.mu.Lock()
-	perAddr := b.perAddr[addr] >= b.cfg.Stomp.MaxConnectionsPerAddress
-	if b.closed || len(b.sessions) >= b.cfg.Stomp.MaxConnections || perAddr {
+	perAddr := b.perAddr[addr] >= b.cfg().Stomp.MaxConnectionsPerAddress
+	if b.closed || len(b.sessions) >= b.cfg().Stomp.MaxConnections || perAddr {
 		closed := b.closed
 		b.mu.Unlock()
 		b.stats.refused.Add(1)
-		reason := fmt.Sprintf("too many connections (stomp.max_connections %d)", b.cfg.Stomp.MaxConnections)
+		reason := fmt.Sprintf("too many connections (stomp.max_connections %d)", b.cfg().Stomp.MaxConnections)
 		switch {
 		case closed:
 			reason = "server shutting down"
 		case perAddr:
-			reason = fmt.Sprintf("too many connections from %s (stomp.max_connections_per_address %d)", addr, b.cfg.Stomp.MaxConnectionsPerAddress)
+			reason = fmt.Sprintf("too many connections from %s (stomp.max_connections_per_address %d)", addr, b.cfg().Stomp.MaxConnectionsPerAddress)
 		}
 		b.log.Warn("connection refused", "peer", c.RemoteAddr().String(), "reason", reason)
 		c.SetWriteDeadline(time.Now().Add(time.Second))
@@ -379,7 +372,7 @@ func (b *Broker) openQueue(name string) (*queue, error) {
 	if q := b.queues[name]; q != nil {
 		return q, nil
 	}
-	if len(b.queues) >= b.cfg.Queues.MaxQueues {
+	if len(b.queues) >= b.cfg().Queues.MaxQueues {
 		return nil, fmt.Errorf("%w: %d queues exist (queues.max_queues); delete unused ones with: herald queue delete NAME", ErrTooManyQueues, len(b.queues))
 	}
 	q := newQueue(b, name)
@@ -397,7 +390,7 @@ func (b *Broker) lookupQueue(name string) *queue {
 // coming back is noticed even when no SEND arrives.
 func (b *Broker) watchDisk() {
 	defer b.wg.Done()
-	if b.cfg.Journal.MinFreeBytes <= 0 {
+	if b.cfg().Journal.MinFreeBytes <= 0 {
 		return
 	}
 	t := time.NewTicker(time.Second)
@@ -417,7 +410,7 @@ func (b *Broker) watchDisk() {
 // the WAL's size again, journal.wal_limit_bytes), so that acks, claims and
 // checkpoints keep working when producers are refused.
 func (b *Broker) diskFloor() int64 {
-	return b.cfg.Journal.MinFreeBytes + b.cfg.Journal.WALLimitBytes
+	return b.cfg().Journal.MinFreeBytes + b.cfg().Journal.WALLimitBytes
 }
 
 // diskCheckEvery bounds how often SENDs re-read the free space.
@@ -426,7 +419,7 @@ const diskCheckEvery = 20 * time.Millisecond
 // checkDisk refreshes diskLow from statfs (at most every diskCheckEvery
 // unless force) and returns it.
 func (b *Broker) checkDisk(force bool) bool {
-	if b.cfg.Journal.MinFreeBytes <= 0 {
+	if b.cfg().Journal.MinFreeBytes <= 0 {
 		return false
 	}
 	now := time.Now().UnixNano()
@@ -435,16 +428,16 @@ func (b *Broker) checkDisk(force bool) bool {
 	}
 	b.diskChecked.Store(now)
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(b.cfg.DataDir, &st); err != nil {
+	if err := syscall.Statfs(b.cfg().DataDir, &st); err != nil {
 		return b.diskLow.Load()
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	low := free < b.diskFloor()
 	if low != b.diskLow.Swap(low) {
 		if low {
-			b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg.DataDir, "free_bytes", free, "floor_bytes", b.diskFloor())
+			b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg().DataDir, "free_bytes", free, "floor_bytes", b.diskFloor())
 		} else {
-			b.log.Info("free disk space back above the floor: accepting queue SENDs", "dir", b.cfg.DataDir, "free_bytes", free)
+			b.log.Info("free disk space back above the floor: accepting queue SENDs", "dir", b.cfg().DataDir, "free_bytes", free)
 		}
 	}
 	return low

@@ -103,7 +103,7 @@ func (s *session) onConnect(f *stomp.Frame) bool {
 			s.fail(f, "invalid heart-beat header", fmt.Sprintf("heart-beat must be two non-negative integers (milliseconds), like 10000,10000; got %q.", hb))
 			return false
 		}
-		sx, sy := s.b.cfg.Stomp.HeartbeatSend.Duration, s.b.cfg.Stomp.HeartbeatReceive.Duration
+		sx, sy := s.b.cfg().Stomp.HeartbeatSend.Duration, s.b.cfg().Stomp.HeartbeatReceive.Duration
 		if sx > 0 && cy > 0 {
 			s.hbSend = max(sx, cy)
 		}
@@ -116,7 +116,7 @@ func (s *session) onConnect(f *stomp.Frame) bool {
 		"session", "herald-"+strconv.FormatUint(s.id, 10),
 		"server", "herald/"+s.b.version)
 	if version != stomp.V10 {
-		c.Headers.Add("heart-beat", fmt.Sprintf("%d,%d", s.b.cfg.Stomp.HeartbeatSend.Milliseconds(), s.b.cfg.Stomp.HeartbeatReceive.Milliseconds()))
+		c.Headers.Add("heart-beat", fmt.Sprintf("%d,%d", s.b.cfg().Stomp.HeartbeatSend.Milliseconds(), s.b.cfg().Stomp.HeartbeatReceive.Milliseconds()))
 	}
 	s.connected.Store(true)
 	s.send(c)
@@ -207,7 +207,7 @@ func (s *session) onSend(f *stomp.Frame) bool {
 // backpressure) up to block_timeout. False: the session was failed.
 func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 	if s.b.checkDisk(false) {
-		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes %d plus journal.wal_limit_bytes %d of checkpoint room); queue %s accepts no messages until space is freed (consumers and acks keep working). Nothing was stored.", s.b.cfg.DataDir, s.b.diskFloor(), s.b.cfg.Journal.MinFreeBytes, s.b.cfg.Journal.WALLimitBytes, q.name))
+		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes %d plus journal.wal_limit_bytes %d of checkpoint room); queue %s accepts no messages until space is freed (consumers and acks keep working). Nothing was stored.", s.b.cfg().DataDir, s.b.diskFloor(), s.b.cfg().Journal.MinFreeBytes, s.b.cfg().Journal.WALLimitBytes, q.name))
 		return false
 	}
 	var deadline <-chan time.Time
@@ -216,7 +216,7 @@ func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 		if ok {
 			return true
 		}
-		if q.cfg.FullPolicy == "reject" {
+		if q.cfg().FullPolicy == "reject" {
 			// The RECEIPTs of SENDs already being committed go out before
 			// this ERROR ends the connection.
 			s.drainJournal()
@@ -227,13 +227,13 @@ func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 			q.blocked.Add(1)
 			start := time.Now()
 			defer func() { q.blockedNs.Add(uint64(time.Since(start))) }()
-			deadline = time.After(q.cfg.BlockTimeout.Duration)
+			deadline = time.After(q.cfg().BlockTimeout.Duration)
 		}
 		select {
 		case <-space:
 		case <-deadline:
 			s.drainJournal()
-			s.fail(f, "queue full", fmt.Sprintf("Queue %s stayed full (%s) for %s (queues.block_timeout). Nothing was stored; retry later.", q.name, limit, q.cfg.BlockTimeout.Duration))
+			s.fail(f, "queue full", fmt.Sprintf("Queue %s stayed full (%s) for %s (queues.block_timeout). Nothing was stored; retry later.", q.name, limit, q.cfg().BlockTimeout.Duration))
 			return false
 		case <-s.b.stop:
 			s.fail(f, "server shutting down", "")
@@ -323,8 +323,8 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.fail(f, "duplicate subscription id", fmt.Sprintf("This connection already has a subscription with id %q.", id))
 		return false
 	}
-	if len(s.subs) >= s.b.cfg.Stomp.MaxSubscriptions {
-		s.fail(f, "too many subscriptions", fmt.Sprintf("A connection may hold at most %d subscriptions (stomp.max_subscriptions).", s.b.cfg.Stomp.MaxSubscriptions))
+	if len(s.subs) >= s.b.cfg().Stomp.MaxSubscriptions {
+		s.fail(f, "too many subscriptions", fmt.Sprintf("A connection may hold at most %d subscriptions (stomp.max_subscriptions).", s.b.cfg().Stomp.MaxSubscriptions))
 		return false
 	}
 	kind, name, err := s.dest(dest, true)
@@ -355,9 +355,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.fail(f, "too many queues", err.Error())
 		return false
 	}
-	con := &queuecore.Consumer{Ref: sub, Prefetch: sub.q.cfg.Prefetch, Mode: queuecore.AckMode(sub.ack)}
+	con := &queuecore.Consumer{Ref: sub, Prefetch: sub.q.cfg().Prefetch, Mode: queuecore.AckMode(sub.ack)}
 	if sub.ack == ackAuto {
-		con.Prefetch = s.b.cfg.Queues.AutoPrefetch
+		con.Prefetch = s.b.cfg().Queues.AutoPrefetch
 	}
 	for _, k := range []string{"prefetch-count", "activemq.prefetchSize"} {
 		if v := f.Get(k); v != "" {
@@ -370,7 +370,7 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 			break
 		}
 	}
-	con.AckTimeout = sub.q.cfg.AckTimeout.Milliseconds()
+	con.AckTimeout = sub.q.cfg().AckTimeout.Milliseconds()
 	if v := f.Get("ack-timeout"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 || n > maxDelayMs {

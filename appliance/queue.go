@@ -27,7 +27,7 @@ import (
 type queue struct {
 	b    *Broker
 	name string
-	cfg  QueueConfig // effective settings: defaults with the matching policy
+	conf atomic.Pointer[QueueConfig] // effective settings: defaults with the matching policy; read with cfg(), replaced by Reload
 	// isDLQ: a dead-letter queue never dead-letters (no DLQ.DLQ.x): its
 	// messages are redelivered however often they are NACKed.
 	isDLQ bool
@@ -54,9 +54,17 @@ type queue struct {
 type delivery = queuecore.Delivery
 
 func newQueue(b *Broker, name string) *queue {
-	c := b.cfg.Queues.For(name)
-	isDLQ := strings.HasPrefix(name, b.cfg.Queues.DeadLetterQueue)
-	core := queuecore.New(queuecore.Config{
+	c := b.cfg().Queues.For(name)
+	isDLQ := strings.HasPrefix(name, b.cfg().Queues.DeadLetterQueue)
+	core := queuecore.New(coreConfig(c, isDLQ), b.seed.Add(1))
+	q := &queue{b: b, name: name, isDLQ: isDLQ, core: core, space: make(chan struct{})}
+	q.conf.Store(&c)
+	return q
+}
+
+// coreConfig is what the core of a queue with settings c takes.
+func coreConfig(c QueueConfig, isDLQ bool) queuecore.Config {
+	return queuecore.Config{
 		Window:        c.MemoryWindow,
 		WindowBytes:   c.MemoryWindowBytes,
 		MaxMessages:   c.MaxMessages,
@@ -66,9 +74,11 @@ func newQueue(b *Broker, name string) *queue {
 		RedeliveryMax: c.RedeliveryMax.Milliseconds(),
 		DeadLetter:    !isDLQ,
 		ExpiredToDLQ:  c.ExpiredToDLQ,
-	}, b.seed.Add(1))
-	return &queue{b: b, name: name, cfg: c, isDLQ: isDLQ, core: core, space: make(chan struct{})}
+	}
 }
+
+// cfg is the queue's effective settings (do not modify).
+func (q *queue) cfg() *QueueConfig { return q.conf.Load() }
 
 func (q *queue) nowMs() int64 { return q.b.now().UnixMilli() }
 
@@ -339,7 +349,7 @@ func (q *queue) reserve(size int) (bool, string, <-chan struct{}) {
 }
 
 func (q *queue) signalSpaceLocked() {
-	if c := q.cfg; c.MaxMessages == 0 && c.MaxBytes == 0 {
+	if c := q.cfg(); c.MaxMessages == 0 && c.MaxBytes == 0 {
 		return // no limits: nobody waits for space
 	}
 	close(q.space)

@@ -11,7 +11,7 @@ import (
 var dlqHeaderKeys = []string{"dlq-original-destination", "dlq-reason", "dlq-delivery-count"}
 
 // deadLetterQueue names the DLQ of this queue.
-func (q *queue) deadLetterQueue() string { return q.cfg.DeadLetterQueue + q.name }
+func (q *queue) deadLetterQueue() string { return q.cfg().DeadLetterQueue + q.name }
 
 // deadLetterHeaders are m's headers once dead-lettered: naming where it
 // came from, why, and how often it was delivered.

@@ -114,6 +114,7 @@ type session struct {
 	framesIn, framesOut, bytesIn, msgsIn atomic.Uint64
 	msgsOut, slowDrops                   atomic.Uint64
 	closeOnce                            sync.Once
+	limitsOf                             *Config // the config whose frame limits r has (reader goroutine)
 }
 
 func newSession(b *Broker, c net.Conn) *session {
@@ -123,7 +124,7 @@ func newSession(b *Broker, c net.Conn) *session {
 		id:      id,
 		conn:    c,
 		peer:    c.RemoteAddr().String(),
-		r:       stomp.NewReader(countingReader{c, nil}, b.limits),
+		r:       stomp.NewReader(countingReader{c, nil}, b.readerLimits()),
 		wake:    make(chan struct{}, 1),
 		drained: make(chan struct{}),
 		jroom:   make(chan struct{}),
@@ -133,7 +134,7 @@ func newSession(b *Broker, c net.Conn) *session {
 		done:    make(chan struct{}),
 		started: b.now(),
 	}
-	s.r = stomp.NewReader(countingReader{c, &s.bytesIn}, b.limits)
+	s.r = stomp.NewReader(countingReader{c, &s.bytesIn}, b.readerLimits())
 	s.log = b.log.With("session", id, "peer", s.peer)
 	return s
 }
@@ -174,7 +175,7 @@ func (s *session) run() {
 	s.writerWG.Add(1)
 	go s.writer()
 	defer s.cleanup()
-	s.connectBy = time.Now().Add(s.b.cfg.Stomp.ConnectTimeout.Duration)
+	s.connectBy = time.Now().Add(s.b.cfg().Stomp.ConnectTimeout.Duration)
 	s.r.OnFrameStart(s.frameStarted)
 	s.r.OnBody(s.bodyGrows)
 	for {
@@ -230,8 +231,8 @@ func (s *session) awaitNext() {
 	case s.hbRecv > 0:
 		// Tolerate late beats: twice the interval plus a second.
 		s.setReadDeadline(waitHeartbeat, time.Now().Add(2*s.hbRecv+time.Second))
-	case s.b.cfg.Stomp.IdleTimeout.Duration > 0:
-		s.setReadDeadline(waitIdle, time.Now().Add(s.b.cfg.Stomp.IdleTimeout.Duration))
+	case s.b.cfg().Stomp.IdleTimeout.Duration > 0:
+		s.setReadDeadline(waitIdle, time.Now().Add(s.b.cfg().Stomp.IdleTimeout.Duration))
 	default:
 		s.setReadDeadline(waitIdle, time.Time{})
 	}
@@ -241,7 +242,8 @@ func (s *session) awaitNext() {
 // must follow within frame_timeout (and CONNECT still within its own
 // deadline).
 func (s *session) frameStarted() {
-	ft := s.b.cfg.Stomp.FrameTimeout.Duration
+	s.syncLimits() // a reload may have changed them (reload.go)
+	ft := s.b.cfg().Stomp.FrameTimeout.Duration
 	if ft <= 0 {
 		return
 	}
@@ -283,9 +285,18 @@ func (s *session) readError(err error) {
 	switch {
 	case errors.As(err, &pe):
 		s.log.Warn("protocol error; closing connection", "err", pe.Reason)
+		if pe.Limit != "" {
+			// The reader's limit names are those of stomp.Limits.
+			key := map[string]string{"max_body": "stomp.max_body_bytes"}[pe.Limit]
+			if key == "" {
+				key = "stomp." + pe.Limit
+			}
+			s.fail(nil, pe.Reason+" ("+key+")", "The frame exceeds "+key+"; the connection is closed. Send smaller frames, or raise "+key+" in the server's configuration.")
+			break
+		}
 		s.fail(nil, pe.Reason, "The frame could not be decoded; the connection is closed.")
 	case errors.As(err, &ne) && ne.Timeout():
-		cfg := &s.b.cfg.Stomp
+		cfg := &s.b.cfg().Stomp
 		switch s.waiting {
 		case waitFrame:
 			s.log.Warn("frame not complete in time; closing connection", "frame_timeout", cfg.FrameTimeout.Duration)
@@ -350,9 +361,9 @@ const lastWriteTimeout = 5 * time.Second
 
 func (s *session) writeTimeout() time.Duration {
 	if s.hurry.Load() {
-		return min(lastWriteTimeout, s.b.cfg.Stomp.WriteTimeout.Duration)
+		return min(lastWriteTimeout, s.b.cfg().Stomp.WriteTimeout.Duration)
 	}
-	return s.b.cfg.Stomp.WriteTimeout.Duration
+	return s.b.cfg().Stomp.WriteTimeout.Duration
 }
 
 // drop ends the session from outside its reader: an ERROR saying why, a
@@ -412,7 +423,7 @@ func (s *session) deliverQueue(f *stomp.Frame, autoAck *delivery) {
 // by the dropped-before header of the next message of the same subscription:
 // one already queued, else the next one queued for it. Never a silent gap.
 func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame) bool {
-	limit, byteLimit := s.b.cfg.Topics.SubscriberBuffer, s.b.cfg.Topics.SubscriberBufferBytes
+	limit, byteLimit := s.b.cfg().Topics.SubscriberBuffer, s.b.cfg().Topics.SubscriberBufferBytes
 	size := frameSize(f)
 	s.outMu.Lock()
 	if s.ending {
@@ -420,7 +431,7 @@ func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame
 		return false
 	}
 	for s.topicQ >= limit || (s.topicQ > 0 && s.topicB+size > byteLimit) {
-		if s.b.cfg.Topics.SlowSubscriber != "drop-oldest" {
+		if s.b.cfg().Topics.SlowSubscriber != "drop-oldest" {
 			s.outMu.Unlock()
 			s.slowDrops.Add(1)
 			s.b.stats.slowDrops.Add(1)
@@ -637,7 +648,7 @@ func (s *session) wrote(n int64) {
 // read (its RECEIPTs, its MESSAGEs) is not read either (TCP backpressure)
 // until the writer's write timeout ends it.
 func (s *session) waitOutput() {
-	limit := s.b.cfg.Stomp.MaxOutputBytes
+	limit := s.b.cfg().Stomp.MaxOutputBytes
 	counted := false
 	for {
 		s.outMu.Lock()

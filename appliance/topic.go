@@ -151,7 +151,7 @@ func (r *topicRegistry) forgetIdle(cutoff int64) int {
 // every minute) until the broker stops.
 func (b *Broker) forgetTopics() {
 	defer b.wg.Done()
-	idle := b.cfg.Topics.IdleForget.Duration
+	idle := b.cfg().Topics.IdleForget.Duration
 	every := min(max(idle/4, time.Millisecond), time.Minute)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -240,12 +240,12 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 	id := "t" + strconv.FormatUint(b.topics.seq.Add(1), 10)
 	dest := prefixTopic + name
 	var exact, wild []*subscription
-	if b.cfg.Topics.LastValue {
+	if b.cfg().Topics.LastValue {
 		b.topics.mu.Lock()
 		if v, ok := b.topics.stats.Load(name); !ok || v.(*topicStats) != st {
 			st = b.topics.statsFor(name, now) // forgotten meanwhile
 		}
-		b.topics.setLast(name, st, &lastValue{id: id, headers: headers, body: body}, b.cfg.Topics.LastValueMaxBytes)
+		b.topics.setLast(name, st, &lastValue{id: id, headers: headers, body: body}, b.cfg().Topics.LastValueMaxBytes)
 		exact, wild = b.topics.exactSubs(name), b.topics.wildSubs()
 		b.topics.mu.Unlock()
 	} else {
@@ -302,7 +302,7 @@ func topicFrame(sub *subscription, dest, id string, headers stomp.Headers, body 
 // sendLastValues gives a new topic subscriber the last message of every
 // topic it matches (topics.last_value), before anything newer.
 func (b *Broker) sendLastValues(sub *subscription) {
-	if !b.cfg.Topics.LastValue {
+	if !b.cfg().Topics.LastValue {
 		return
 	}
 	b.topics.stats.Range(func(k, v any) bool {

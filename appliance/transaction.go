@@ -63,8 +63,8 @@ func (s *session) buffer(id string, f *stomp.Frame) bool {
 		return false
 	}
 	w := txWeight(f)
-	if len(tx.frames) >= s.b.cfg.Stomp.MaxTxFrames || s.txBytes+w > s.b.cfg.Stomp.MaxTxBytes {
-		s.fail(f, "transaction too large", fmt.Sprintf("Transaction %q exceeds %d frames (stomp.max_transaction_frames), or this connection's open transactions exceed %d bytes (stomp.max_transaction_bytes, headers included); it is discarded. Commit smaller transactions.", id, s.b.cfg.Stomp.MaxTxFrames, s.b.cfg.Stomp.MaxTxBytes))
+	if len(tx.frames) >= s.b.cfg().Stomp.MaxTxFrames || s.txBytes+w > s.b.cfg().Stomp.MaxTxBytes {
+		s.fail(f, "transaction too large", fmt.Sprintf("Transaction %q exceeds %d frames (stomp.max_transaction_frames), or this connection's open transactions exceed %d bytes (stomp.max_transaction_bytes, headers included); it is discarded. Commit smaller transactions.", id, s.b.cfg().Stomp.MaxTxFrames, s.b.cfg().Stomp.MaxTxBytes))
 		return false
 	}
 	if f.Command == stomp.CmdSend {

@@ -108,6 +108,17 @@ type Output struct {
 // New returns an empty queue core. seed makes its random choices (NACK
 // back-off jitter) reproducible.
 func New(cfg Config, seed uint64) *Core {
+	return &Core{
+		cfg:     normalize(cfg),
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		byID:    map[uint64]*Msg{},
+		flight:  map[uint64]*Delivery{},
+		pending: map[uint64]*pend{},
+	}
+}
+
+// normalize applies the defaults of Config.
+func normalize(cfg Config) Config {
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
 	}
@@ -123,17 +134,25 @@ func New(cfg Config, seed uint64) *Core {
 	if cfg.RedeliveryMax < cfg.RedeliveryMin {
 		cfg.RedeliveryMax = cfg.RedeliveryMin
 	}
-	return &Core{
-		cfg:     cfg,
-		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		byID:    map[uint64]*Msg{},
-		flight:  map[uint64]*Delivery{},
-		pending: map[uint64]*pend{},
-	}
+	return cfg
 }
 
 // Config returns the core's settings.
 func (c *Core) Config() Config { return c.cfg }
+
+// SetConfig replaces the settings (a configuration reload), with New's
+// defaults applied. The limits apply from the next Reserve, MaxDeliveries and
+// the redelivery back-off from the next NACK or failed delivery, the window
+// from the next page-in. Nothing changes for what is already in memory: a
+// delayed message keeps its due time, and a window lowered below what memory
+// holds comes down as messages leave (page-ins wait; blocked groups are
+// parked as usual). Producers blocked on a full queue are told to retry
+// (Space).
+func (c *Core) SetConfig(cfg Config, now int64) {
+	c.cfg = normalize(cfg)
+	c.out.Space = true
+	c.end(now)
+}
 
 // Take returns the outputs collected since the last Take.
 func (c *Core) Take() Output {

@@ -21,6 +21,10 @@
 //     becomes due, an ack deadline passes, a retry is due).
 //   - Space: limits were freed; producers blocked on a full queue may retry.
 //
+// SetConfig is an input too (a configuration reload): the new limits,
+// max_deliveries, back-off and window apply from the next call that uses
+// them; nothing in memory is dropped or moved by it.
+//
 // The caller's duties (the shell in package appliance):
 //  1. Serialise every call (one lock per queue).
 //  2. Submit Batches in order, and call Done once per batch, from the
@@ -39,7 +43,9 @@
 //     group's messages are delivered in ID order.
 //   - Ready messages are dispatched in ID order (FIFO per queue), skipping
 //     only groups that are blocked; no scan limit. Memory holds at most
-//     Window*GroupOverflow ready messages: past that, the blocked group
+//     Window*GroupOverflow ready messages (after SetConfig lowers Window,
+//     what is there comes down to it as messages leave, with no page-in
+//     meanwhile): past that, the blocked group
 //     with the most of them is parked (its messages stay in the journal
 //     and are paged in again, in order, once it unblocks), so that no
 //     number of blocked messages hides the rest of the queue.

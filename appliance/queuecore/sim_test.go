@@ -198,6 +198,13 @@ type sim struct {
 	cfg   [2]Config // as normalised by New
 	cores [2]*Core
 
+	// reconfig: SetConfig is one of the actions (TestSimReconfig). Then
+	// the checks use the bounds of every config a queue has had: a batch
+	// may have been made under an earlier one.
+	reconfig  bool
+	minMaxDel [2]int   // smallest positive MaxDeliveries a queue has had, 0: never one
+	maxRedel  [2]int64 // largest RedeliveryMax a queue has had
+
 	rows     map[uint64]*simRow
 	nextID   uint64
 	pending  []*simBatch // submitted, completing FIFO
@@ -239,7 +246,11 @@ func (s *sim) chance(pct int) bool { return s.r.intn(100) < pct }
 // runSim runs one simulation; steps <= 0 runs until the source is
 // exhausted (fuzzing), capped at maxFuzzSteps.
 func runSim(r simSrc, steps int, label string) (st simStats, err error) {
-	s := &sim{r: r, label: label}
+	return runSimWith(r, steps, label, false)
+}
+
+func runSimWith(r simSrc, steps int, label string, reconfig bool) (st simStats, err error) {
+	s := &sim{r: r, label: label, reconfig: reconfig}
 	defer func() {
 		st = s.st
 		if p := recover(); p != nil {
@@ -315,6 +326,8 @@ func (s *sim) init() {
 	s.resetVolatile()
 	for q := range s.cores {
 		s.cfg[q] = s.cores[q].Config()
+		s.minMaxDel[q] = s.cfg[q].MaxDeliveries
+		s.maxRedel[q] = s.cfg[q].RedeliveryMax
 	}
 	s.logf("start fail=%d%% pagefail=%d%%", s.failPct, s.pageFailPct)
 }
@@ -378,6 +391,10 @@ var simWeights = [aCount]int{
 }
 
 func (s *sim) act() {
+	if s.reconfig && s.r.intn(40) == 0 {
+		s.setConfig(s.pickQueue())
+		return
+	}
 	total := 0
 	for _, w := range simWeights {
 		total += w
@@ -428,6 +445,45 @@ func (s *sim) act() {
 			s.report(1 + s.r.intn(len(s.applied)))
 		}
 	}
+}
+
+// setConfig reloads queue q's settings: window, limits, max_deliveries,
+// back-off and expired_to_dlq drawn again (a dead-letter queue keeps no
+// limits and never dead-letters, as the shell configures it).
+func (s *sim) setConfig(q int) {
+	r := s.r
+	cfg := s.cfg[q]
+	cfg.Window = 1 + r.intn(20)
+	cfg.WindowBytes = 0
+	if r.intn(2) == 0 {
+		cfg.WindowBytes = int64(cfg.Window) * 40
+	}
+	cfg.MaxDeliveries = r.intn(5)
+	cfg.RedeliveryMin = int64(r.intn(21))
+	cfg.RedeliveryMax = cfg.RedeliveryMin + int64(r.intn(int(51-cfg.RedeliveryMin)))
+	if q == qMain {
+		cfg.ExpiredToDLQ = r.intn(2) == 0
+		cfg.MaxMessages, cfg.MaxBytes = 0, 0
+		if r.intn(3) == 0 {
+			cfg.MaxMessages = 5 + r.intn(40)
+		}
+		if r.intn(3) == 0 {
+			cfg.MaxBytes = 200 + int64(r.intn(2000))
+		}
+	}
+	s.logf("setconfig %s %+v", simQName[q], cfg)
+	s.cores[q].SetConfig(cfg, s.now)
+	// What the sim asked for (with New's defaults), not what the core
+	// says it took: the checks hold the core to it.
+	s.cfg[q] = normalize(cfg)
+	if got := s.cores[q].Config(); got != s.cfg[q] {
+		s.failf("%s: Config() after SetConfig is %+v, want %+v", simQName[q], got, s.cfg[q])
+	}
+	if md := s.cfg[q].MaxDeliveries; md > 0 && (s.minMaxDel[q] == 0 || md < s.minMaxDel[q]) {
+		s.minMaxDel[q] = md
+	}
+	s.maxRedel[q] = max(s.maxRedel[q], s.cfg[q].RedeliveryMax)
+	s.collect(q)
 }
 
 func (s *sim) pickQueue() int {
@@ -629,8 +685,8 @@ func (s *sim) applyCore(q int, b *Batch) Result {
 					s.failf("OpDeadLetter(nack) of message %d never nacked with requeue=false", id)
 				}
 			case "max-deliveries":
-				if n := max(row.deliveries, s.lastAttempt[id]); cfg.MaxDeliveries == 0 || n < cfg.MaxDeliveries {
-					s.failf("OpDeadLetter(max-deliveries) of message %d after %d deliveries (max %d)", id, n, cfg.MaxDeliveries)
+				if n := max(row.deliveries, s.lastAttempt[id]); s.minMaxDel[q] == 0 || n < s.minMaxDel[q] {
+					s.failf("OpDeadLetter(max-deliveries) of message %d after %d deliveries (max %d, lowest ever %d)", id, n, cfg.MaxDeliveries, s.minMaxDel[q])
 				}
 			case "expired":
 				if row.expires == 0 || row.expires > s.now {
@@ -1413,8 +1469,8 @@ func (s *sim) settle() {
 	s.settling = true
 	defer func() { s.settling = false }()
 	adv := int64(1)
-	for _, c := range s.cfg {
-		adv = max(adv, c.RedeliveryMax*5/4+1, c.RetryMax+1)
+	for q, c := range s.cfg {
+		adv = max(adv, max(c.RedeliveryMax, s.maxRedel[q])*5/4+1, c.RetryMax+1)
 	}
 	// Two rounds: failures that happened before the settle but reach the
 	// core during the first (stale page-in errors, unreported batches)

@@ -63,6 +63,11 @@ func NewReader(r io.Reader, limits Limits) *Reader {
 	return &Reader{br: bufio.NewReaderSize(r, size), limits: limits}
 }
 
+// SetLimits replaces the limits for the frames read from now on (a
+// configuration reload). A MaxHeaderLine above the read buffer's size (the
+// larger of 64 KiB and the limit given to NewReader) is bounded by it.
+func (r *Reader) SetLimits(limits Limits) { r.limits = limits.withDefaults() }
+
 // SetVersion sets the negotiated protocol version, which decides escaping.
 func (r *Reader) SetVersion(v string) { r.version = v }
 

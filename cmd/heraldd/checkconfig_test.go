@@ -2,10 +2,13 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,5 +81,183 @@ key_id = 300
 	code, out = checkConfig(t, "../../packaging/herald.toml", "")
 	if code != 0 || !strings.Contains(out, "configuration ok") {
 		t.Errorf("shipped config: got exit %d and %q, want 0 and \"configuration ok\"", code, out)
+	}
+}
+
+// occupy listens on a free port of 127.0.0.1 for the test's duration and
+// returns its address: a port some other program holds.
+func occupy(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
+}
+
+// wantAll fails for each of wants that out does not contain.
+func wantAll(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("%s: output does not contain %q:\n%s", what, w, out)
+		}
+	}
+}
+
+// TestCheckConfig_Environment: --check-config runs the checks the daemon
+// runs before serving (addresses resolved and bound, multicast group and
+// interface, key files, directories) and reports every problem in one run,
+// each with its key and what to do; a config the host can serve is ok.
+func TestCheckConfig_Environment(t *testing.T) {
+	dir := t.TempDir()
+	keyDir := filepath.Join(dir, "keys") // a directory: not a readable key file
+	if err := os.Mkdir(keyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.key")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	busy := occupy(t)
+	bad := fmt.Sprintf(`
+data_dir = %q
+[stomp]
+listen = "999.1.1.1:61613"
+[admin]
+socket = %q
+metrics_listen = %q
+[[multicast.channel]]
+name = "notmc"
+group = "198.18.0.1:7400"
+topics = ["a.>"]
+[[multicast.channel]]
+name = "noif"
+group = "239.255.0.9:7400"
+interface = "nosuchif0"
+topics = ["b.>"]
+key_file = %q
+[[multicast.channel]]
+name = "dirkey"
+group = "239.255.0.10:7400"
+topics = ["c.>"]
+key_file = %q
+[[multicast.channel]]
+name = "emptykey"
+group = "239.255.0.11:7400"
+topics = ["d.>"]
+key_file = %q
+`, filepath.Join(dir, "data"), filepath.Join(dir, "admin.sock"), busy,
+		filepath.Join(dir, "missing.key"), keyDir, empty)
+	code, out := checkConfig(t, "", bad)
+	if code != 78 {
+		t.Errorf("exit code: got %d, want 78\n%s", code, out)
+	}
+	wantAll(t, "bad config", out,
+		`stomp.listen: "999.1.1.1:61613": 999.1.1.1 is not a valid IP address`,
+		`multicast.channel[0].group: "198.18.0.1:7400": want an IPv4 multicast address`,
+		`multicast.channel[1].interface: "nosuchif0": no such network interface`,
+		`ip -br link`,
+		`multicast.channel[1].key_file: `+filepath.Join(dir, "missing.key")+`: no such file`,
+		`multicast.channel[2].key_file: `+keyDir+`: is a directory`,
+		`multicast.channel[3].key_file: `+empty+`: empty`,
+		`admin.metrics_listen: "`+busy+`": address already in use`,
+		"7 problems",
+	)
+	if strings.Contains(out, "configuration ok") {
+		t.Errorf("bad config: says ok:\n%s", out)
+	}
+
+	// An occupied STOMP port alone: the host cannot serve it (69, as the
+	// daemon's start would be); a port below 1024 as a user without
+	// CAP_NET_BIND_SERVICE and an address not on this host say so.
+	busy2 := occupy(t)
+	code, out = checkConfig(t, "", fmt.Sprintf("data_dir = %q\n[stomp]\nlisten = %q\n[admin]\nsocket = %q\nmetrics_listen = \"198.51.100.7:9100\"\n",
+		filepath.Join(dir, "data2"), busy2, filepath.Join(dir, "a2.sock")))
+	if code != 78 {
+		t.Errorf("occupied port: exit %d, want 78\n%s", code, out)
+	}
+	wantAll(t, "occupied port", out,
+		`stomp.listen: "`+busy2+`": address already in use`,
+		`ss -ltnp`,
+		`admin.metrics_listen: "198.51.100.7:9100": 198.51.100.7 is not an address of this host`,
+		"2 problems")
+
+	// A config this host can serve.
+	good := fmt.Sprintf("data_dir = %q\n[stomp]\nlisten = \"127.0.0.1:0\"\n[admin]\nsocket = %q\nmetrics_listen = \"localhost:0\"\n[[multicast.channel]]\nname = \"ok\"\ngroup = \"239.255.0.12:7400\"\ninterface = \"lo\"\ntopics = [\"m.>\"]\nkey = \"k\"\n",
+		filepath.Join(dir, "good", "data"), filepath.Join(dir, "good", "run", "admin.sock"))
+	code, out = checkConfig(t, "", good)
+	if code != 0 || !strings.Contains(out, "configuration ok") {
+		t.Errorf("good config: exit %d, want 0 and \"configuration ok\"\n%s", code, out)
+	}
+	if os.Geteuid() == 0 && !strings.Contains(out, "note: checked as root") {
+		t.Errorf("good config checked as root: no note that root's rights are not the service's:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "good")); err == nil {
+		t.Errorf("--check-config created %s: a check must not change the host", filepath.Join(dir, "good"))
+	}
+}
+
+// TestCheckConfig_RunningDaemon: "check, then restart" while the daemon
+// runs: its own ports are in use by it, which is no problem (it holds the
+// data directory's lock and frees them when it stops).
+func TestCheckConfig_RunningDaemon(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	path := filepath.Join(dir, "herald.toml")
+	src := fmt.Sprintf("data_dir = %q\n[stomp]\nlisten = %q\n", filepath.Join(dir, "data"), addr)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startChild(t, filepath.Join(dir, "data"), addr, "--config", path)
+	code, out := checkConfig(t, path, "")
+	if code != 0 || !strings.Contains(out, "configuration ok") {
+		t.Errorf("check of the running daemon's config: exit %d, want 0 and \"configuration ok\"\n%s", code, out)
+	}
+	wantAll(t, "running daemon", out, `note: stomp.listen: "`+addr+`": in use by the running heraldd (pid`)
+}
+
+// TestStartup_BindFailureSaysWhy: the daemon refuses to start with the same
+// report as --check-config: an occupied port says "address already in use"
+// and how to find the holder, exit 69; an invalid address is a config error
+// (78) naming the key.
+func TestStartup_BindFailureSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name, listen string
+		code         int
+		wants        []string
+	}{
+		{"in use", "", 69, []string{"cannot serve this configuration now: 1 problem (not starting)", "address already in use", "ss -ltnp", "stomp.listen"}},
+		{"not an IP", "999.1.1.1:61613", 78, []string{"invalid configuration: 1 problem (not starting)", "999.1.1.1 is not a valid IP address", "stomp.listen"}},
+		{"lookup", "no-such-host.invalid:61613", 78, []string{"cannot resolve", "no-such-host.invalid", "stomp.listen"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listen := tc.listen
+			if listen == "" {
+				listen = occupy(t)
+			}
+			dir := t.TempDir()
+			cmd := exec.Command(os.Args[0], "--data-dir", filepath.Join(dir, "data"), "--stomp-listen", listen)
+			cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != tc.code {
+				t.Fatalf("heraldd --stomp-listen %s: %v, want exit %d\n%s", listen, err, tc.code, out)
+			}
+			wantAll(t, tc.name, string(out), tc.wants...)
+		})
+	}
+}
+
+// TestBindProblem_PrivilegedPort: a bind refused with EACCES (a port below
+// 1024 without CAP_NET_BIND_SERVICE; tests run as root, which may bind
+// them, so the kernel's error is made here) names the capability and the
+// alternative.
+func TestBindProblem_PrivilegedPort(t *testing.T) {
+	err := &net.OpError{Op: "listen", Net: "tcp", Err: os.NewSyscallError("bind", syscall.EACCES)}
+	p := bindProblem("stomp.listen", "0.0.0.0:613", err)
+	if p.sev != sevConfig || !strings.Contains(p.msg, "CAP_NET_BIND_SERVICE") || !strings.Contains(p.msg, "from 1024 up") {
+		t.Errorf("EACCES: got %+v, want a config problem naming CAP_NET_BIND_SERVICE and ports from 1024", p)
 	}
 }

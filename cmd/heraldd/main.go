@@ -55,36 +55,55 @@ func run(args []string) int {
 			return 78
 		}
 	}
-	if *dataDir != "" {
-		cfg.DataDir = *dataDir
+	// Flags override the file, also on a reload (SIGHUP).
+	overrides := func(cfg *appliance.Config) {
+		if *dataDir != "" {
+			cfg.DataDir = *dataDir
+		}
+		if *listen != "" {
+			cfg.Stomp.Listen = *listen
+		}
+		if *adminSocket != "" {
+			cfg.Admin.Socket = *adminSocket
+		}
+		if *logLevel != "" {
+			cfg.Log.Level = *logLevel
+		}
+		if cfg.Admin.Socket == "" {
+			cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
+		}
 	}
-	if *listen != "" {
-		cfg.Stomp.Listen = *listen
-	}
-	if *adminSocket != "" {
-		cfg.Admin.Socket = *adminSocket
-	}
-	if *logLevel != "" {
-		cfg.Log.Level = *logLevel
-	}
-	if cfg.Admin.Socket == "" {
-		cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "heraldd: invalid configuration:\n%v\n", err)
-		return 78
-	}
+	overrides(&cfg)
+	// The same checks for --check-config and a start (preflight.go).
+	problems := preflight(cfg)
+	code := exitCode(problems)
 	if *checkConfig {
-		fmt.Println("configuration ok")
-		return 0
+		if os.Geteuid() == 0 {
+			problems = append(problems, problem{sev: sevNote, msg: "checked as root: files, directories and ports below 1024 are checked with root's rights, which the service (user herald, no capabilities) does not have; check as its user: sudo -u herald heraldd --check-config --config FILE"})
+		}
+		out := os.Stdout
+		if code != 0 {
+			out = os.Stderr
+		}
+		report(out, problems, false)
+		if code == 0 {
+			fmt.Println("configuration ok")
+		}
+		return code
 	}
-	d := &daemon{cfg: cfg, configPath: *configPath}
+	if code != 0 {
+		report(os.Stderr, problems, true)
+		return code
+	}
+	d := &daemon{cfg: cfg, configPath: *configPath, overrides: overrides, notes: problems}
 	return d.run()
 }
 
 type daemon struct {
 	cfg        appliance.Config
 	configPath string
+	overrides  func(*appliance.Config) // the command line's flags, applied over the file
+	notes      []problem               // preflight's notes, logged once the log is set up
 	level      slog.LevelVar
 	log        *slog.Logger
 	store      *journal.Store
@@ -100,6 +119,9 @@ func (d *daemon) run() int {
 		d.log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	} else {
 		d.log = slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	for _, p := range d.notes {
+		d.log.Warn(p.msg, "key", p.key)
 	}
 	start := time.Now()
 	if err := mkdirDurable(d.cfg.DataDir, 0o750); err != nil {
@@ -147,9 +169,11 @@ func (d *daemon) run() int {
 	}
 	addr, err := d.broker.Listen(d.cfg.Stomp.Listen)
 	if err != nil {
-		d.log.Error("cannot listen", "err", err)
+		// preflight bound it a moment ago: something took it since.
+		p := bindProblem("stomp.listen", d.cfg.Stomp.Listen, err)
+		d.log.Error("cannot listen: "+p.msg, "key", p.key, "err", err)
 		d.shutdown()
-		return 69
+		return exitCode([]problem{p})
 	}
 	if err := d.startAdmin(ctx); err != nil {
 		d.log.Error("cannot start the admin API", "err", err)
@@ -204,24 +228,6 @@ func (d *daemon) shutdown() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// reload re-reads what can change without a restart: the log level.
-func (d *daemon) reload() {
-	if d.configPath == "" {
-		d.log.Info("SIGHUP: no config file to reload")
-		return
-	}
-	cfg, err := appliance.LoadConfig(d.configPath)
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err != nil {
-		d.log.Error("SIGHUP: config not reloaded; fix it and send SIGHUP again", "err", err)
-		return
-	}
-	d.level.Set(parseLevel(cfg.Log.Level))
-	d.log.Info("SIGHUP: configuration reloaded", "log_level", cfg.Log.Level)
 }
 
 func parseLevel(s string) slog.Level {

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/appliance"
@@ -44,16 +42,9 @@ func (c *channel) Publish(topic string, headers stomp.Headers, body []byte) erro
 // the broker.
 func (d *daemon) openChannels(ctx context.Context) error {
 	for _, cc := range d.cfg.Multicast.Channels {
-		key := []byte(cc.Key)
-		if cc.KeyFile != "" {
-			b, err := os.ReadFile(cc.KeyFile)
-			if err != nil {
-				return fmt.Errorf("multicast channel %s: read key_file: %w", cc.Name, err)
-			}
-			key = bytes.TrimRight(b, "\r\n")
-			if len(key) == 0 {
-				return fmt.Errorf("multicast channel %s: key_file %s is empty", cc.Name, cc.KeyFile)
-			}
+		key, err := readChannelKey(cc) // preflight.go
+		if err != nil {
+			return fmt.Errorf("multicast channel %s: key_file %w", cc.Name, err)
 		}
 		s, err := multicast.NewSender(multicast.SenderConfig{
 			Group:     cc.Group,
