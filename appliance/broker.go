@@ -116,12 +116,8 @@ func New(o Options) *Broker {
 	}
 	b.mem = newMemBudget(budget)
 	b.topics.mem = b.mem
-	// Last values never drain by themselves: they may take at most a
-	// quarter of the connections' half of the budget, or producers could
-	// wait for good.
-	if lim := budget / 8; b.cfg.Topics.LastValueMaxBytes > lim {
-		o.Logger.Warn("topics.last_value_max_bytes lowered to an eighth of the memory budget", "last_value_max_bytes", b.cfg.Topics.LastValueMaxBytes, "now", lim, "memory_budget_bytes", budget)
-		b.cfg.Topics.LastValueMaxBytes = lim
+	if lim := budget / 8; c.Topics.LastValueMaxBytes > lim {
+		o.Logger.Warn("topics.last_value_max_bytes is more than an eighth of the memory budget; last values keep at most that", "last_value_max_bytes", c.Topics.LastValueMaxBytes, "kept", lim, "memory_budget_bytes", budget)
 	}
 	b.pump = newPump()
 	b.intake = newIntake(o.Journal, intakeInflight)

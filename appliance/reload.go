@@ -61,6 +61,9 @@ var reloadKeys = map[string]reloadClass{
 	"stomp.max_transaction_frames":      reloadable,
 	"stomp.max_output_bytes":            reloadable,
 	"stomp.max_transaction_bytes":       reloadable,
+	"stomp.max_journal_pending_bytes":   reloadable,
+
+	"memory.budget_bytes": restartOnly, // the budget's halves are set at start
 
 	// The journal is opened once with these.
 	"journal.sync":                restartOnly,
@@ -241,7 +244,7 @@ func (b *Broker) Reload(c Config) (ConfigChanges, error) {
 		q.run(func(now int64) { q.core.SetConfig(cc, now) })
 		q.conf.Store(&qc)
 	}
-	maxLV := eff.Topics.LastValueMaxBytes
+	maxLV := min(eff.Topics.LastValueMaxBytes, b.mem.limit/8)
 	if !eff.Topics.LastValue {
 		maxLV = 0
 	}

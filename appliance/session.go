@@ -701,7 +701,7 @@ func batchWeight(b *Batch) int64 {
 // floods SENDs without receipts holds bounded memory.
 func (s *session) submit(b *Batch) {
 	w := batchWeight(b)
-	if limit := s.b.cfg.Stomp.MaxJournalPendingBytes; limit > 0 {
+	if limit := s.b.cfg().Stomp.MaxJournalPendingBytes; limit > 0 {
 		counted := false
 		for {
 			s.jmu.Lock()

@@ -90,6 +90,14 @@ func (lv *lastValue) weight(name string) int64 {
 	return int64(n)
 }
 
+// lastValueMax is the byte bound of all last values: topics.last_value_max_bytes,
+// and at most an eighth of the memory budget (a quarter of the connections'
+// half): last values never drain by themselves, and producers wait while
+// that half is spent.
+func (b *Broker) lastValueMax() int64 {
+	return min(b.cfg().Topics.LastValueMaxBytes, b.mem.limit/8)
+}
+
 // setLast makes lv the last value of topic st, or drops st's last value
 // when lv alone weighs more than maxBytes; then it evicts the least
 // recently updated values while all weigh more than maxBytes. r.mu is held.
@@ -245,7 +253,7 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 		if v, ok := b.topics.stats.Load(name); !ok || v.(*topicStats) != st {
 			st = b.topics.statsFor(name, now) // forgotten meanwhile
 		}
-		b.topics.setLast(name, st, &lastValue{id: id, headers: headers, body: body}, b.cfg().Topics.LastValueMaxBytes)
+		b.topics.setLast(name, st, &lastValue{id: id, headers: headers, body: body}, b.lastValueMax())
 		exact, wild = b.topics.exactSubs(name), b.topics.wildSubs()
 		b.topics.mu.Unlock()
 	} else {
