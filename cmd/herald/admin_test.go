@@ -430,7 +430,7 @@ func TestAdminCLI_SocketRefusesOtherUsers(t *testing.T) {
 		return code, string(out)
 	}
 	code, out := asUser()
-	if code != exitNoPerm || !strings.Contains(out, "permission denied on the admin socket") {
+	if code != exitNoPerm || !strings.Contains(out, "permission denied: join group") {
 		t.Errorf("user %s outside the group: got exit %d %q, want %d permission denied", user, code, out, exitNoPerm)
 	}
 	// Positive control: the socket's group grants access.
