@@ -60,10 +60,15 @@ func setUsageErrors(c *cli.Command) {
 
 // adminFlags are the flags of every admin command.
 func adminFlags(extra ...cli.Flag) []cli.Flag {
+	return adminFlagsTimeout(&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long (exit 75; 0: no limit)"}, extra...)
+}
+
+// adminFlagsTimeout are the admin flags with a command's own --timeout.
+func adminFlagsTimeout(timeout *cli.DurationFlag, extra ...cli.Flag) []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "socket", EnvVars: []string{"HERALD_SOCKET"}, Usage: "admin socket `PATH` of heraldd (default " + DefaultSocket + ", else " + SystemSocket + " if it exists)"},
 		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON (the admin API's, see docs/admin-api.md)"},
-		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long (exit 75)"},
+		timeout,
 	}, extra...)
 }
 
@@ -143,7 +148,7 @@ func adminFailure(what, sock string, ctx context.Context, err error) error {
 		case http.StatusGatewayTimeout:
 			code = exitTimeout
 		}
-		return &exitError{code: code, err: fmt.Errorf("%s: %w", what, ae)}
+		return &exitError{code: code, err: &prefixless{msg: what + ": " + plain(ae.Error()), err: ae}}
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -34,7 +35,9 @@ func receiveCommand() *cli.Command {
 		Usage:     "print the messages of a destination, one per line",
 		ArgsUsage: "DEST",
 		Description: `Subscribes to DEST and prints each message body on its own line (a newline is
-added unless the body ends with one). With --json, prints one JSON object per
+added unless the body ends with one). On a wildcard topic (/topic/prices.*,
+/topic/prices.>) each line is the message's destination, a tab, then the
+body: /topic/prices.eur<TAB>1.08. With --json, prints one JSON object per
 line: {"headers":{...},"body":"..."}, plus "body_base64" holding the exact
 bytes when the body is not valid UTF-8 (then "body" has U+FFFD in their place).
 
@@ -92,10 +95,11 @@ func runReceive(cCtx *cli.Context) error {
 	}
 
 	p := &printer{
-		c:    c,
-		out:  bufio.NewWriterSize(cCtx.App.Writer, 64<<10),
-		json: cCtx.Bool("json"),
-		ack:  ack == "client-individual",
+		c:        c,
+		out:      bufio.NewWriterSize(cCtx.App.Writer, 64<<10),
+		json:     cCtx.Bool("json"),
+		ack:      ack == "client-individual",
+		withDest: isWildcard(dest),
 	}
 	err = p.loop(ctx, sub, count, timeout, dest)
 	if ferr := p.flush(); err == nil && ferr != nil {
@@ -115,12 +119,15 @@ func runReceive(cCtx *cli.Context) error {
 
 // printer writes messages to stdout and acknowledges them once written.
 type printer struct {
-	c     *client.Conn
-	out   *bufio.Writer
-	json  bool
-	ack   bool
-	toAck []*stomp.Frame
-	enc   *json.Encoder
+	c    *client.Conn
+	out  *bufio.Writer
+	json bool
+	ack  bool
+	// withDest prefixes each plain body with its destination and a tab
+	// (wildcard subscriptions, where it differs from message to message).
+	withDest bool
+	toAck    []*stomp.Frame
+	enc      *json.Encoder
 }
 
 func (p *printer) loop(ctx context.Context, sub *client.Subscription, count int, timeout time.Duration, dest string) error {
@@ -164,6 +171,21 @@ func (p *printer) loop(ctx context.Context, sub *client.Subscription, count int,
 	return nil
 }
 
+// isWildcard reports whether dest is a topic pattern: a segment that is *
+// or > (see appliance.MatchTopic).
+func isWildcard(dest string) bool {
+	name, ok := strings.CutPrefix(dest, "/topic/")
+	if !ok {
+		return false
+	}
+	for _, seg := range strings.Split(name, ".") {
+		if seg == "*" || seg == ">" {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *printer) connErr() error {
 	<-p.c.Done()
 	return p.c.Err()
@@ -194,6 +216,10 @@ func (p *printer) print(m *stomp.Frame) error {
 			return stdoutErr(err)
 		}
 	} else {
+		if p.withDest {
+			p.out.WriteString(m.Get("destination"))
+			p.out.WriteByte('\t')
+		}
 		p.out.Write(m.Body)
 		if len(m.Body) == 0 || m.Body[len(m.Body)-1] != '\n' {
 			p.out.WriteByte('\n')
