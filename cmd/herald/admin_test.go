@@ -479,6 +479,9 @@ func TestMain(m *testing.M) {
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
 	}
+	if daemonPath != "" {
+		os.RemoveAll(filepath.Dir(daemonPath))
+	}
 	os.Exit(code)
 }
 
