@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/herald-mq/herald/admin/admintest"
 	"github.com/herald-mq/herald/appliance"
@@ -63,8 +64,8 @@ func TestAdminCLI_PackagedSocketPermission(t *testing.T) {
 		t.Fatalf("go build: %v: %s", err, out)
 	}
 
-	asNobody := func(groups ...uint32) (int, string, string) {
-		cmd := exec.Command(bin, "status")
+	asNobody := func(groups []uint32, args ...string) (int, string, string) {
+		cmd := exec.Command(bin, args...)
 		cmd.Dir = "/" // no ./herald-data here
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/"}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: groups}}
@@ -80,7 +81,7 @@ func TestAdminCLI_PackagedSocketPermission(t *testing.T) {
 		return code, stdout.String(), stderr.String()
 	}
 
-	code, stdout, stderr := asNobody()
+	code, stdout, stderr := asNobody(nil, "status")
 	if code != exitNoPerm {
 		t.Errorf("outside group %s: exit %d, want %d\nstdout: %s\nstderr: %s", group, code, exitNoPerm, stdout, stderr)
 	}
@@ -89,8 +90,17 @@ func TestAdminCLI_PackagedSocketPermission(t *testing.T) {
 		t.Errorf("outside the group: the CLI fell back to the local socket: %s", stderr)
 	}
 
+	// await-ready does not wait out its timeout on a permission error: it
+	// will not go away by itself.
+	start := time.Now()
+	code, _, stderr = asNobody(nil, "await-ready", "--timeout", "20s")
+	if code != exitNoPerm || time.Since(start) > 10*time.Second {
+		t.Errorf("await-ready outside the group: exit %d after %v, want %d at once: %s", code, time.Since(start), exitNoPerm, stderr)
+	}
+	mustContain(t, "await-ready outside the group", stderr, "permission denied: join group "+group)
+
 	// Positive control: in the group, the same defaults reach the daemon.
-	code, stdout, stderr = asNobody(gid)
+	code, stdout, stderr = asNobody([]uint32{gid}, "status")
 	if code != exitOK || !strings.Contains(stdout, "version:") {
 		t.Errorf("in group %s: exit %d, want 0 and the status\nstdout: %s\nstderr: %s", group, code, stdout, stderr)
 	}
