@@ -189,7 +189,7 @@ func TestAdminCLI_Commands(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(man, ".nh") && !strings.Contains(man, ".TH") {
 		t.Errorf("man: got %d %.80q, want roff", code, man)
 	}
-	mustContain(t, "man", man, "queue", "await-ready", "backup")
+	mustContain(t, "man", man, "queue", `await\-ready`, "backup") // roff escapes hyphens
 	code, comp, _ := runCLI(t, "", "completion", "bash")
 	if code != exitOK || !strings.Contains(comp, "complete -o bashdefault") {
 		t.Errorf("completion bash: got %d %q", code, comp)

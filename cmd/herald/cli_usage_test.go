@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/admin/admintest"
+	"github.com/herald-mq/herald/appliance/stomp/client"
 )
 
 // Global flags (--server, --login, ...) written after the command or its
@@ -86,12 +88,18 @@ func TestReceive_WildcardPrintsDestination(t *testing.T) {
 		done <- res{code, out, stderr}
 	}()
 	// A topic keeps nothing for late subscribers: publish until the
-	// receiver has had its four.
+	// receiver has had its four. (With a client of our own: two CLIs in
+	// one process would share urfave/cli's global help flag.)
+	pub, err := client.Dial(context.Background(), addr, client.Options{DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
 	var r res
 	for i := 0; ; i++ {
 		cur := []string{"eur", "usd"}[i%2]
-		if code, _, stderr := runCLI(t, "", "--server", addr, "send", "/topic/prices."+cur, cur+" price"); code != 0 {
-			t.Fatalf("send: %d %s", code, stderr)
+		if err := pub.Send("/topic/prices."+cur, []byte(cur+" price")); err != nil {
+			t.Fatalf("send: %v", err)
 		}
 		select {
 		case r = <-done:
