@@ -19,7 +19,7 @@ var (
 func (b *Broker) mustQueue(name string) (*queue, error) {
 	q := b.lookupQueue(name)
 	if q == nil {
-		return nil, fmt.Errorf("%w %q: list queues with: herald queues", ErrNoQueue, name)
+		return nil, fmt.Errorf("%w %q", ErrNoQueue, name) // the admin API adds the hint
 	}
 	return q, nil
 }
@@ -90,7 +90,7 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 	q := b.queues[name]
 	if q == nil {
 		b.mu.Unlock()
-		return 0, fmt.Errorf("%w %q: list queues with: herald queues", ErrNoQueue, name)
+		return 0, fmt.Errorf("%w %q", ErrNoQueue, name) // the admin API adds the hint
 	}
 	q.mu.Lock()
 	n := q.core.Consumers()

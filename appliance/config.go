@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -334,7 +333,7 @@ func DecodeConfig(src string, cfg *Config) error {
 		return err
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		lines := keyLines(src)
+		pos := keyPositions(src)
 		var msgs []string
 		for i, k := range und {
 			if i == 20 {
@@ -342,7 +341,7 @@ func DecodeConfig(src string, cfg *Config) error {
 				break
 			}
 			where := ""
-			if n, ok := lines[k[len(k)-1]]; ok {
+			if n := unknownKeyLine(pos, k); n > 0 {
 				where = fmt.Sprintf(" at line %d", n)
 			}
 			msgs = append(msgs, fmt.Sprintf("unknown key %q%s", k.String(), where))
@@ -447,22 +446,6 @@ func skipString(src string, i, line int) (int, int) {
 		}
 	}
 	return len(src) - 1, line
-}
-
-var keyLine = regexp.MustCompile(`^\s*"?([^"=\s]+)"?\s*=`)
-
-// keyLines maps each key name to the first line that assigns it, in one
-// pass (the error names the line of an unknown key).
-func keyLines(src string) map[string]int {
-	out := map[string]int{}
-	for i, l := range strings.Split(src, "\n") {
-		if m := keyLine.FindStringSubmatch(l); m != nil {
-			if _, seen := out[m[1]]; !seen {
-				out[m[1]] = i + 1
-			}
-		}
-	}
-	return out
 }
 
 // Validate reports every problem of cfg at once.

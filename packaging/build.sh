@@ -63,6 +63,20 @@ ldflags="-s -w -X main.version=$VERSION"
 "$GO" build -ldflags "$ldflags" -o "$out/heraldd" ./cmd/heraldd
 "$GO" build -ldflags "$ldflags" -o "$out/herald" ./cmd/herald
 
+# Depends: libc6 (>= X) / glibc >= X, X being the highest GLIBC_x.y symbol
+# version the binaries import (cgo links them against the C library), read
+# from their dynamic symbol tables rather than typed by hand.
+if ! command -v objdump >/dev/null; then
+	echo "build.sh: objdump not found: install binutils (it reads the glibc version the binaries need)" >&2
+	exit 69
+fi
+HERALD_GLIBC=$(objdump -T "$out/heraldd" "$out/herald" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n 1)
+if [ -z "$HERALD_GLIBC" ]; then
+	echo "build.sh: the binaries import no GLIBC_ symbol version: are they linked against glibc (CGO_ENABLED=1)?" >&2
+	exit 70
+fi
+echo "build.sh: the binaries need glibc >= $HERALD_GLIBC"
+
 # Man pages and completion: herald's come from its command definitions.
 "$out/herald" man >"$out/herald.1"
 gzip -9n "$out/herald.1"
@@ -75,7 +89,7 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
 	export SOURCE_DATE_EPOCH
 fi
 
-export HERALD_VERSION=$VERSION HERALD_ARCH=$GOARCH
+export HERALD_VERSION=$VERSION HERALD_ARCH=$GOARCH HERALD_GLIBC
 deb="dist/herald_${VERSION}_${debarch}.deb"
 rpm="dist/herald-${VERSION}.${rpmarch}.rpm"
 "${nfpm[@]}" package --config packaging/nfpm.yaml --packager deb --target "$deb"

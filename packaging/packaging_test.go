@@ -12,6 +12,7 @@ package packaging_test
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"fmt"
 	"net"
 	"os"
@@ -41,6 +42,84 @@ var wantFiles = []string{
 	"/usr/share/man/man1/herald.1.gz",
 	"/usr/share/man/man8/heraldd.8.gz",
 	"/usr/share/doc/herald/copyright",
+	"/usr/share/doc/herald/LICENSE",
+	"/usr/share/doc/herald/README.md",
+	"/usr/share/doc/herald/grafana/herald.json",
+}
+
+// docFiles are the documents the help texts point at, shipped under
+// /usr/share/doc/herald/docs: every docs/*.md of the tree.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	mds, err := filepath.Glob("../docs/*.md")
+	if err != nil || len(mds) == 0 {
+		t.Fatalf("no docs/*.md: %v", err)
+	}
+	var out []string
+	for _, m := range mds {
+		out = append(out, "/usr/share/doc/herald/docs/"+filepath.Base(m))
+	}
+	return out
+}
+
+// glibcNeeded is the highest GLIBC_x.y symbol version the binaries import,
+// read with debug/elf (build.sh reads it with objdump: two ways to the same
+// answer).
+func glibcNeeded(t *testing.T, bins ...string) string {
+	t.Helper()
+	best := ""
+	for _, bin := range bins {
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syms, err := f.ImportedSymbols()
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: imported symbols: %v", bin, err)
+		}
+		for _, s := range syms {
+			if v, ok := strings.CutPrefix(s.Version, "GLIBC_"); ok && versionLess(best, v) {
+				best = v
+			}
+		}
+	}
+	if best == "" {
+		t.Fatalf("%v import no GLIBC_ symbol version: not linked against glibc?", bins)
+	}
+	return best
+}
+
+// versionLess compares dotted numeric versions ("" is the least).
+func versionLess(a, b string) bool {
+	if a == "" {
+		return b != ""
+	}
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < max(len(as), len(bs)); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+func TestVersionLess(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		less bool
+	}{{"", "2.2.5", true}, {"2.2.5", "2.34", true}, {"2.34", "2.4", false}, {"2.34", "2.34", false}, {"2.3.4", "2.3", false}} {
+		if got := versionLess(c.a, c.b); got != c.less {
+			t.Errorf("versionLess(%q, %q) = %v, want %v", c.a, c.b, got, c.less)
+		}
+	}
 }
 
 const (
@@ -162,9 +241,19 @@ func testDebContents(t *testing.T, p packages) {
 			listed[strings.TrimSuffix(strings.TrimPrefix(f[len(f)-1], "."), "/")] = f[0] + " " + f[1]
 		}
 	}
-	for _, want := range wantFiles {
+	for _, want := range append(docFiles(t), wantFiles...) {
 		if _, ok := listed[want]; !ok {
 			t.Errorf("dpkg-deb --contents: no %s in\n%s", want, contents)
+		}
+	}
+	glibc := glibcNeeded(t, "../dist/build/heraldd", "../dist/build/herald")
+	if dep := run(t, time.Minute, "dpkg-deb", "--field", p.deb, "Depends"); !strings.Contains(dep, "libc6 (>= "+glibc+")") {
+		t.Errorf("Depends: got %q, want libc6 (>= %s): the binaries import GLIBC_%s symbols", strings.TrimSpace(dep), glibc, glibc)
+	}
+	man := run(t, time.Minute, "sh", "-c", "dpkg-deb --fsys-tarfile "+p.deb+" | tar -xO ./usr/share/man/man1/herald.1.gz | gzip -d")
+	for _, want := range []string{".TH HERALD 1 ", `.SS "herald listen`, "#GAP", `.SS "herald queue peek`, `.SH "EXIT STATUS"`} {
+		if !strings.Contains(man, want) {
+			t.Errorf("herald.1 in the .deb: no %q", want)
 		}
 	}
 	for path, want := range map[string]string{
@@ -179,7 +268,11 @@ func testDebContents(t *testing.T, p packages) {
 
 func testRpmContents(t *testing.T, p packages) {
 	list := strings.Fields(run(t, time.Minute, "rpm", "-qpl", p.rpm))
-	for _, want := range wantFiles {
+	glibc := glibcNeeded(t, "../dist/build/heraldd", "../dist/build/herald")
+	if req := run(t, time.Minute, "rpm", "-qp", "--requires", p.rpm); !strings.Contains(req, "glibc >= "+glibc) {
+		t.Errorf("rpm --requires: want glibc >= %s in\n%s", glibc, req)
+	}
+	for _, want := range append(docFiles(t), wantFiles...) {
 		if !slices.Contains(list, want) {
 			t.Errorf("rpm -qpl: no %s in %v", want, list)
 		}
@@ -341,6 +434,26 @@ esac
 			}
 		})
 	}
+	// Without systemd (a container, a chroot) the install says what it did
+	// not do and how to run the daemon, instead of staying silent.
+	for _, args := range []string{"configure", "configure 1.0", "1", "2"} {
+		t.Run("postinstall_without_systemd_"+strings.ReplaceAll(args, " ", "_"), func(t *testing.T) {
+			os.Remove(logf)
+			sh := fmt.Sprintf("mount -t tmpfs tmpfs /run && export PATH=%s:$PATH && exec sh %s/postinstall.sh %s", fakes, scriptsDir, args)
+			out, err := runErr(30*time.Second, "unshare", "--mount", "--propagation", "private", "sh", "-c", sh)
+			if err != nil {
+				t.Fatalf("postinstall.sh %s: %v\n%s", args, err, out)
+			}
+			for _, want := range []string{"systemd is not running", "was not enabled, started", "heraldd --config /etc/herald/herald.toml"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("postinstall.sh %s without systemd: no %q in %q", args, want, out)
+				}
+			}
+			if b, _ := os.ReadFile(logf); bytes.Contains(b, []byte("systemctl")) {
+				t.Errorf("postinstall.sh %s without systemd called systemctl: %s", args, b)
+			}
+		})
+	}
 	t.Run("useradd_without_sysusers", func(t *testing.T) {
 		os.Remove(logf)
 		// Only the fakes and the shell's own tools: no systemd-sysusers.
@@ -449,6 +562,9 @@ func testDebInstall(t *testing.T, p packages) {
 
 	out := run(t, 2*time.Minute, "dpkg", "-i", p.deb)
 	t.Logf("dpkg -i:\n%s", lastLines(out, 4))
+	if !exists("/run/systemd/system") && !strings.Contains(out, "systemd is not running") {
+		t.Errorf("dpkg -i without systemd: no word that the service was not started:\n%s", out)
+	}
 	u, err := user.Lookup("herald")
 	if err != nil {
 		t.Fatalf("dpkg -i did not create the herald user: %v", err)
@@ -479,8 +595,16 @@ func testDebInstall(t *testing.T, p packages) {
 	if b, _ := os.ReadFile("/usr/share/bash-completion/completions/herald"); !bytes.Contains(b, []byte("complete ")) {
 		t.Errorf("bash completion: no complete command in\n%s", b)
 	}
-	if out, err := runErr(time.Minute, "man", "-l", "/usr/share/man/man8/heraldd.8.gz"); err != nil && !strings.Contains(err.Error(), "executable file not found") {
-		t.Errorf("man -l heraldd.8.gz: %v\n%s", err, out)
+	for _, page := range []string{"/usr/share/man/man8/heraldd.8.gz", "/usr/share/man/man1/herald.1.gz"} {
+		if out, err := runErr(time.Minute, "man", "-l", page); err != nil && !strings.Contains(err.Error(), "executable file not found") {
+			t.Errorf("man -l %s: %v\n%s", page, err, out)
+		}
+	}
+	for _, doc := range docFiles(t) {
+		src := filepath.Join("..", "docs", filepath.Base(doc))
+		if a, b := readOrEmpty(src), readOrEmpty(doc); a == "" || a != b {
+			t.Errorf("%s is not the tree's %s", doc, src)
+		}
 	}
 
 	t.Run("SystemdAnalyzeVerify", func(t *testing.T) {
@@ -551,6 +675,8 @@ func testDebInstall(t *testing.T, p packages) {
 		t.Errorf("dpkg --purge kept %s", confPath)
 	}
 }
+
+func readOrEmpty(p string) string { b, _ := os.ReadFile(p); return string(b) }
 
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")

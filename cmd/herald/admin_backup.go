@@ -24,9 +24,10 @@ exist. A relative FILE is taken from the current directory. Restore by
 stopping heraldd and putting the copy in place of DATA_DIR/herald.db (remove
 herald.db-wal and herald.db-shm).
 
-Progress is a bar on a terminal, plain lines otherwise (on stderr); --timeout
-defaults to none here.`,
-		Flags: adminFlags(),
+Progress is a bar on a terminal, plain lines otherwise (on stderr). A backup
+of a large journal takes as long as it takes: there is no --timeout unless
+one is given.`,
+		Flags: adminFlagsTimeout(&cli.DurationFlag{Name: "timeout", DefaultText: "none", Usage: "give up after this long (exit 75)"}),
 		Action: func(cCtx *cli.Context) error {
 			if err := checkArgs(cCtx, 1, 1, "backup [flags] FILE"); err != nil {
 				return err
@@ -34,9 +35,6 @@ defaults to none here.`,
 			dest, err := filepath.Abs(cCtx.Args().First())
 			if err != nil {
 				return usageErrorf("backup file %q: %v", cCtx.Args().First(), err)
-			}
-			if !cCtx.IsSet("timeout") {
-				cCtx.Set("timeout", "0")
 			}
 			errw := cCtx.App.ErrWriter
 			bar := isTerminal(errw)

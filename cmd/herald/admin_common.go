@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -26,10 +30,11 @@ const (
 )
 
 // Admin socket locations tried without --socket or HERALD_SOCKET.
-const (
-	DefaultSocket = "./herald-data/admin.sock"
-	SystemSocket  = "/run/herald/admin.sock"
-)
+// SystemSocket is a variable so that a build can move it
+// (go build -ldflags "-X main.SystemSocket=PATH"); the tests do.
+const DefaultSocket = "./herald-data/admin.sock"
+
+var SystemSocket = "/run/herald/admin.sock"
 
 // adminCommands are the commands talking to heraldd's admin socket.
 func adminCommands() []*cli.Command {
@@ -55,10 +60,15 @@ func setUsageErrors(c *cli.Command) {
 
 // adminFlags are the flags of every admin command.
 func adminFlags(extra ...cli.Flag) []cli.Flag {
+	return adminFlagsTimeout(&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long (exit 75; 0: no limit)"}, extra...)
+}
+
+// adminFlagsTimeout are the admin flags with a command's own --timeout.
+func adminFlagsTimeout(timeout *cli.DurationFlag, extra ...cli.Flag) []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "socket", EnvVars: []string{"HERALD_SOCKET"}, Usage: "admin socket `PATH` of heraldd (default " + DefaultSocket + ", else " + SystemSocket + " if it exists)"},
 		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON (the admin API's, see docs/admin-api.md)"},
-		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long (exit 75)"},
+		timeout,
 	}, extra...)
 }
 
@@ -70,10 +80,35 @@ func socketPath(cCtx *cli.Context) string {
 	if _, err := os.Stat(DefaultSocket); err == nil {
 		return DefaultSocket
 	}
-	if _, err := os.Stat(SystemSocket); err == nil {
+	// The packages' socket directory is 0750 herald:herald: a user outside
+	// the group cannot even see whether the socket exists (EACCES, not
+	// ENOENT). It is still the daemon to talk to, and the permission error
+	// that follows says which group to join.
+	if _, err := os.Stat(SystemSocket); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return SystemSocket
 	}
 	return DefaultSocket
+}
+
+// socketGroup names the group that grants access to sock: the socket's own
+// group, or its directory's when the socket cannot be seen; "herald" (the
+// packages' group) when neither can be read.
+func socketGroup(sock string) string {
+	for _, p := range []string{sock, filepath.Dir(sock)} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			break
+		}
+		if g, err := user.LookupGroupId(strconv.FormatUint(uint64(st.Gid), 10)); err == nil {
+			return g.Name
+		}
+		return strconv.FormatUint(uint64(st.Gid), 10)
+	}
+	return "herald"
 }
 
 // adminCall runs fn with a client and a context bounded by --timeout,
@@ -113,13 +148,16 @@ func adminFailure(what, sock string, ctx context.Context, err error) error {
 		case http.StatusGatewayTimeout:
 			code = exitTimeout
 		}
-		return &exitError{code: code, err: fmt.Errorf("%s: %w", what, ae)}
+		return &exitError{code: code, err: &prefixless{msg: what + ": " + plain(ae.Error()), err: ae}}
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
 		return &exitError{code: exitTimeout, err: fmt.Errorf("%s: no answer from heraldd on %s in time; it may be overloaded (raise --timeout) or stuck (%s)", what, sock, logHint())}
 	case errors.Is(err, syscall.EACCES) || errors.Is(err, os.ErrPermission):
-		return &exitError{code: exitNoPerm, err: fmt.Errorf("%s: permission denied on the admin socket %s; run as root or as a member of the daemon's group (sudo usermod -aG herald $USER, then log in again)", what, sock)}
+		g := socketGroup(sock)
+		return &exitError{code: exitNoPerm, err: fmt.Errorf(
+			"%s: permission denied: join group %s to use the admin socket %s (sudo usermod -aG %s $USER, then log in again), or run with sudo",
+			what, g, sock, g)}
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
 		return &exitError{code: exitUnavailable, err: fmt.Errorf("%s: heraldd is not answering on %s; is it running? start it with: %s (or point --socket / HERALD_SOCKET at its admin socket)", what, sock, startHint())}
 	}

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -82,7 +85,8 @@ func awaitReadyCommand() *cli.Command {
 		Name:  "await-ready",
 		Usage: "wait until the daemon answers ready (for scripts and unit files)",
 		Description: `Polls GET /v1/ready until it answers ready, or gives up after --timeout
-(exit 75). A missing socket counts as not ready yet.`,
+(exit 75). A missing socket counts as not ready yet; a socket it may not use
+fails at once (exit 77).`,
 		Flags: adminFlags(&cli.DurationFlag{Name: "interval", Value: 100 * time.Millisecond, Usage: "time between polls"}),
 		Action: func(cCtx *cli.Context) error {
 			if err := checkArgs(cCtx, 0, 0, "await-ready [flags]"); err != nil {
@@ -102,6 +106,10 @@ func awaitReadyCommand() *cli.Command {
 				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				last = c.Ready(rctx)
 				cancel()
+				if errors.Is(last, syscall.EACCES) || errors.Is(last, os.ErrPermission) {
+					// Not a daemon still starting: waiting will not help.
+					return adminFailure("await-ready", sock, ctx, last)
+				}
 				if last == nil {
 					if cCtx.Bool("json") {
 						return printJSON(cCtx.App.Writer, admin.Ready{Ready: true})

@@ -189,7 +189,7 @@ func TestAdminCLI_Commands(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(man, ".nh") && !strings.Contains(man, ".TH") {
 		t.Errorf("man: got %d %.80q, want roff", code, man)
 	}
-	mustContain(t, "man", man, "queue", "await-ready", "backup")
+	mustContain(t, "man", man, "queue", `await\-ready`, "backup") // roff escapes hyphens
 	code, comp, _ := runCLI(t, "", "completion", "bash")
 	if code != exitOK || !strings.Contains(comp, "complete -o bashdefault") {
 		t.Errorf("completion bash: got %d %q", code, comp)
@@ -430,7 +430,7 @@ func TestAdminCLI_SocketRefusesOtherUsers(t *testing.T) {
 		return code, string(out)
 	}
 	code, out := asUser()
-	if code != exitNoPerm || !strings.Contains(out, "permission denied on the admin socket") {
+	if code != exitNoPerm || !strings.Contains(out, "permission denied: join group") {
 		t.Errorf("user %s outside the group: got exit %d %q, want %d permission denied", user, code, out, exitNoPerm)
 	}
 	// Positive control: the socket's group grants access.
@@ -478,6 +478,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
+	}
+	if daemonPath != "" {
+		os.RemoveAll(filepath.Dir(daemonPath))
 	}
 	os.Exit(code)
 }

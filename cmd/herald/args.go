@@ -12,17 +12,44 @@ import (
 // first argument). Only names the command defines move; everything after
 // "--" stays an argument, so a body that looks like a flag can be sent as
 // "herald send /queue/q -- --json".
+//
+// The application's own flags (--server, --login, ...) may be written
+// anywhere before "--": they move in front of the command name, where the
+// library looks for them ("herald send /queue/q x --server h:1"). A
+// command's flag of the same name would win.
 func reorderArgs(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
 	}
-	out := append([]string{args[0]}, reorderLevel(app.Flags, app.Commands, args[1:])...)
-	return out
+	r := reorderer{globals: app.Flags}
+	rest := r.level(app.Flags, app.Commands, args[1:], true)
+	out := append([]string{args[0]}, r.hoisted...)
+	return append(out, rest...)
 }
 
-// reorderLevel handles one command level: leading flags pass through, a
+type reorderer struct {
+	globals []cli.Flag
+	hoisted []string // global flags found below the top level
+}
+
+// hoist moves the global flag at toks[i] (and its value) to the front,
+// returning how many tokens it took, or 0 if toks[i] is not one.
+func (r *reorderer) hoist(toks []string, i int) int {
+	f := lookupFlag(r.globals, toks[i])
+	if f == nil {
+		return 0
+	}
+	r.hoisted = append(r.hoisted, toks[i])
+	if takesValue(f, toks[i]) && i+1 < len(toks) {
+		r.hoisted = append(r.hoisted, toks[i+1])
+		return 2
+	}
+	return 1
+}
+
+// level handles one command level: leading flags pass through, a
 // subcommand name recurses, anything else is the leaf's argument list.
-func reorderLevel(flags []cli.Flag, cmds []*cli.Command, toks []string) []string {
+func (r *reorderer) level(flags []cli.Flag, cmds []*cli.Command, toks []string, top bool) []string {
 	var out []string
 	i := 0
 	for i < len(toks) {
@@ -39,9 +66,15 @@ func reorderLevel(flags []cli.Flag, cmds []*cli.Command, toks []string) []string
 			i++
 			continue
 		}
+		if !top {
+			if n := r.hoist(toks, i); n > 0 {
+				i += n
+				continue
+			}
+		}
 		if c := lookupCommand(cmds, t); c != nil {
 			out = append(out, t)
-			return append(out, reorderLevel(c.Flags, c.Subcommands, toks[i+1:])...)
+			return append(out, r.level(c.Flags, c.Subcommands, toks[i+1:], false)...)
 		}
 		break
 	}
@@ -65,6 +98,10 @@ func reorderLevel(flags []cli.Flag, cmds []*cli.Command, toks []string) []string
 				moved = append(moved, toks[i+1])
 				i++
 			}
+			continue
+		}
+		if n := r.hoist(toks, i); n > 0 {
+			i += n - 1
 			continue
 		}
 		if len(positional) == 0 && len(t) > 1 && t[0] == '-' {

@@ -21,6 +21,10 @@ func TestReorderArgs(t *testing.T) {
 		{"herald status", "herald status"},
 		{"herald send --bogus /q", "herald send --bogus -- /q"},
 		{"herald frob --x", "herald frob --x"},
+		{"herald send /q x --server h:1", "herald --server h:1 send -- /q x"},
+		{"herald send --server=h:1 /q --receipt", "herald --server=h:1 send --receipt -- /q"},
+		{"herald queue peek jobs --login u --json", "herald --login u queue peek --json -- jobs"},
+		{"herald send /q -- --server h:1", "herald send -- /q --server h:1"},
 	} {
 		got := strings.Join(reorderArgs(app, strings.Fields(tc.in)), " ")
 		if got != tc.want {

@@ -7,7 +7,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"math"
 	"math/bits"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -25,6 +28,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
 )
@@ -69,9 +73,16 @@ keeping --window of them awaiting their RECEIPT (pipelined). Reports messages
 and MB per second confirmed within --duration, and the receipt latency
 (time from the SEND being handed to the client to its RECEIPT arriving).
 For RabbitMQ use --persistent (persistent:true) and a /queue/ destination:
-a RECEIPT then stands for a publisher confirm of a durable message.`,
+a RECEIPT then stands for a publisher confirm of a durable message.
+
+Without --dest, the run sends to a queue of its own, /queue/bench.RUNID, and
+removes it at the end: it drains the messages (a consumer with ack auto),
+then deletes the empty queue through the admin socket (--socket) when that
+daemon's socket is at hand; otherwise it says how to delete it. With --dest,
+the queue is yours: the messages stay, and it says how many.`,
 				Flags: append([]cli.Flag{
-					&cli.StringFlag{Name: "dest", Value: "/queue/bench", Usage: "destination"},
+					&cli.StringFlag{Name: "dest", Usage: "destination (default: a new queue /queue/bench.RUNID, removed at the end)"},
+					&cli.StringFlag{Name: "socket", EnvVars: []string{"HERALD_SOCKET"}, Usage: "admin socket `PATH` used to delete the run's queue (default as for the admin commands)"},
 					&cli.IntFlag{Name: "producers", Value: 4, Usage: "connections sending in parallel"},
 					&cli.IntFlag{Name: "window", Value: 64, Usage: "receipts outstanding per producer"},
 					&cli.BoolFlag{Name: "persistent", Usage: "add the header persistent:true (RabbitMQ, ActiveMQ)"},
@@ -247,7 +258,7 @@ func readBenchFlags(cCtx *cli.Context) (benchFlags, error) {
 		return f, err
 	}
 	switch {
-	case f.dest == "":
+	case f.dest == "" && (cCtx.IsSet("dest") || cCtx.Command.Name != "send"):
 		return f, usageErrorf("--dest must not be empty")
 	case f.size < 0 || f.size > 64<<20:
 		return f, usageErrorf("--size %d: want 0 to 64 MiB", f.size)
@@ -317,6 +328,15 @@ type sendResult struct {
 	Latency    latencyJSON `json:"receipt_latency"`
 	Errors     uint64      `json:"errors"`
 	FirstError string      `json:"first_error,omitempty"`
+	Cleanup    benchClean  `json:"cleanup"`
+}
+
+// benchClean is what the run did to remove its messages.
+type benchClean struct {
+	Stored       uint64 `json:"stored"`        // every SEND confirmed, warm-up and tail included
+	Drained      uint64 `json:"drained"`       // messages consumed from the run's own queue
+	QueueDeleted bool   `json:"queue_deleted"` // the empty queue deleted through the admin socket
+	Note         string `json:"note"`          // what was done, or what is left and how to remove it
 }
 
 type inflight struct {
@@ -336,6 +356,10 @@ func runBenchSend(cCtx *cli.Context) error {
 	var hdrs []stomp.Header
 	if cCtx.Bool("persistent") {
 		hdrs = append(hdrs, stomp.Header{Key: "persistent", Value: "true"})
+	}
+	own := bf.dest == ""
+	if own {
+		bf.dest = "/queue/bench." + benchRunID()
 	}
 	ctx := cCtx.Context
 	conns := make([]*client.Conn, producers)
@@ -363,6 +387,7 @@ func runBenchSend(cCtx *cli.Context) error {
 	type prodResult struct {
 		h        histogram
 		n        uint64
+		stored   uint64 // every receipt, measured or not
 		errs     uint64
 		firstErr error
 	}
@@ -407,6 +432,7 @@ func runBenchSend(cCtx *cli.Context) error {
 						fail(res.Err)
 						continue
 					}
+					r.stored++
 					if !p.at.Before(measureFrom) && !done.After(measureTo) {
 						r.n++
 						r.h.record(done.Sub(p.at))
@@ -428,6 +454,7 @@ func runBenchSend(cCtx *cli.Context) error {
 	for _, r := range results {
 		h.merge(&r.h)
 		res.Messages += r.n
+		res.Cleanup.Stored += r.stored
 		res.Errors += r.errs
 		if r.firstErr != nil && res.FirstError == "" {
 			res.FirstError = unwrapClient(r.firstErr).Error()
@@ -436,6 +463,11 @@ func runBenchSend(cCtx *cli.Context) error {
 	res.MsgsPerS = benchRound1(float64(res.Messages) / bf.duration.Seconds())
 	res.MBPerS = math.Round(res.MsgsPerS*float64(bf.size)/1e6*100) / 100
 	res.Latency = h.summary()
+	for _, c := range conns {
+		c.Close()
+	}
+	benchCleanup(ctx, cCtx, &res, own)
+	fmt.Fprintf(cCtx.App.ErrWriter, "bench: %s\n", res.Cleanup.Note)
 
 	out := cCtx.App.Writer
 	if bf.jsonOut {
@@ -464,6 +496,116 @@ func runBenchSend(cCtx *cli.Context) error {
 		return &exitError{code: exitOther, err: fmt.Errorf("no SEND was confirmed within %s", bf.duration)}
 	}
 	return nil
+}
+
+// benchRunID names a run's own queue.
+func benchRunID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// benchIdle is how long the drain waits for one more message once it has
+// the confirmed ones (SENDs whose receipt failed may have been stored too),
+// and benchStall how long it waits for a message before giving up.
+const (
+	benchIdle  = 300 * time.Millisecond
+	benchStall = 10 * time.Second
+)
+
+// benchCleanup removes the messages of a run: with its own queue, drains
+// it and deletes it when the admin socket reaches the same daemon; with a
+// --dest given, only says what is left there.
+func benchCleanup(ctx context.Context, cCtx *cli.Context, res *sendResult, own bool) {
+	cl := &res.Cleanup
+	name, isQueue := strings.CutPrefix(res.Dest, "/queue/")
+	if !own {
+		if isQueue {
+			cl.Note = fmt.Sprintf("left %d message(s) in %s (given with --dest, so not emptied); empty it with: herald queue purge %s", cl.Stored, res.Dest, name)
+		} else {
+			cl.Note = fmt.Sprintf("sent %d message(s) to %s (a topic keeps none)", cl.Stored, res.Dest)
+		}
+		return
+	}
+	drained, err := benchDrain(ctx, cCtx, res.Dest, cl.Stored)
+	cl.Drained = drained
+	if err != nil {
+		cl.Note = fmt.Sprintf("could not empty %s: %v (%d of %d message(s) drained); purge it with: herald queue purge %s, then herald queue delete --yes %s",
+			res.Dest, unwrapClient(err), drained, cl.Stored, name, name)
+		return
+	}
+	// The admin socket may belong to another daemon than --server: the
+	// queue's random name tells. Delete it only if it is there and empty.
+	sock := cCtx.String("socket")
+	if sock == "" {
+		sock = socketPath(cCtx)
+	}
+	ac := admin.NewClient(sock)
+	defer ac.Close()
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	q, err := ac.Queue(actx, name)
+	if err == nil && q.Messages == 0 {
+		if _, err = ac.DeleteQueue(actx, name); err == nil {
+			cl.QueueDeleted = true
+			cl.Note = fmt.Sprintf("removed %s: drained its %d message(s) and deleted the queue", res.Dest, drained)
+			return
+		}
+	}
+	why := "no admin socket of this daemon at " + sock
+	if err != nil {
+		var ae *admin.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+			why = plain(err.Error())
+		}
+	} else if q.Messages != 0 {
+		why = fmt.Sprintf("%d message(s) arrived meanwhile", q.Messages)
+	}
+	cl.Note = fmt.Sprintf("drained %s (%d message(s)); the empty queue remains (%s): delete it on the server with: herald queue delete --yes %s",
+		res.Dest, drained, why, name)
+}
+
+// benchDrain consumes dest (ack auto) until it has at least want messages
+// and none more arrive for benchIdle.
+func benchDrain(ctx context.Context, cCtx *cli.Context, dest string, want uint64) (uint64, error) {
+	c, err := benchDial(ctx, cCtx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	sub, err := c.Subscribe(dest, "auto", stomp.Header{Key: "prefetch-count", Value: "1000"})
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	t := time.NewTimer(benchStall)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-sub.C():
+			if !ok {
+				<-c.Done()
+				return n, c.Err()
+			}
+			n++
+		case <-c.Done():
+			return n, c.Err()
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-t.C:
+			if n >= want {
+				dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				return n, c.Disconnect(dctx)
+			}
+			return n, fmt.Errorf("%d message(s) expected, none for %v", want, benchStall)
+		}
+		wait := benchStall
+		if n >= want {
+			wait = benchIdle
+		}
+		t.Reset(wait) // Go 1.23 timers: no stale tick to drain
+	}
 }
 
 // ---- bench topic -----------------------------------------------------------

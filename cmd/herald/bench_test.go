@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/herald-mq/herald/admin"
+	"github.com/herald-mq/herald/admin/admintest"
+	"github.com/herald-mq/herald/appliance"
 )
 
 func benchJSON(t *testing.T, stdout string, v any) {
@@ -217,5 +222,65 @@ func TestBench_TopicNATS(t *testing.T) {
 	checkTopicResult(t, r, 2, "nats")
 	if natsSubject("/topic/a/b") != "a.b" {
 		t.Errorf("subject of /topic/a/b: %q", natsSubject("/topic/a/b"))
+	}
+}
+
+// bench send without --dest sends to a queue of its own and removes it at
+// the end: its messages drained, the empty queue deleted through the admin
+// socket when the daemon's is at hand.
+func TestBench_SendCleansUp(t *testing.T) {
+	d := admintest.Start(t, nil)
+	code, stdout, stderr := runCLI(t, "", "--server", d.STOMP, "bench", "send", "--socket", d.Socket,
+		"--producers", "2", "--window", "8", "--size", "256", "--duration", "300ms", "--json")
+	if code != 0 {
+		t.Fatalf("bench send: exit %d: %s", code, stderr)
+	}
+	var r sendResult
+	benchJSON(t, stdout, &r)
+	if !strings.HasPrefix(r.Dest, "/queue/bench.") || r.Messages == 0 {
+		t.Fatalf("want a run of its own queue /queue/bench.*: %+v", r)
+	}
+	if r.Cleanup.Drained < r.Messages || !r.Cleanup.QueueDeleted {
+		t.Errorf("cleanup %+v: want every confirmed message (at least %d) drained and the queue deleted", r.Cleanup, r.Messages)
+	}
+	mustContain(t, "bench stderr", stderr, "removed "+r.Dest)
+	ql := decode[admin.QueueList](t, first(runAdmin(t, d.Socket, exitOK, "queues", "--json")))
+	for _, q := range ql.Queues {
+		if strings.HasPrefix(q.Name, "bench") {
+			t.Errorf("queue %s left behind: %+v", q.Name, q)
+		}
+	}
+
+	// No admin socket for this daemon: drained; the empty queue is said to
+	// remain, with the command that deletes it.
+	code, stdout, stderr = runCLI(t, "", "--server", d.STOMP, "bench", "send", "--socket", filepath.Join(t.TempDir(), "none.sock"),
+		"--producers", "1", "--window", "4", "--duration", "200ms", "--json")
+	if code != 0 {
+		t.Fatalf("bench send without admin: exit %d: %s", code, stderr)
+	}
+	r = sendResult{}
+	benchJSON(t, stdout, &r)
+	if r.Cleanup.Drained < r.Messages || r.Cleanup.QueueDeleted {
+		t.Errorf("cleanup without admin %+v: want drained, not deleted", r.Cleanup)
+	}
+	name := strings.TrimPrefix(r.Dest, "/queue/")
+	mustContain(t, "bench stderr without admin", stderr, "herald queue delete --yes "+name)
+	q := decode[appliance.QueueView](t, first(runAdmin(t, d.Socket, exitOK, "queue", "show", "--json", name)))
+	if q.Messages != 0 {
+		t.Errorf("queue %s after the bench: %d messages, want 0", name, q.Messages)
+	}
+
+	// With --dest the queue is the caller's: the messages stay, and it says so.
+	code, stdout, stderr = runCLI(t, "", "--server", d.STOMP, "bench", "send", "--socket", d.Socket, "--dest", "/queue/mine",
+		"--producers", "1", "--window", "4", "--duration", "200ms", "--json")
+	if code != 0 {
+		t.Fatalf("bench send --dest: exit %d: %s", code, stderr)
+	}
+	r = sendResult{}
+	benchJSON(t, stdout, &r)
+	mustContain(t, "bench --dest stderr", stderr, "left", "/queue/mine", "herald queue purge mine")
+	q = decode[appliance.QueueView](t, first(runAdmin(t, d.Socket, exitOK, "queue", "show", "--json", "mine")))
+	if uint64(q.Messages) < r.Messages || r.Cleanup.Drained != 0 {
+		t.Errorf("--dest: queue has %d messages, cleanup %+v; want the %d confirmed kept", q.Messages, r.Cleanup, r.Messages)
 	}
 }

@@ -29,6 +29,7 @@ const (
 	exitUsage       = 64
 	exitUnavailable = 69
 	exitTimeout     = 75
+	exitNoInput     = 66 // a file to read cannot be opened
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -162,8 +163,12 @@ func failure(server, doing string, err error) error {
 	var se *client.ServerError
 	var ne net.Error
 	switch {
+	case errors.As(err, &se) && se.Frame.Get("message") == "invalid destination":
+		// The server's reason names the destination and what is allowed:
+		// a usage error, said plainly.
+		return &exitError{code: exitUsage, err: errors.New(plain(serverDetail(se)))}
 	case errors.As(err, &se):
-		return &exitError{code: exitOther, err: fmt.Errorf("%s: server said: %s", doing, strings.TrimPrefix(se.Error(), "stomp server error: "))}
+		return &exitError{code: exitOther, err: fmt.Errorf("%s: server said: %s", doing, plain(strings.TrimPrefix(se.Error(), "stomp server error: ")))}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrHeartbeatTimeout), errors.As(err, &ne) && ne.Timeout():
 		return &exitError{code: exitTimeout, err: fmt.Errorf("%s: %w", doing, unwrapClient(err))}
 	case errors.Is(err, client.ErrConnectionLost), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
@@ -171,6 +176,49 @@ func failure(server, doing string, err error) error {
 			"%s: lost the connection to %s; check that heraldd is still running (%s)", doing, server, logHint())}
 	}
 	return &exitError{code: exitOther, err: fmt.Errorf("%s: %w", doing, err)}
+}
+
+// serverDetail is the body of the server's ERROR frame (its reason), or its
+// message header when the body is empty.
+func serverDetail(se *client.ServerError) string {
+	if d := strings.TrimSpace(string(se.Frame.Body)); d != "" {
+		return d
+	}
+	return se.Frame.Get("message")
+}
+
+// plain drops the package prefixes ("appliance: ") the server's and the
+// admin API's error texts carry: they name Go packages, not anything an
+// operator knows.
+func plain(msg string) string {
+	for _, p := range []string{"appliance: ", "journal: ", "admin: "} {
+		msg = strings.ReplaceAll(msg, p, "")
+	}
+	return msg
+}
+
+// serverCause returns the server's ERROR behind err when the connection
+// ended with one: after refusing a frame the server closes the connection,
+// and a write or request that follows fails as "connection lost" (or the
+// write's broken pipe) before, or while, the reader records the ERROR.
+// Timeouts and errors of a live connection are returned as they are.
+func serverCause(c *client.Conn, err error) error {
+	var se *client.ServerError
+	var ne net.Error
+	if err == nil || errors.As(err, &se) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return err
+	}
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-c.Done():
+	case <-t.C:
+		return err
+	}
+	if errors.As(c.Err(), &se) {
+		return se
+	}
+	return err
 }
 
 // unwrapClient drops the "stomp client: " prefixes for a shorter message.

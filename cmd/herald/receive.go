@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -34,20 +36,32 @@ func receiveCommand() *cli.Command {
 		Usage:     "print the messages of a destination, one per line",
 		ArgsUsage: "DEST",
 		Description: `Subscribes to DEST and prints each message body on its own line (a newline is
-added unless the body ends with one). With --json, prints one JSON object per
+added unless the body ends with one). On a wildcard topic (/topic/prices.*,
+/topic/prices.>) each line is the message's destination, a tab, then the
+body: /topic/prices.eur<TAB>1.08. With --json, prints one JSON object per
 line: {"headers":{...},"body":"..."}, plus "body_base64" holding the exact
 bytes when the body is not valid UTF-8 (then "body" has U+FFFD in their place).
 
 With --ack client-individual, each message is acknowledged only after it has
 been written to stdout, so a crash or Ctrl-C never loses one (it may print it
 again later). With --ack auto (the default) the server forgets a message once
-sent, and messages prefetched beyond --count are lost.`,
+sent, and messages prefetched beyond --count are lost.
+
+With --reconnect, a refused or dropped connection (the server restarting, a
+network cut, a missed heart-beat) is retried with capped exponential back-off
+(waits drawn from 0.05-0.1 s, doubling up to 5-10 s, reset once subscribed
+again), each retry told on stderr; then it subscribes again. With
+--ack client-individual nothing is lost: the messages it had printed but not
+yet acknowledged are delivered again by the server (and printed again).
+--count counts across connections; --timeout counts from the last message,
+reconnections included. A refusal (login, destination) is not retried.`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Usage: "exit after `N` messages (0: never)"},
 			&cli.StringFlag{Name: "ack", Value: "auto", Usage: "acknowledgement mode: auto or client-individual"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per message"},
 			&cli.DurationFlag{Name: "timeout", Usage: "exit with status 75 when no message arrives for this long (0: wait forever)"},
 			&cli.IntFlag{Name: "prefetch", Usage: "ask the server to have at most `N` unacknowledged messages in flight (0: server default)"},
+			&cli.BoolFlag{Name: "reconnect", Usage: "when the server cannot be reached or the connection drops, reconnect (back-off 0.1s doubling to 10s) and subscribe again"},
 		},
 		Action: runReceive,
 	}
@@ -80,58 +94,174 @@ func runReceive(cCtx *cli.Context) error {
 
 	ctx, stop := signal.NotifyContext(cCtx.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	p := &printer{
+		out:      bufio.NewWriterSize(cCtx.App.Writer, 64<<10),
+		json:     cCtx.Bool("json"),
+		ack:      ack == "client-individual",
+		withDest: isWildcard(dest),
+		count:    count,
+		timeout:  timeout,
+		dest:     dest,
+	}
+	p.touch()
 	server := cCtx.String("server")
+	bo := backoff{min: reconnectMin, max: reconnectMax}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	for attempt := 0; ; attempt++ {
+		p.retrying = attempt > 0
+		connected, retry, err := p.session(ctx, cCtx, server, ack, hdrs)
+		if err == nil || !cCtx.Bool("reconnect") || !retry {
+			return err
+		}
+		if connected {
+			bo.reset()
+		}
+		d := bo.next(rng)
+		fmt.Fprintf(cCtx.App.ErrWriter, "herald: %v; reconnecting in %v (--reconnect)\n", err, d.Round(time.Millisecond))
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil // interrupted by the user: a normal end
+		case <-p.idle():
+			t.Stop()
+			return p.idleErr()
+		}
+	}
+}
+
+// Reconnection back-off bounds of --reconnect.
+const (
+	reconnectMin = 100 * time.Millisecond
+	reconnectMax = 10 * time.Second
+)
+
+// backoff is capped exponential back-off: the ceiling doubles from min to
+// max with each attempt, and each wait is drawn from [ceiling/2, ceiling]
+// so that many receivers of one restarted server do not return in step.
+// Deterministic given its random source.
+type backoff struct {
+	min, max time.Duration
+	ceil     time.Duration
+}
+
+func (b *backoff) next(r *rand.Rand) time.Duration {
+	if b.ceil == 0 {
+		b.ceil = b.min
+	}
+	d := b.ceil
+	b.ceil = min(2*b.ceil, b.max)
+	return d/2 + time.Duration(r.Int64N(int64(d/2)+1))
+}
+
+func (b *backoff) reset() { b.ceil = 0 }
+
+// session connects, subscribes and prints until the count is reached, the
+// user interrupts, or the connection fails. connected reports whether it
+// got as far as a subscription (the back-off starts over then); retry
+// whether --reconnect may try again: the server could not be reached or
+// the connection was lost, as opposed to a refusal (login, destination) or
+// the idle --timeout.
+func (p *printer) session(ctx context.Context, cCtx *cli.Context, server, ack string, hdrs []stomp.Header) (connected, retry bool, err error) {
 	c, err := dial(ctx, cCtx, [2]time.Duration{receiveHeartBeat, receiveHeartBeat})
 	if err != nil {
-		return err
+		var ee *exitError
+		return false, errors.As(err, &ee) && ee.code == exitUnavailable, err
 	}
 	defer c.Close()
-	sub, err := c.Subscribe(dest, ack, hdrs...)
+	if p.retrying {
+		fmt.Fprintf(cCtx.App.ErrWriter, "herald: reconnected to %s, subscribing to %s again\n", server, p.dest)
+	}
+	p.c = c
+	p.toAck = p.toAck[:0] // those were on the old connection: the server delivers them again
+	sub, err := c.Subscribe(p.dest, ack, hdrs...)
 	if err != nil {
-		return failure(server, "subscribe to "+dest, err)
+		err = serverCause(c, err)
+		return false, lost(c, err), failure(server, "subscribe to "+p.dest, err)
 	}
-
-	p := &printer{
-		c:    c,
-		out:  bufio.NewWriterSize(cCtx.App.Writer, 64<<10),
-		json: cCtx.Bool("json"),
-		ack:  ack == "client-individual",
-	}
-	err = p.loop(ctx, sub, count, timeout, dest)
+	err = p.loop(ctx, sub)
 	if ferr := p.flush(); err == nil && ferr != nil {
 		err = ferr
 	}
 	if err != nil {
-		return failure(server, "receive from "+dest, err)
+		var ee *exitError
+		if errors.As(err, &ee) { // stdout, or the idle timeout
+			return true, false, err
+		}
+		err = serverCause(c, err)
+		return true, lost(c, err), failure(server, "receive from "+p.dest, err)
 	}
 	// DISCONNECT with a receipt: our ACKs have been processed.
 	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.Disconnect(dctx); err != nil && !errors.Is(err, client.ErrClosed) {
-		return failure(server, "disconnect", err)
+		return true, false, failure(server, "disconnect", serverCause(c, err))
 	}
-	return nil
+	return true, false, nil
+}
+
+// lost reports whether err is the connection going away (worth a
+// reconnect) rather than the server refusing something.
+func lost(c *client.Conn, err error) bool {
+	var se *client.ServerError
+	if errors.As(err, &se) {
+		return se.Frame.Get("message") == "server shutting down"
+	}
+	select {
+	case <-c.Done():
+		return true // ended: EOF, reset, heart-beat timeout
+	default:
+	}
+	return errors.Is(err, client.ErrConnectionLost) || errors.Is(err, client.ErrHeartbeatTimeout) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // printer writes messages to stdout and acknowledges them once written.
 type printer struct {
-	c     *client.Conn
-	out   *bufio.Writer
-	json  bool
-	ack   bool
-	toAck []*stomp.Frame
-	enc   *json.Encoder
+	c    *client.Conn
+	out  *bufio.Writer
+	json bool
+	ack  bool
+	// withDest prefixes each plain body with its destination and a tab
+	// (wildcard subscriptions, where it differs from message to message).
+	withDest bool
+	toAck    []*stomp.Frame
+	enc      *json.Encoder
+
+	dest     string
+	count    int           // stop after this many (0: never)
+	n        int           // printed so far, over every connection
+	timeout  time.Duration // --timeout: at most this long without a message (0: no limit)
+	last     time.Time     // when the last message (or the start) was
+	retrying bool          // a --reconnect attempt, not the first connection
 }
 
-func (p *printer) loop(ctx context.Context, sub *client.Subscription, count int, timeout time.Duration, dest string) error {
+// touch restarts the idle --timeout.
+func (p *printer) touch() { p.last = time.Now() }
+
+// idle fires when --timeout has passed without a message (never without
+// --timeout). The timer is not stopped: it is short-lived and fires once.
+func (p *printer) idle() <-chan time.Time {
+	if p.timeout <= 0 {
+		return nil
+	}
+	return time.After(time.Until(p.last.Add(p.timeout)))
+}
+
+func (p *printer) idleErr() error {
+	return &exitError{code: exitTimeout, err: fmt.Errorf("no message on %s within %v", p.dest, p.timeout)}
+}
+
+func (p *printer) loop(ctx context.Context, sub *client.Subscription) error {
 	var idle <-chan time.Time
 	var timer *time.Timer
-	if timeout > 0 {
-		timer = time.NewTimer(timeout)
+	if p.timeout > 0 {
+		timer = time.NewTimer(time.Until(p.last.Add(p.timeout)))
 		defer timer.Stop()
 		idle = timer.C
 	}
-	for n := 0; count == 0 || n < count; {
+	for p.count == 0 || p.n < p.count {
 		select {
 		case m, ok := <-sub.C():
 			if !ok {
@@ -140,7 +270,8 @@ func (p *printer) loop(ctx context.Context, sub *client.Subscription, count int,
 			if err := p.print(m); err != nil {
 				return err
 			}
-			n++
+			p.n++
+			p.touch()
 			// Flush (and acknowledge) when nothing else is waiting, so
 			// output is prompt and syscalls are shared under load.
 			if len(sub.C()) == 0 || len(p.toAck) >= ackBatch {
@@ -149,19 +280,34 @@ func (p *printer) loop(ctx context.Context, sub *client.Subscription, count int,
 				}
 			}
 			if timer != nil {
-				timer.Reset(timeout)
+				timer.Reset(p.timeout)
 			}
 		case f := <-p.c.Errors():
 			return &client.ServerError{Frame: f}
 		case <-p.c.Done():
 			return p.connErr()
 		case <-idle:
-			return &exitError{code: exitTimeout, err: fmt.Errorf("no message on %s within %v", dest, timeout)}
+			return p.idleErr()
 		case <-ctx.Done():
 			return nil // interrupted by the user: a normal end
 		}
 	}
 	return nil
+}
+
+// isWildcard reports whether dest is a topic pattern: a segment that is *
+// or > (see appliance.MatchTopic).
+func isWildcard(dest string) bool {
+	name, ok := strings.CutPrefix(dest, "/topic/")
+	if !ok {
+		return false
+	}
+	for _, seg := range strings.Split(name, ".") {
+		if seg == "*" || seg == ">" {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *printer) connErr() error {
@@ -194,6 +340,10 @@ func (p *printer) print(m *stomp.Frame) error {
 			return stdoutErr(err)
 		}
 	} else {
+		if p.withDest {
+			p.out.WriteString(m.Get("destination"))
+			p.out.WriteByte('\t')
+		}
 		p.out.Write(m.Body)
 		if len(m.Body) == 0 || m.Body[len(m.Body)-1] != '\n' {
 			p.out.WriteByte('\n')

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -21,17 +23,21 @@ const sendWindow = 64
 func sendCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "send",
-		Usage:     "send a message, or each line of stdin as a message",
+		Usage:     "send a message, a file as one message, or each line of stdin as a message",
 		ArgsUsage: "DEST [BODY]",
 		Description: `With BODY, sends one message to DEST (for example /queue/orders or /topic/prices).
-Without BODY, sends each line of stdin as a message (without its line ending).
+With --file F, sends the whole of file F, byte for byte, as one message
+(--file - reads all of stdin). Otherwise sends each line of stdin as a
+message (without its line ending).
 With --receipt, waits until the server confirms each message (for a queue:
-stored on disk), pipelining up to 64 at a time in order.`,
+stored on disk), pipelining up to 64 at a time in order. --timeout 0 waits
+for the receipts without a limit.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "receipt", Usage: "wait for the server's receipt of each message"},
 			&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "extra header `key=value` (repeatable)"},
 			&cli.StringFlag{Name: "content-type", Usage: "content-type header of the messages"},
-			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "with --receipt: give up waiting for a receipt after this long (exit 75)"},
+			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "send the whole of `FILE` as one message (- for stdin)"},
+			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up waiting for the server's receipts after this long (exit 75; 0: no limit)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "report what was sent on stderr"},
 		},
 		Action: runSend,
@@ -51,6 +57,24 @@ func runSend(cCtx *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	timeout := cCtx.Duration("timeout")
+	if timeout < 0 {
+		return usageErrorf("--timeout %v: must not be negative (0: no limit)", timeout)
+	}
+	file := cCtx.String("file")
+	if cCtx.IsSet("file") && file == "" {
+		return usageErrorf("--file needs a file name (- for stdin)")
+	}
+	if file != "" && cCtx.Args().Len() == 2 {
+		return usageErrorf("give BODY or --file, not both: herald %s", usage)
+	}
+	var whole []byte
+	if file != "" {
+		// Read before connecting: a missing file costs no connection.
+		if whole, err = readWhole(cCtx.App.Reader, file); err != nil {
+			return err
+		}
+	}
 	if ct := cCtx.String("content-type"); ct != "" {
 		hdrs = append(hdrs, stomp.Header{Key: "content-type", Value: ct})
 	}
@@ -67,12 +91,15 @@ func runSend(cCtx *cli.Context) error {
 		dest:    dest,
 		hdrs:    hdrs,
 		receipt: cCtx.Bool("receipt"),
-		timeout: cCtx.Duration("timeout"),
+		timeout: timeout,
 		server:  cCtx.String("server"),
 	}
-	if cCtx.Args().Len() == 2 {
+	switch {
+	case file != "":
+		err = s.send(whole)
+	case cCtx.Args().Len() == 2:
 		err = s.send([]byte(cCtx.Args().Get(1)))
-	} else {
+	default:
 		err = s.sendLines(cCtx.App.Reader)
 	}
 	if err == nil {
@@ -81,11 +108,13 @@ func runSend(cCtx *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// DISCONNECT with a receipt: the server has processed every frame we sent.
-	dctx, cancel := context.WithTimeout(ctx, s.timeout)
+	// DISCONNECT with a receipt: the server has processed every frame we
+	// sent. Without --receipt, this is where a refused message is told
+	// (the server answers it with ERROR and closes).
+	dctx, cancel := withTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := c.Disconnect(dctx); err != nil {
-		return failure(s.server, "disconnect", err)
+		return s.fail("send to "+dest, err)
 	}
 	if cCtx.Bool("verbose") {
 		how := "without receipts"
@@ -95,6 +124,36 @@ func runSend(cCtx *cli.Context) error {
 		fmt.Fprintf(cCtx.App.ErrWriter, "herald: sent %d message(s) to %s, %s\n", s.sent, dest, how)
 	}
 	return nil
+}
+
+// withTimeout is context.WithTimeout where 0 means no limit.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d == 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// readWhole reads file (stdin for "-") whole.
+func readWhole(stdin io.Reader, file string) ([]byte, error) {
+	var b []byte
+	var err error
+	if file == "-" {
+		b, err = io.ReadAll(stdin)
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		if file == "-" {
+			file = "stdin"
+		}
+		code := exitOther
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			code = exitNoInput
+		}
+		return nil, &exitError{code: code, err: fmt.Errorf("--file: cannot read %w", err)}
+	}
+	return b, nil
 }
 
 func parseHeaders(kvs []string) ([]stomp.Header, error) {
@@ -135,7 +194,7 @@ func (s *sender) send(body []byte) error {
 	s.sent++
 	if !s.receipt {
 		if err := s.c.Send(s.dest, body, s.hdrs...); err != nil {
-			return failure(s.server, fmt.Sprintf("send message %d to %s", s.sent, s.dest), err)
+			return s.fail(fmt.Sprintf("send message %d to %s", s.sent, s.dest), err)
 		}
 		return nil
 	}
@@ -146,7 +205,7 @@ func (s *sender) send(body []byte) error {
 	}
 	ch, err := s.c.SendAsync(s.dest, body, s.hdrs...)
 	if err != nil {
-		return failure(s.server, fmt.Sprintf("send message %d to %s", s.sent, s.dest), err)
+		return s.fail(fmt.Sprintf("send message %d to %s", s.sent, s.dest), err)
 	}
 	s.pending = append(s.pending, pendingSend{n: s.sent, ch: ch})
 	return nil
@@ -155,19 +214,30 @@ func (s *sender) send(body []byte) error {
 func (s *sender) waitOldest() error {
 	p := s.pending[0]
 	s.pending = s.pending[1:]
-	t := time.NewTimer(s.timeout)
-	defer t.Stop()
+	var expired <-chan time.Time
+	if s.timeout > 0 {
+		t := time.NewTimer(s.timeout)
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case r := <-p.ch:
 		if r.Err != nil {
-			return failure(s.server, fmt.Sprintf("message %d to %s not accepted", p.n, s.dest), r.Err)
+			return s.fail(fmt.Sprintf("message %d to %s not accepted", p.n, s.dest), r.Err)
 		}
 		return nil
-	case <-t.C:
+	case <-expired:
 		return &exitError{code: exitTimeout, err: fmt.Errorf(
 			"no receipt for message %d to %s within %v; the server may be overloaded or stalled (see heraldd's log), or raise --timeout",
 			p.n, s.dest, s.timeout)}
 	}
+}
+
+// fail classifies err, preferring the server's ERROR when the connection
+// ended with one: a write that failed because the server had refused an
+// earlier frame and closed is reported as that refusal.
+func (s *sender) fail(doing string, err error) error {
+	return failure(s.server, doing, serverCause(s.c, err))
 }
 
 // drain waits for every outstanding receipt.

@@ -54,7 +54,7 @@ func RequireTools(t testing.TB, tools ...string) {
 var debPackage = map[string]string{
 	"ip": "iproute2", "bridge": "iproute2", "nft": "nftables", "mount": "mount", "umount": "mount",
 	"setpriv": "util-linux", "unshare": "util-linux", "useradd": "passwd",
-	"userdel": "passwd", "tmux": "tmux",
+	"userdel": "passwd", "groupadd": "passwd", "groupdel": "passwd", "tmux": "tmux",
 }
 
 // toolsHint is "; TOOL... (apt-get install PACKAGE...)" for the tools not on

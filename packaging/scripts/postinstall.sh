@@ -44,5 +44,15 @@ if [ -d /run/systemd/system ]; then
 		fi
 		;;
 	esac
+else
+	# No systemd here (a container, a chroot): nothing was enabled, started
+	# or restarted. Say so, and how to run the daemon by hand.
+	cat >&2 <<'EOF_MSG'
+herald: systemd is not running here, so herald.service was not enabled, started
+or restarted. Start the daemon by hand, as the herald user:
+  install -d -o herald -g herald -m 0750 /run/herald
+  setpriv --reuid herald --regid herald --init-groups heraldd --config /etc/herald/herald.toml
+(or run it under your own supervisor); where systemd runs: systemctl enable --now herald
+EOF_MSG
 fi
 exit 0
