@@ -17,11 +17,12 @@ import (
 //   - Connections: frames waiting to be written (RECEIPTs, MESSAGEs, topic
 //     subscriber buffers), frame bodies being read (from their first octet
 //     until the frame is handled), open transactions' frames, and topic
-//     last values. While these weigh half the budget, connections are not
-//     read past the frame in progress when that frame carries a body or is
-//     a SEND: producers wait (TCP backpressure, counted in
-//     memory_backpressure_total), while ACKs, NACKs, subscriptions and the
-//     writes to consumers go on and free it.
+//     last values. While these weigh half the budget, connections that
+//     hold more than smallHolder of it are not read past the frame in
+//     progress when that frame carries a body or is a SEND: producers wait
+//     (TCP backpressure, counted in memory_backpressure_total), while
+//     ACKs, NACKs, subscriptions and the writes to consumers go on and free
+//     it. While the whole budget is spent, every producer waits.
 //   - Queues: the messages queues hold in memory (paged-in windows, delayed
 //     and in-flight messages: queuecore.MemBytes). While these weigh near
 //     half the budget, queue windows stop growing: new messages stay in the
@@ -59,7 +60,14 @@ func (m *memBudget) release(n int64) {
 	if m == nil || n == 0 {
 		return
 	}
-	if m.used.Add(-n)-m.queued.Load() < m.half && m.waiting.Load() > 0 {
+	m.used.Add(-n)
+	m.wake()
+}
+
+// wake lets waiting readers re-check: their own frames may have been
+// written, or the budget has room again.
+func (m *memBudget) wake() {
+	if m.waiting.Load() > 0 {
 		m.mu.Lock()
 		close(m.room)
 		m.room = make(chan struct{})
@@ -71,18 +79,33 @@ func (m *memBudget) release(n int64) {
 func (m *memBudget) chargeQueue(n int64) {
 	m.queued.Add(n)
 	m.used.Add(n)
+	if n < 0 {
+		m.wake()
+	}
 }
 
 // queueFree is what is left of the queues' half (negative when over).
 func (m *memBudget) queueFree() int64 { return m.half - m.queued.Load() }
 
-// over reports whether the connections' half is spent.
-func (m *memBudget) over() bool { return m.used.Load()-m.queued.Load() >= m.half }
+// smallHolder is what a connection may hold (its frames to write, its
+// open transactions, the body it is reading) and still be read while the
+// connections' half is spent: a client that sends a little now and then
+// is not made to wait for a flood it has no part in. It waits only when
+// the whole budget is spent.
+const smallHolder = 64 << 10
 
-// wait blocks while the connections' half is spent, until ending reports
-// true (checked at least every 100 ms). It reports whether it waited.
-func (m *memBudget) wait(ending func() bool) bool {
-	if !m.over() {
+// over reports whether a connection holding held bytes must wait: the
+// whole budget is spent, or the connections' half is and it holds more
+// than smallHolder.
+func (m *memBudget) over(held int64) bool {
+	used := m.used.Load()
+	return used >= m.limit || (held > smallHolder && used-m.queued.Load() >= m.half)
+}
+
+// wait blocks while over(held()), until ending reports true (checked at
+// least every 100 ms). It reports whether it waited.
+func (m *memBudget) wait(held func() int64, ending func() bool) bool {
+	if !m.over(held()) {
 		return false
 	}
 	m.waits.Add(1)
@@ -94,7 +117,7 @@ func (m *memBudget) wait(ending func() bool) bool {
 		m.mu.Lock()
 		ch := m.room
 		m.mu.Unlock()
-		if !m.over() || ending() {
+		if !m.over(held()) || ending() {
 			return true
 		}
 		select {
@@ -145,25 +168,35 @@ func physicalMemory() int64 {
 	return 0
 }
 
-// cgroupMemoryMax is the memory.max of the cgroup (v2) the process is in,
-// 0 when there is none or it is "max".
+// cgroupMemoryMax is the memory limit of the cgroup the process is in:
+// memory.max (cgroup v2) or memory.limit_in_bytes (v1); 0 when there is
+// none.
 func cgroupMemoryMax() int64 {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		path, ok := strings.CutPrefix(line, "0::")
-		if !ok {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
 			continue
 		}
-		v, err := os.ReadFile("/sys/fs/cgroup" + path + "/memory.max")
+		var file string
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			file = "/sys/fs/cgroup" + parts[2] + "/memory.max"
+		case strings.Contains(","+parts[1]+",", ",memory,"):
+			file = "/sys/fs/cgroup/memory" + parts[2] + "/memory.limit_in_bytes"
+		default:
+			continue
+		}
+		v, err := os.ReadFile(file)
 		if err != nil {
-			return 0
+			continue
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
-		if err != nil {
-			return 0 // "max"
+		if err != nil || n <= 0 || n >= 1<<60 {
+			continue // "max", or v1's "no limit"
 		}
 		return n
 	}

@@ -214,13 +214,22 @@ func (s *session) bodyGrows(n int) {
 }
 
 // waitMemory holds the reader while the broker's memory budget is spent
-// (memory.budget_bytes): producers are not read until deliveries and
-// acknowledgements free it. The frame in progress gets its frame_timeout
-// again afterwards.
+// (memory.budget_bytes; see memBudget.over): producers are not read until
+// deliveries and acknowledgements free it. The frame in progress gets its
+// frame_timeout again afterwards.
 func (s *session) waitMemory() {
-	if s.b.mem.wait(s.isEnding) {
+	if s.b.mem.wait(s.memHeld, s.isEnding) {
 		s.frameStarted()
 	}
+}
+
+// memHeld is what this connection holds of the memory budget: frames to
+// write, open transactions, the body being read. Reader goroutine.
+func (s *session) memHeld() int64 {
+	s.outMu.Lock()
+	out := s.outBytes
+	s.outMu.Unlock()
+	return out + s.txBytes + s.bodyHeld
 }
 
 // awaitNext sets the deadline for the next frame or heart-beat.
