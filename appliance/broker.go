@@ -70,6 +70,10 @@ type Broker struct {
 	pump          *pump         // submits journal work produced by completions
 	intake        *intake       // the connections' journal batches, round-robin
 	mem           *memBudget    // memory.budget_bytes
+	// fdCap is how many STOMP connections the open-file limit allows once
+	// fdReserve descriptors are kept for the admin socket, the journal,
+	// metrics and multicast (0: unknown, no cap).
+	fdCap, fdReserve int
 	seed          atomic.Uint64 // per-queue seeds of the cores' random choices
 	journalFailed atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
 }
@@ -119,11 +123,24 @@ func New(o Options) *Broker {
 	if lim := budget / 8; c.Topics.LastValueMaxBytes > lim {
 		o.Logger.Warn("topics.last_value_max_bytes is more than an eighth of the memory budget; last values keep at most that", "last_value_max_bytes", c.Topics.LastValueMaxBytes, "kept", lim, "memory_budget_bytes", budget)
 	}
+	if n := openFileLimit(); n > 0 {
+		b.fdReserve = min(reservedFDs, n/4)
+		b.fdCap = n - b.fdReserve
+		if c.Stomp.MaxConnections > b.fdCap {
+			o.Logger.Warn("stomp.max_connections is more than the open-file limit allows; connections past it are refused so that the admin socket and the journal keep descriptors (raise LimitNOFILE)",
+				"max_connections", c.Stomp.MaxConnections, "LimitNOFILE", n, "connections_allowed", b.fdCap)
+		}
+	}
 	b.pump = newPump()
 	b.intake = newIntake(o.Journal, intakeInflight)
 	b.pumpStop = make(chan struct{})
 	return b
 }
+
+// reservedFDs is how many file descriptors are kept from STOMP connections
+// for the admin socket (and its clients), the journal's files, the metrics
+// listener and multicast sockets: at most a quarter of the limit.
+const reservedFDs = 256
 
 var errBrokerClosed = errors.New("appliance: broker closed")
 
@@ -245,7 +262,8 @@ func (b *Broker) accept(c net.Conn) {
 	addr := peerAddress(c)
 	b.mu.Lock()
 	perAddr := b.perAddr[addr] >= b.cfg().Stomp.MaxConnectionsPerAddress
-	if b.closed || len(b.sessions) >= b.cfg().Stomp.MaxConnections || perAddr {
+	fdFull := b.fdCap > 0 && len(b.sessions) >= b.fdCap
+	if b.closed || len(b.sessions) >= b.cfg().Stomp.MaxConnections || perAddr || fdFull {
 		closed := b.closed
 		b.mu.Unlock()
 		b.stats.refused.Add(1)
@@ -253,6 +271,8 @@ func (b *Broker) accept(c net.Conn) {
 		switch {
 		case closed:
 			reason = "server shutting down"
+		case fdFull:
+			reason = fmt.Sprintf("too many connections (the open-file limit, LimitNOFILE %d, keeps %d descriptors for the admin socket and the journal)", b.fdCap+b.fdReserve, b.fdReserve)
 		case perAddr:
 			reason = fmt.Sprintf("too many connections from %s (stomp.max_connections_per_address %d)", addr, b.cfg().Stomp.MaxConnectionsPerAddress)
 		}

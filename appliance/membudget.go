@@ -140,14 +140,21 @@ const windowFloor = 64 << 10
 // rest leaves room for the Go runtime, SQLite's cache and the kernel's page
 // cache of the journal.
 func DefaultMemoryBudget() int64 {
-	avail := physicalMemory()
-	if cg := cgroupMemoryMax(); cg > 0 && (avail == 0 || cg < avail) {
-		avail = cg
-	}
+	avail := MemoryLimit()
 	if avail <= 0 {
 		return 1 << 30
 	}
 	return max(avail*2/5, 64<<20)
+}
+
+// MemoryLimit is the memory the daemon may use: its cgroup's limit, else
+// the machine's RAM; 0 when neither is known.
+func MemoryLimit() int64 {
+	avail := physicalMemory()
+	if cg := cgroupMemoryMax(); cg > 0 && (avail == 0 || cg < avail) {
+		avail = cg
+	}
+	return avail
 }
 
 func physicalMemory() int64 {

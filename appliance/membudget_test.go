@@ -203,3 +203,51 @@ func TestMemory_BackpressureHoldsProducers(t *testing.T) {
 	}
 	_ = stomp.CmdSend
 }
+
+// Scheduled messages count against the queues' half of the budget too:
+// thousands of them due in an hour stay mostly in the journal once that
+// half is short, and other queues go on.
+func TestMemory_DelayedMessagesBounded(t *testing.T) {
+	const budget = 32 << 20
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Memory.BudgetBytes = budget
+		c.Queues.MemoryWindowBytes = 4 << 20
+	})
+	c := tb.Dial(t)
+	body := bytes.Repeat([]byte("d"), 16<<10)
+	for i := range 3000 { // 48 MiB due in an hour
+		ch, err := c.SendAsync("/queue/later", body, hdr("AMQ_SCHEDULED_DELAY", "3600000"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%200 == 199 {
+			select {
+			case r := <-ch:
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("no receipt for scheduled message %d: %+v", i, tb.B.Stats())
+			}
+		}
+	}
+	if _, err := c.SendReceipt(ctxT(t), "/queue/now", []byte("now")); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.SubscribeReceipt(ctxT(t), "/queue/now", "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := recv(t, sub); string(f.Body) != "now" {
+		t.Fatalf("got %d bytes, want the ready message", len(f.Body))
+	}
+	st := tb.B.Stats()
+	v, _ := tb.B.Queue("later")
+	t.Logf("3000 scheduled messages of 16 KiB: %d in memory, memory used %d MiB of %d", v.InMemory, st.MemoryUsed>>20, budget>>20)
+	if v.Messages != 3000 {
+		t.Fatalf("queue holds %d messages, want 3000", v.Messages)
+	}
+	if st.MemoryUsed > budget/2+2<<20 {
+		t.Fatalf("memory used %d MiB with a budget of %d MiB (half for queues)", st.MemoryUsed>>20, budget>>20)
+	}
+}

@@ -117,9 +117,10 @@ func (q *queue) stepLocked(fn func(now int64)) (moved []queuecore.Moved, work bo
 
 // accountLocked brings the queue's share of the memory budget up to date
 // and, while the queues' half of it is short (less than a quarter free),
-// caps the ready window at what it holds plus what is free (at least
-// windowFloor, so that a queue whose consumers wait can always page in):
-// new messages then stay in the journal. q.mu is held.
+// caps what the queue holds in memory (ready, delayed, in flight) at what
+// it holds plus what is free, and at least windowFloor (a queue whose
+// consumers wait can always page in): new messages then stay in the
+// journal. q.mu is held.
 func (q *queue) accountLocked(now int64) {
 	mb := q.core.MemBytes()
 	if q.closed || q.deleted {
@@ -131,7 +132,7 @@ func (q *queue) accountLocked(now int64) {
 	q.memCharged = mb
 	capBytes := int64(0)
 	if free := q.b.mem.queueFree(); free < q.b.mem.half/4 {
-		capBytes = max(q.core.ReadyBytes()+free, windowFloor)
+		capBytes = max(mb+free, windowFloor)
 	}
 	q.core.SetWindowCap(capBytes, now)
 }

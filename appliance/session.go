@@ -38,15 +38,26 @@ type outItem struct {
 	size  int64       // bytes it weighs in the output budget
 }
 
-// frameSize is what a frame weighs in a connection's output budget: about
-// its encoded size.
+// frameSize is what a frame weighs in a connection's output budget and in
+// the memory budget: what it holds in memory, not only its encoded size.
+// A RECEIPT is about 30 bytes on the wire and 160 in memory (the frame,
+// its headers, its place in the output queue), and a flood of small frames
+// must be counted at what it costs.
 func frameSize(f *stomp.Frame) int64 {
-	n := len(f.Command) + len(f.Body) + 4
+	n := len(f.Command) + len(f.Body) + frameOverhead
 	for _, h := range f.Headers {
-		n += len(h.Key) + len(h.Value) + 2
+		n += len(h.Key) + len(h.Value) + headerOverhead
 	}
 	return int64(n)
 }
+
+// frameOverhead and headerOverhead are the memory a frame and each of its
+// headers take beside their bytes (measured: a RECEIPT with one header
+// holds about 163 bytes).
+const (
+	frameOverhead  = 128
+	headerOverhead = 32
+)
 
 // session is one STOMP connection: a reader (the run goroutine), which
 // handles frames in order, and a writer goroutine, which batches outgoing

@@ -61,6 +61,7 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 			c.ready.remove(m)
 		case stDelayed:
 			c.delayed.remove(m)
+			c.delayedBytes -= m.Size
 			m.state = stNone
 			if m.holdsGroup {
 				m.holdsGroup = false
@@ -138,6 +139,7 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 			c.ready.remove(m)
 		case m.state == stDelayed:
 			heap.Remove(&c.delayed, m.heapIdx)
+			c.delayedBytes -= m.Size
 		case m.state == stParked:
 			c.unstashOne(m)
 		default:

@@ -2,6 +2,7 @@ package queuecore
 
 import (
 	"container/heap"
+	"math"
 	"math/rand/v2"
 	"strconv"
 )
@@ -45,10 +46,12 @@ type Core struct {
 	delayed   delayHeap
 	byID      map[uint64]*Msg // every message in memory, any state
 	memBytes  int64           // their sizes (MemBytes)
-	windowCap int64           // SetWindowCap: a lower byte window than cfg.WindowBytes; 0 = none
-	flight    map[uint64]*Delivery
-	consumers []*Consumer
-	rr        int
+	windowCap int64           // SetWindowCap: a bound on memBytes; 0 = none
+	// delayedBytes is the size of the delayed messages in memory.
+	delayedBytes int64
+	flight       map[uint64]*Delivery
+	consumers    []*Consumer
+	rr           int
 
 	count        int   // committed messages of the queue, every state
 	bytes        int64 // their Size
@@ -258,19 +261,18 @@ func (c *Core) unhold(id uint64) {
 	}
 }
 
-// ReadyBytes is the size of the ready messages eligible for delivery: what
-// the byte window bounds.
-func (c *Core) ReadyBytes() int64 { return c.ready.eligBytes }
-
 // MemBytes is the size of every message the core holds in memory (ready,
 // delayed, in flight or leaving): what the queue weighs in the broker's
 // memory budget.
 func (c *Core) MemBytes() int64 { return c.memBytes }
 
-// SetWindowCap lowers the ready window's byte bound to capBytes while the
-// broker's memory budget is short (0: back to Config.WindowBytes alone).
-// Messages committed past it stay in the journal and are paged in later, as
-// past the configured window. Messages already in memory stay.
+// SetWindowCap bounds the bytes of every message the core holds in memory
+// (MemBytes: ready, delayed, in flight) to capBytes while the broker's
+// memory budget is short (0: no such bound; Config.WindowBytes still
+// bounds the ready window). Messages committed past it stay in the
+// journal, and page-ins load at most what is left under it, as past the
+// configured window; with nothing ready, a page-in loads one message past
+// it, so that consumers never starve. Messages already in memory stay.
 func (c *Core) SetWindowCap(capBytes int64, now int64) {
 	if capBytes == c.windowCap {
 		return
@@ -279,17 +281,20 @@ func (c *Core) SetWindowCap(capBytes int64, now int64) {
 	c.end(now)
 }
 
-// windowBytes is the ready window's byte bound in force (0: none).
-func (c *Core) windowBytes() int64 {
-	wb := c.cfg.WindowBytes
-	if c.windowCap > 0 && (wb <= 0 || c.windowCap < wb) {
-		return c.windowCap
+// capRoom is what SetWindowCap leaves for more messages in memory
+// (math.MaxInt64 without a cap).
+func (c *Core) capRoom() int64 {
+	if c.windowCap <= 0 {
+		return math.MaxInt64
 	}
-	return wb
+	return c.windowCap - c.memBytes
 }
 
 func (c *Core) windowFull() bool {
-	if wb := c.windowBytes(); wb > 0 && (c.ready.eligBytes >= wb || c.ready.bytes >= wb*int64(c.cfg.GroupOverflow)) {
+	if c.capRoom() <= 0 {
+		return true
+	}
+	if wb := c.cfg.WindowBytes; wb > 0 && (c.ready.eligBytes >= wb || c.ready.bytes >= wb*int64(c.cfg.GroupOverflow)) {
 		return true
 	}
 	return len(c.ready.elig) >= c.cfg.Window || c.ready.n >= c.cfg.Window*c.cfg.GroupOverflow
@@ -301,6 +306,7 @@ func (c *Core) place(m *Msg, now int64) {
 	if m.NotBefore > now {
 		m.state = stDelayed
 		heap.Push(&c.delayed, m)
+		c.delayedBytes += m.Size
 		return
 	}
 	if m.holdsGroup {
@@ -373,14 +379,14 @@ func (c *Core) maybePage(now int64) {
 	}
 	if from != 0 {
 		c.paging = true
-		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, MaxBytes: max(c.windowBytes(), 0), seq: c.spillSeq, epoch: c.pageEpoch, Group: g, scan: true}
+		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, MaxBytes: capBytes(max(c.cfg.WindowBytes, 0), c.capRoom()), seq: c.spillSeq, epoch: c.pageEpoch, Group: g, scan: true}
 		return
 	}
 	// At least 1: a window of 1 pages too.
 	if !c.spilled || len(c.ready.elig) >= max(1, c.cfg.Window*3/4) {
 		return
 	}
-	if wb := c.windowBytes(); wb > 0 && c.ready.eligBytes >= max(1, wb*3/4) {
+	if wb := c.cfg.WindowBytes; wb > 0 && c.ready.eligBytes >= max(1, wb*3/4) {
 		return
 	}
 	// Up to Window eligible messages; messages of blocked groups may add up
@@ -402,15 +408,37 @@ func (c *Core) maybePage(now int64) {
 // load; a count below 1 means none.
 func (c *Core) pageBudget() (int, int64) {
 	limit := min(c.cfg.Window-len(c.ready.elig), c.cfg.Window*c.cfg.GroupOverflow-c.ready.n)
-	wb := c.windowBytes()
-	if wb <= 0 {
-		return limit, 0
+	room := c.capRoom()
+	if room < 1 {
+		if len(c.ready.elig) > 0 || (c.cfg.WindowBytes > 0 && c.delayedBytes >= c.cfg.WindowBytes) {
+			return 0, 0
+		}
+		// Nothing to deliver: one message more, so that consumers do not
+		// starve under a cap (the journal always returns one row); but
+		// delayed messages, which paging must hold to pass, no further
+		// than the configured byte window.
+		room = 1
 	}
-	maxBytes := min(wb-c.ready.eligBytes, wb*int64(c.cfg.GroupOverflow)-c.ready.bytes)
+	wb := c.cfg.WindowBytes
+	if wb <= 0 {
+		return limit, capBytes(0, room)
+	}
+	maxBytes := min(wb-c.ready.eligBytes, wb*int64(c.cfg.GroupOverflow)-c.ready.bytes, room)
 	if maxBytes < 1 {
 		return 0, 0
 	}
 	return limit, maxBytes
+}
+
+// capBytes is a page-in's byte bound: b (0: none) lowered to room.
+func capBytes(b, room int64) int64 {
+	if room == math.MaxInt64 {
+		return b
+	}
+	if b <= 0 || room < b {
+		return max(room, 1)
+	}
+	return b
 }
 
 // cutByBytes reports whether a page-in stopped at its byte budget (so it
@@ -708,6 +736,7 @@ func (c *Core) nextConsumer() *Consumer {
 func (c *Core) promote(now int64) {
 	for len(c.delayed) > 0 && c.delayed[0].NotBefore <= now {
 		m := heap.Pop(&c.delayed).(*Msg)
+		c.delayedBytes -= m.Size
 		c.place(m, now)
 	}
 	if c.deadlines == 0 || now < c.nextDeadline {

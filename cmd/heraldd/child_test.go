@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +19,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv("HERALDD_TEST_CHILD") == "1" {
 		os.Exit(run(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if plainBin != "" {
+		os.RemoveAll(filepath.Dir(plainBin))
+	}
+	os.Exit(code)
 }
 
 type child struct {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -123,6 +124,7 @@ func (d *daemon) run() int {
 	for _, p := range d.notes {
 		d.log.Warn(p.msg, "key", p.key)
 	}
+	setGoMemoryLimit(d.log)
 	start := time.Now()
 	if err := mkdirDurable(d.cfg.DataDir, 0o750); err != nil {
 		d.log.Error("cannot create the data directory; create it or choose another with --data-dir", "dir", d.cfg.DataDir, "err", err)
@@ -245,4 +247,20 @@ func durationsAsText(_ []string, a slog.Attr) slog.Attr {
 		return slog.String(a.Key, a.Value.Duration().String())
 	}
 	return a
+}
+
+// setGoMemoryLimit gives the Go runtime a soft memory limit of 3/4 of what
+// the daemon may use (its cgroup's limit, as systemd's MemoryMax sets it,
+// else the machine's RAM), unless GOMEMLIMIT says otherwise: without one
+// the heap may grow to twice what is live before a collection, and the
+// memory budget (40% of the same figure) would not keep the daemon inside
+// its cgroup.
+func setGoMemoryLimit(log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if lim := appliance.MemoryLimit(); lim > 0 {
+		debug.SetMemoryLimit(lim / 4 * 3)
+		log.Debug("Go memory limit set", "bytes", lim/4*3)
+	}
 }

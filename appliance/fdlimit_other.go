@@ -1,0 +1,5 @@
+//go:build !unix
+
+package appliance
+
+func openFileLimit() int { return 0 }
