@@ -66,16 +66,16 @@ type Broker struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
-	pumpStop      chan struct{}
-	pump          *pump         // submits journal work produced by completions
-	intake        *intake       // the connections' journal batches, round-robin
-	mem           *memBudget    // memory.budget_bytes
+	pumpStop chan struct{}
+	pump     *pump      // submits journal work produced by completions
+	intake   *intake    // the connections' journal batches, round-robin
+	mem      *memBudget // memory.budget_bytes
 	// fdCap is how many STOMP connections the open-file limit allows once
 	// fdReserve descriptors are kept for the admin socket, the journal,
 	// metrics and multicast (0: unknown, no cap).
 	fdCap, fdReserve int
-	seed          atomic.Uint64 // per-queue seeds of the cores' random choices
-	journalFailed atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
+	seed             atomic.Uint64 // per-queue seeds of the cores' random choices
+	journalFailed    atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
 }
 
 type brokerStats struct {

@@ -242,7 +242,11 @@ func TestFlood_MemoryCgroup(t *testing.T) {
 		c := d.rawConn()
 		io.WriteString(c, fmt.Sprintf("SEND\ndestination:/queue/big\ncontent-length:%d\n\n", 16<<20))
 		wg.Add(1)
-		go func() { defer wg.Done(); c.SetWriteDeadline(time.Now().Add(3 * time.Second)); c.Write(make([]byte, 1<<20)) }()
+		go func() {
+			defer wg.Done()
+			c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			c.Write(make([]byte, 1<<20))
+		}()
 	}
 	wg.Wait()
 	d.check("200 connections stalled in 16 MiB bodies")
