@@ -32,15 +32,21 @@ type SenderConfig struct {
 	Profile    Profile
 	RateLimit  int64 // bytes per second of original data, 0 = unlimited
 	RepairRate int64 // bytes per second of repairs, default DefaultRepairRate
-	Window     int   // retransmit window in bytes, default DefaultWindow
-	MTU        int   // bytes per datagram, default DefaultMTU
-	Key        []byte
-	KeyID      uint8
-	Logger     *slog.Logger
+	// SourceRepairRate is one NAK source's share in bytes per second, default RepairRate/4.
+	SourceRepairRate int64
+	NAKSources       int // NAK sources tracked, default DefaultNAKSources
+	Window           int // retransmit window in bytes, default DefaultWindow
+	MTU              int // bytes per datagram, default DefaultMTU
+	Key              []byte
+	KeyID            uint8
+	Logger           *slog.Logger
 	// QueueLen bounds messages accepted by Publish and not yet packed; Publish blocks when it is
 	// full (default 4096).
 	QueueLen int
 }
+
+// TopSourcesShown is how many NAK sources SenderStats lists.
+const TopSourcesShown = 8
 
 // SenderStats are the sender's counters.
 type SenderStats struct {
@@ -52,6 +58,11 @@ type SenderStats struct {
 	NCFs             uint64
 	Repairs          uint64
 	RepairBytes      uint64
+	Lost             uint64           // datagram sequences announced unrepairable (NCF gone or LOSS)
+	NAKsRefused      uint64           // sequences not answered: over a source's budget or the per-NAK limit
+	NAKSources       int              // NAK sources tracked now
+	TopSources       []NAKSourceStats // the busiest NAK sources by repair bytes, at most TopSourcesShown
+	Streams          int              // topics (streams) of the session
 	Heartbeats       uint64
 	RateLimited      time.Duration
 	AuthFailures     uint64
@@ -131,7 +142,8 @@ func (s *Sender) Open(ctx context.Context) error {
 		return ErrAlreadyOpen
 	}
 	core, err := NewSenderCore(SenderCoreConfig{Profile: s.cfg.Profile, MTU: s.cfg.MTU, Window: s.cfg.Window,
-		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
+		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, SourceRepairRate: s.cfg.SourceRepairRate,
+		NAKSources: s.cfg.NAKSources, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
 		Rand: newRand(), Start: time.Now()})
 	if err != nil {
 		return err
@@ -357,7 +369,9 @@ func (s *Sender) Stats() SenderStats {
 	return SenderStats{Session: s.core.Session(), Datagrams: c.Datagrams, Bytes: c.Bytes, Messages: c.Messages,
 		NAKs: c.NAKs, NAKsDropped: c.NAKsDropped, NCFs: c.NCFs, Repairs: c.Repairs, RepairBytes: c.RepairBytes,
 		Heartbeats: c.Heartbeats, RateLimited: c.RateLimited, AuthFailures: c.AuthFailures,
-		SendErrors: s.sendErrors.Load(), Leading: c.Leading, Trailing: c.Trailing, WindowBytes: c.WindowBytes}
+		SendErrors: s.sendErrors.Load(), Leading: c.Leading, Trailing: c.Trailing, WindowBytes: c.WindowBytes,
+		Lost: c.Lost, NAKsRefused: c.NAKsRefused, NAKSources: c.NAKSources, TopSources: s.core.TopSources(TopSourcesShown),
+		Streams: c.Streams}
 }
 
 // Close stops the goroutines, sends what is queued and closes the socket. It is idempotent.

@@ -1,6 +1,7 @@
 package multicast
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -10,15 +11,19 @@ import (
 
 // SenderCoreConfig configures a SenderCore. Zero values take the defaults.
 type SenderCoreConfig struct {
-	Profile         Profile
-	MTU             int   // payload bytes per datagram (header and tag included), default DefaultMTU
-	Window          int   // retransmit window in bytes, default DefaultWindow
-	RateLimit       int64 // bytes per second of original data, 0 = unlimited
-	RepairRate      int64 // bytes per second of repairs, default DefaultRepairRate
-	CatalogInterval time.Duration
-	Auth            *Auth      // nil: no HMAC
-	Rand            *rand.Rand // required: session id, nothing else
-	Start           time.Time  // the sender's start; its unix seconds go into the session id
+	Profile    Profile
+	MTU        int   // payload bytes per datagram (header and tag included), default DefaultMTU
+	Window     int   // retransmit window in bytes, default DefaultWindow
+	RateLimit  int64 // bytes per second of original data, 0 = unlimited
+	RepairRate int64 // bytes per second of repairs, default DefaultRepairRate
+	// SourceRepairRate is the repair budget of one NAK source (an IP address) in bytes per
+	// second, default RepairRate/4: one host cannot take the whole repair budget.
+	SourceRepairRate int64
+	NAKSources       int // NAK sources tracked, default DefaultNAKSources (least recently heard evicted)
+	CatalogInterval  time.Duration
+	Auth             *Auth      // nil: no HMAC
+	Rand             *rand.Rand // required: session id, nothing else
+	Start            time.Time  // the sender's start; its unix seconds go into the session id
 }
 
 // SenderCounters are the SenderCore's own counts (the shell adds socket counts).
@@ -35,6 +40,10 @@ type SenderCounters struct {
 	Repairs              uint64 // RDATA datagrams
 	RepairBytes          uint64
 	Losses               uint64 // LOSS datagrams
+	Lost                 uint64 // datagram sequences announced unrepairable (NCF gone or LOSS)
+	NAKsRefused          uint64 // sequences not answered: over a source's budget or past MaxNAKSequences
+	SourcesEvicted       uint64 // NAK sources forgotten to make room (least recently heard)
+	NAKSources           int    // NAK sources tracked now
 	AuthFailures         uint64
 	RateLimited          time.Duration // time original data waited for the rate limit
 	Trailing, Leading    uint64
@@ -48,9 +57,10 @@ type senderStream struct {
 	first uint64 // datagram sequence of the stream's first record
 }
 
-type nakSource struct {
-	bucket
-	lastCounter uint64
+// repairItem is a queued repair and the source it is charged to.
+type repairItem struct {
+	seq uint64
+	src *nakSource
 }
 
 // SenderCore is the sans-IO sender: it packs published messages into DATA datagrams, answers NAKs
@@ -79,13 +89,14 @@ type SenderCore struct {
 	rate    bucket
 	limited time.Time // when the head of the queue started waiting
 
-	repairQ    []uint64
+	repairQ    []repairItem
 	repairSet  map[uint64]struct{}
 	repairRate bucket
 	repaired   map[uint64]time.Time
 	repairedQ  []uint64
 
-	sources map[netip.AddrPort]*nakSource
+	sources *sourceTable
+	srcRate float64 // bytes per second per source
 
 	hbIvl       time.Duration
 	hbAt        time.Time
@@ -122,7 +133,10 @@ func NewSenderCore(cfg SenderCoreConfig) (*SenderCore, error) {
 	if cfg.CatalogInterval == 0 {
 		cfg.CatalogInterval = DefaultCatalogInterval
 	}
-	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 {
+	if cfg.SourceRepairRate == 0 {
+		cfg.SourceRepairRate = max(cfg.RepairRate/4, 1)
+	}
+	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 || cfg.SourceRepairRate < 0 || cfg.NAKSources < 0 {
 		return nil, fmt.Errorf("negative rate or window: %w", ErrBadConfig)
 	}
 	s := &SenderCore{
@@ -133,14 +147,16 @@ func NewSenderCore(cfg SenderCoreConfig) (*SenderCore, error) {
 		streams:   make(map[string]*senderStream),
 		repairSet: make(map[uint64]struct{}),
 		repaired:  make(map[uint64]time.Time),
-		sources:   make(map[netip.AddrPort]*nakSource),
+		sources:   newSourceTable(cmp.Or(cfg.NAKSources, DefaultNAKSources)),
 		hbIvl:     MinHeartbeatInterval,
 		hbAt:      cfg.Start.Add(MinHeartbeatInterval),
 		catalogAt: cfg.Start.Add(cfg.CatalogInterval),
 	}
 	burst := func(r int64) float64 { return max(float64(r)/50, 4*MaxDatagram) }
+	repairBurst := max(float64(cfg.RepairRate)/50, float64(4*cfg.MTU))
 	s.rate = newBucket(float64(cfg.RateLimit), burst(cfg.RateLimit), cfg.Start)
-	s.repairRate = newBucket(float64(cfg.RepairRate), burst(cfg.RepairRate), cfg.Start)
+	s.repairRate = newBucket(float64(cfg.RepairRate), repairBurst, cfg.Start)
+	s.srcRate = float64(cfg.SourceRepairRate)
 	return s, nil
 }
 
@@ -152,8 +168,16 @@ func (s *SenderCore) Counters() SenderCounters {
 	c := s.c
 	c.Trailing, c.Leading = s.win.trailing(), s.win.next()-1
 	c.WindowBytes, c.Streams = s.win.bytes, len(s.list)
+	c.NAKSources, c.SourcesEvicted = len(s.sources.m), s.sources.evicted
 	return c
 }
+
+// TopSources returns the k NAK sources with the most repair bytes.
+func (s *SenderCore) TopSources(k int) []NAKSourceStats { return s.sources.top(k) }
+
+// sourceBurst is the byte budget a source may spend at once: 1/50 s of its rate, at least
+// four datagrams.
+func (s *SenderCore) sourceBurst() float64 { return max(s.srcRate/50, float64(4*s.cfg.MTU)) }
 
 // Backlog is the number of bytes waiting for the rate limit.
 func (s *SenderCore) Backlog() int { return s.qBytes }
@@ -345,38 +369,51 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 		s.c.NAKsDropped++
 		return nil
 	}
-	src := s.sources[from]
-	if src == nil {
-		if len(s.sources) >= 4096 {
-			clear(s.sources)
-		}
-		src = &nakSource{bucket: newBucket(s.t.nakRate, s.t.nakBurst, now)}
-		s.sources[from] = src
-	}
-	if p.Seq <= src.lastCounter || !src.take(now, 1) {
-		s.c.NAKsDropped++ // replayed or over the per-source rate
+	src := s.sources.get(from.Addr(), func() *nakSource {
+		return &nakSource{naks: newBucket(s.t.nakRate, s.t.nakBurst, now), bytes: newBucket(s.srcRate, s.sourceBurst(), now)}
+	})
+	if !src.naks.take(now, 1) || !src.accept(p.Receiver, p.Seq) {
+		s.c.NAKsDropped++ // over the per-source NAK rate, or replayed
+		src.st.NAKsDropped++
 		return nil
 	}
-	src.lastCounter = p.Seq
 	s.c.NAKs++
+	src.st.NAKs++
 	s.expireRepaired(now)
 	var will, delayed, gone []uint64
 	leading := s.win.next() - 1
-	n := 0
+	trailing := s.win.trailing()
+	n := 0 // sequences considered, at most MaxNAKSequences
+	refused := uint64(0)
+	var goneRanges []Range
 	for _, r := range p.Ranges {
 		if r.From == 0 { // a catalog request from a receiver that joined late
-			if s.cur == nil && now.Sub(s.lastCatalog) >= s.t.repairHold {
-				s.enqueueCatalog(now)
-				s.release(now)
-			}
+			s.catalogRequest(now, src)
 			if r.To == 0 {
 				continue
 			}
 			r.From = 1
 		}
-		for q := r.From; q <= r.To && q <= leading && n < 4096; q++ {
+		if r.From < trailing { // outside the window: one range, whatever its length
+			g := Range{r.From, min(r.To, trailing-1)}
+			if k := len(goneRanges); k > 0 && goneRanges[k-1].To+1 >= g.From {
+				goneRanges[k-1].To = max(goneRanges[k-1].To, g.To)
+			} else {
+				goneRanges = append(goneRanges, g)
+			}
+			if r.To < trailing {
+				continue
+			}
+			r.From = trailing
+		}
+		for q := r.From; q <= r.To && q <= leading; q++ {
+			if n >= MaxNAKSequences {
+				refused += min(r.To, leading) - q + 1
+				break
+			}
 			n++
-			if s.win.get(q) == nil {
+			b := s.win.get(q)
+			if b == nil {
 				gone = append(gone, q)
 				continue
 			}
@@ -388,26 +425,80 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 				s.c.NAKsIgnored++
 				continue
 			}
-			if len(s.repairQ) >= s.t.delayedAfter {
-				delayed = append(delayed, q)
+			if !src.bytes.take(now, float64(len(b))) {
+				refused++ // over the source's byte budget: no answer, the receiver asks again
 				continue
 			}
 			s.repairSet[q] = struct{}{}
-			s.repairQ = append(s.repairQ, q)
-			will = append(will, q)
+			s.repairQ = append(s.repairQ, repairItem{q, src})
+			if len(s.repairQ) > s.t.delayedAfter {
+				delayed = append(delayed, q)
+			} else {
+				will = append(will, q)
+			}
 		}
 		if r.To == ^uint64(0) {
 			break
 		}
 	}
+	s.c.NAKsRefused += refused
+	src.st.Refused += refused
 	s.sendNCF(NCFWillSend, will)
 	s.sendNCF(NCFDelayed, delayed)
 	s.sendNCF(NCFGone, gone)
+	s.sendNCFRanges(NCFGone, goneRanges)
 	s.sendRepairs(now)
 	return nil
 }
 
+// catalogRequest answers a catalog request (a NAK range 0-0): at most once per catalog interval
+// per source and once per repair hold time in all, charged to the source's repair budget.
+func (s *SenderCore) catalogRequest(now time.Time, src *nakSource) {
+	if !src.catalogAt.IsZero() && now.Sub(src.catalogAt) < s.cfg.CatalogInterval {
+		src.st.Refused++
+		return
+	}
+	if s.cur != nil || now.Sub(s.lastCatalog) < s.t.repairHold {
+		return // one just went out, or data is being packed: the receiver asks again
+	}
+	size := s.catalogBytes()
+	if !src.bytes.take(now, float64(size)) {
+		src.st.Refused++
+		return
+	}
+	src.catalogAt = now
+	src.st.Repairs++
+	src.st.RepairBytes += uint64(size)
+	s.enqueueCatalog(now)
+	s.release(now)
+}
+
+// catalogBytes is the size of a full catalog (all datagrams).
+func (s *SenderCore) catalogBytes() int {
+	n := 0
+	for _, st := range s.list {
+		n += 14 + len(st.topic)
+	}
+	dg := max((n+s.maxPayload()-HeaderSize-3)/(s.maxPayload()-HeaderSize-2), 1)
+	return n + dg*(HeaderSize+2)
+}
+
+func (s *SenderCore) sendNCFRanges(st NCFStatus, rs []Range) {
+	for _, r := range rs {
+		s.c.Lost += r.To - r.From + 1
+	}
+	for len(rs) > 0 {
+		k := min(len(rs), maxRanges)
+		s.emitPacket(&Packet{PacketHeader: PacketHeader{Type: TypeNCF}, Status: st, Ranges: rs[:k]})
+		s.c.NCFs++
+		rs = rs[k:]
+	}
+}
+
 func (s *SenderCore) sendNCF(st NCFStatus, seqs []uint64) {
+	if st == NCFGone {
+		s.c.Lost += uint64(len(seqs))
+	}
 	rs := toRanges(s.rngs[:0], seqs)
 	for len(rs) > 0 {
 		k := min(len(rs), maxRanges)
@@ -420,7 +511,8 @@ func (s *SenderCore) sendNCF(st NCFStatus, seqs []uint64) {
 func (s *SenderCore) sendRepairs(now time.Time) {
 	var lost []uint64
 	for len(s.repairQ) > 0 {
-		q := s.repairQ[0]
+		it := s.repairQ[0]
+		q := it.seq
 		b := s.win.get(q)
 		if b == nil {
 			lost = append(lost, q)
@@ -438,6 +530,8 @@ func (s *SenderCore) sendRepairs(now time.Time) {
 			s.emit(c, false)
 			s.c.Repairs++
 			s.c.RepairBytes += uint64(len(c))
+			it.src.st.Repairs++
+			it.src.st.RepairBytes += uint64(len(c))
 			s.repaired[q] = now
 			s.repairedQ = append(s.repairedQ, q)
 		}
@@ -448,6 +542,7 @@ func (s *SenderCore) sendRepairs(now time.Time) {
 		s.repairQ = s.repairQ[:0:0]
 	}
 	if len(lost) > 0 {
+		s.c.Lost += uint64(len(lost))
 		rs := toRanges(nil, lost)
 		for len(rs) > 0 {
 			k := min(len(rs), maxRanges)

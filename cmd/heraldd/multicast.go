@@ -56,15 +56,18 @@ func (d *daemon) openChannels(ctx context.Context) error {
 			}
 		}
 		s, err := multicast.NewSender(multicast.SenderConfig{
-			Group:     cc.Group,
-			Interface: cc.Interface,
-			TTL:       cc.TTL,
-			Profile:   multicast.Profile(cc.Profile),
-			RateLimit: cc.RateLimit,
-			Window:    cc.Window,
-			Key:       key,
-			KeyID:     uint8(cc.KeyID),
-			Logger:    d.log.With("component", "multicast", "channel", cc.Name),
+			Group:            cc.Group,
+			Interface:        cc.Interface,
+			TTL:              cc.TTL,
+			Profile:          multicast.Profile(cc.Profile),
+			RateLimit:        cc.RateLimit,
+			RepairRate:       cc.RepairRate,
+			SourceRepairRate: cc.SourceRepairRate,
+			NAKSources:       cc.NAKSources,
+			Window:           cc.Window,
+			Key:              key,
+			KeyID:            uint8(cc.KeyID),
+			Logger:           d.log.With("component", "multicast", "channel", cc.Name),
 		})
 		if err != nil {
 			return fmt.Errorf("multicast channel %s: %w", cc.Name, err)
@@ -102,20 +105,31 @@ func (c channelStats) Channels() []admin.ChannelView {
 		if profile == "" {
 			profile = string(multicast.ProfileLowLatency)
 		}
+		srcs := make([]admin.NAKSourceView, len(st.TopSources))
+		for i, s := range st.TopSources {
+			srcs[i] = admin.NAKSourceView{Source: s.Source.String(), NAKs: s.NAKs, NAKsDropped: s.NAKsDropped,
+				Refused: s.Refused, Repairs: s.Repairs, RepairBytes: s.RepairBytes}
+		}
 		out = append(out, admin.ChannelView{
-			Name:        ch.cfg.Name,
-			Group:       ch.cfg.Group,
-			Interface:   ch.cfg.Interface,
-			Profile:     profile,
-			Topics:      ch.cfg.Topics,
-			Session:     fmt.Sprintf("%016x", st.Session),
-			Messages:    st.Messages,
-			Datagrams:   st.Datagrams,
-			Bytes:       st.Bytes,
-			Repairs:     st.Repairs,
-			NAKs:        st.NAKs,
-			RateLimited: st.RateLimited.Seconds(),
-			WindowBytes: int64(st.WindowBytes),
+			Name:           ch.cfg.Name,
+			Group:          ch.cfg.Group,
+			Interface:      ch.cfg.Interface,
+			Profile:        profile,
+			Topics:         ch.cfg.Topics,
+			Session:        multicast.FormatSession(st.Session),
+			Streams:        st.Streams,
+			Messages:       st.Messages,
+			Datagrams:      st.Datagrams,
+			Bytes:          st.Bytes,
+			Repairs:        st.Repairs,
+			NAKs:           st.NAKs,
+			NAKsDropped:    st.NAKsDropped,
+			Losses:         st.Lost,
+			RepairBytes:    st.RepairBytes,
+			NAKSourceCount: st.NAKSources,
+			NAKSources:     srcs,
+			RateLimited:    st.RateLimited.Seconds(),
+			WindowBytes:    int64(st.WindowBytes),
 		})
 	}
 	return out
