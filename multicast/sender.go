@@ -35,11 +35,14 @@ type SenderConfig struct {
 	// SourceRepairRate is one NAK source's share in bytes per second, default RepairRate/4.
 	SourceRepairRate int64
 	NAKSources       int // NAK sources tracked, default DefaultNAKSources
-	Window           int // retransmit window in bytes, default DefaultWindow
-	MTU              int // bytes per datagram, default DefaultMTU
-	Key              []byte
-	KeyID            uint8
-	Logger           *slog.Logger
+	// StreamIdle: a topic with no message for this long leaves the catalog (default
+	// DefaultStreamIdle); its next message announces it again.
+	StreamIdle time.Duration
+	Window     int // retransmit window in bytes, default DefaultWindow
+	MTU        int // bytes per datagram, default DefaultMTU
+	Key        []byte
+	KeyID      uint8
+	Logger     *slog.Logger
 	// QueueLen bounds messages accepted by Publish and not yet packed; Publish blocks when it is
 	// full (default 4096).
 	QueueLen int
@@ -143,7 +146,7 @@ func (s *Sender) Open(ctx context.Context) error {
 	}
 	core, err := NewSenderCore(SenderCoreConfig{Profile: s.cfg.Profile, MTU: s.cfg.MTU, Window: s.cfg.Window,
 		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, SourceRepairRate: s.cfg.SourceRepairRate,
-		NAKSources: s.cfg.NAKSources, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
+		NAKSources: s.cfg.NAKSources, StreamIdle: s.cfg.StreamIdle, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
 		Rand: newRand(), Start: time.Now()})
 	if err != nil {
 		return err

@@ -21,9 +21,12 @@ type SenderCoreConfig struct {
 	SourceRepairRate int64
 	NAKSources       int // NAK sources tracked, default DefaultNAKSources (least recently heard evicted)
 	CatalogInterval  time.Duration
-	Auth             *Auth      // nil: no HMAC
-	Rand             *rand.Rand // required: session id, nothing else
-	Start            time.Time  // the sender's start; its unix seconds go into the session id
+	// StreamIdle: a stream with no message for this long, whose last record has left the window,
+	// leaves the catalog (it is announced again with its next message). Default DefaultStreamIdle.
+	StreamIdle time.Duration
+	Auth       *Auth      // nil: no HMAC
+	Rand       *rand.Rand // required: session id, nothing else
+	Start      time.Time  // the sender's start; its unix seconds go into the session id
 }
 
 // SenderCounters are the SenderCore's own counts (the shell adds socket counts).
@@ -33,6 +36,9 @@ type SenderCounters struct {
 	Messages             uint64
 	Heartbeats           uint64
 	Catalogs             uint64
+	CatalogBytes         uint64 // CATALOG datagrams queued (original, not repairs)
+	StreamsExpired       uint64 // streams taken out of the catalog after StreamIdle
+	CatalogStreams       int    // streams in the catalog now
 	NAKs                 uint64 // NAK datagrams accepted
 	NAKsDropped          uint64 // rate-limited, replayed, wrong session, malformed
 	NAKsIgnored          uint64 // sequences asked again just after their repair, or already queued
@@ -54,7 +60,14 @@ type senderStream struct {
 	id    uint32
 	topic string
 	seq   uint64 // last stream sequence assigned
-	first uint64 // datagram sequence of the stream's first record
+	first uint64 // a datagram sequence at or before the stream's first record (its first CATALOG)
+	// Catalog state: a stream is listed (in the periodic catalog, the catalog answers and the
+	// heartbeats) from its first message until it has been idle for StreamIdle and its last
+	// record has left the window.
+	last   time.Time // last message
+	lastDg uint64    // datagram sequence of its last record (0 while it is being packed)
+	listed int       // index in SenderCore.listed + 1; 0 when not listed
+	curGen uint64    // the DATA datagram being packed has a record of it when equal to SenderCore.curGen+1
 }
 
 // repairItem is a queued repair and the source it is charged to.
@@ -80,7 +93,12 @@ type SenderCore struct {
 
 	streams map[string]*senderStream
 	list    []*senderStream
-	hbNext  int // rotation through list for heartbeats
+	listed  []*senderStream // streams in the catalog
+	pending []*senderStream // announced by the next CATALOG delta, just before the current DATA
+	cur1    []*senderStream // streams with a record in the DATA datagram being packed
+	curGen  uint64
+	hbNext  int // rotation through listed for heartbeats
+	catNext int // rotation through listed for the periodic catalog
 
 	cur     []byte // DATA datagram being filled (header written, seq not yet)
 	curRecs int
@@ -133,10 +151,13 @@ func NewSenderCore(cfg SenderCoreConfig) (*SenderCore, error) {
 	if cfg.CatalogInterval == 0 {
 		cfg.CatalogInterval = DefaultCatalogInterval
 	}
+	if cfg.StreamIdle == 0 {
+		cfg.StreamIdle = DefaultStreamIdle
+	}
 	if cfg.SourceRepairRate == 0 {
 		cfg.SourceRepairRate = max(cfg.RepairRate/4, 1)
 	}
-	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 || cfg.SourceRepairRate < 0 || cfg.NAKSources < 0 {
+	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 || cfg.SourceRepairRate < 0 || cfg.NAKSources < 0 || cfg.StreamIdle < 0 {
 		return nil, fmt.Errorf("negative rate or window: %w", ErrBadConfig)
 	}
 	s := &SenderCore{
@@ -167,7 +188,7 @@ func (s *SenderCore) Session() uint64 { return s.session }
 func (s *SenderCore) Counters() SenderCounters {
 	c := s.c
 	c.Trailing, c.Leading = s.win.trailing(), s.win.next()-1
-	c.WindowBytes, c.Streams = s.win.bytes, len(s.list)
+	c.WindowBytes, c.Streams, c.CatalogStreams = s.win.bytes, len(s.list), len(s.listed)
 	c.NAKSources, c.SourcesEvicted = len(s.sources.m), s.sources.evicted
 	return c
 }
@@ -214,14 +235,24 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		if len(s.list) >= 1<<31 {
 			return fmt.Errorf("too many topics: %w", ErrTooLarge)
 		}
-		s.flushCur(now)
-		st = &senderStream{id: uint32(len(s.list) + 1), topic: topic, first: s.nextQueuedSeq() + 1}
+		st = &senderStream{id: uint32(len(s.list) + 1), topic: topic}
 		s.streams[topic] = st
 		s.list = append(s.list, st)
-		s.enqueueCatalog(now) // the catalog goes just before the stream's first record
 	}
 	if s.cur != nil && len(s.cur)+need > s.maxPayload() {
 		s.flushCur(now)
+	}
+	if st.listed == 0 {
+		// A CATALOG delta with its entry goes just before the DATA with its record.
+		s.listed = append(s.listed, st)
+		st.listed = len(s.listed)
+		s.pending = append(s.pending, st)
+	}
+	st.last = now
+	if st.curGen != s.curGen+1 {
+		st.curGen = s.curGen + 1
+		st.lastDg = 0
+		s.cur1 = append(s.cur1, st)
 	}
 	if s.cur == nil {
 		s.cur = s.win.buffer(max(s.cfg.MTU, HeaderSize+2+need+TagSize))
@@ -253,6 +284,24 @@ func (s *SenderCore) flushCur(now time.Time) {
 		return
 	}
 	binary.LittleEndian.PutUint16(s.cur[HeaderSize:], uint16(s.curRecs))
+	if len(s.pending) > 0 {
+		first := s.nextQueuedSeq() + 1
+		for _, st := range s.pending {
+			if st.first == 0 {
+				st.first = first
+			}
+		}
+		s.enqueueCatalog(s.pending)
+		clear(s.pending)
+		s.pending = s.pending[:0]
+	}
+	seq := s.nextQueuedSeq() + 1
+	for _, st := range s.cur1 {
+		st.lastDg = seq
+	}
+	clear(s.cur1)
+	s.cur1 = s.cur1[:0]
+	s.curGen++
 	s.enqueue(s.cur)
 	s.cur = nil
 	s.release(now)
@@ -266,19 +315,23 @@ func (s *SenderCore) enqueue(b []byte) {
 	s.qBytes += len(b)
 }
 
-func (s *SenderCore) enqueueCatalog(now time.Time) {
-	// Split over several datagrams if needed.
+// enqueueCatalog queues CATALOG datagrams with the entries of sts (split as needed) and returns
+// how many.
+func (s *SenderCore) enqueueCatalog(sts []*senderStream) int {
 	var p Packet
 	p.Type = TypeCatalog
 	p.Session = s.session
-	size := HeaderSize + 2
+	size, k := HeaderSize+2, 0
 	flush := func() {
-		b, _ := AppendPacket(s.win.buffer(s.cfg.MTU), &p)
+		// Sized to fit: the window counts what it holds by capacity.
+		b, _ := AppendPacket(make([]byte, 0, size+TagSize), &p)
 		s.enqueue(b)
 		s.c.Catalogs++
-		p.Catalog, size = nil, HeaderSize+2
+		s.c.CatalogBytes += uint64(len(b))
+		p.Catalog, size = p.Catalog[:0], HeaderSize+2
+		k++
 	}
-	for _, st := range s.list {
+	for _, st := range sts {
 		n := 14 + len(st.topic)
 		if len(p.Catalog) > 0 && size+n > s.maxPayload() {
 			flush()
@@ -289,8 +342,63 @@ func (s *SenderCore) enqueueCatalog(now time.Time) {
 	if len(p.Catalog) > 0 {
 		flush()
 	}
-	s.catalogAt = now.Add(s.cfg.CatalogInterval)
+	return k
+}
+
+// fullCatalog queues the whole catalog (the answer to a catalog request).
+func (s *SenderCore) fullCatalog(now time.Time) {
+	s.enqueueCatalog(s.listed)
 	s.lastCatalog = now
+}
+
+// periodicCatalog queues the next part of the catalog: at most catalogChunk bytes of entries per
+// catalog interval (so the periodic catalog costs at most that much per interval however many
+// streams there are), rotating through the listed streams; it forgets streams idle for
+// StreamIdle whose last record has left the window.
+func (s *SenderCore) periodicCatalog(now time.Time) {
+	s.catalogAt = now.Add(s.cfg.CatalogInterval)
+	budget := s.catalogChunk()
+	var part []*senderStream
+	bytes := 0
+	trailing := s.win.trailing()
+	for seen := len(s.listed); seen > 0 && len(s.listed) > 0 && bytes < budget; seen-- {
+		if s.catNext >= len(s.listed) {
+			s.catNext = 0
+		}
+		st := s.listed[s.catNext]
+		if now.Sub(st.last) >= s.cfg.StreamIdle && st.lastDg != 0 && st.lastDg < trailing {
+			s.unlist(st)
+			s.c.StreamsExpired++
+			continue
+		}
+		part = append(part, st)
+		bytes += 14 + len(st.topic)
+		s.catNext++
+	}
+	if len(part) > 0 {
+		s.enqueueCatalog(part)
+	}
+}
+
+// catalogChunk is the periodic catalog's budget in entry bytes per interval: eight MTUs, or 1%
+// of the rate limit when that is less, at least one MTU.
+func (s *SenderCore) catalogChunk() int {
+	n := 8 * (s.maxPayload() - HeaderSize - 2)
+	if r := s.cfg.RateLimit; r > 0 {
+		n = min(n, int(float64(r)*s.cfg.CatalogInterval.Seconds()/100))
+	}
+	return max(n, s.maxPayload()-HeaderSize-2)
+}
+
+// unlist takes st out of the catalog.
+func (s *SenderCore) unlist(st *senderStream) {
+	i := st.listed - 1
+	last := s.listed[len(s.listed)-1]
+	s.listed[i] = last
+	last.listed = i + 1
+	s.listed[len(s.listed)-1] = nil
+	s.listed = s.listed[:len(s.listed)-1]
+	st.listed = 0
 }
 
 // release sends queued datagrams as the rate limit allows.
@@ -469,14 +577,14 @@ func (s *SenderCore) catalogRequest(now time.Time, src *nakSource) {
 	src.catalogAt = now
 	src.st.Repairs++
 	src.st.RepairBytes += uint64(size)
-	s.enqueueCatalog(now)
+	s.fullCatalog(now)
 	s.release(now)
 }
 
 // catalogBytes is the size of a full catalog (all datagrams).
 func (s *SenderCore) catalogBytes() int {
 	n := 0
-	for _, st := range s.list {
+	for _, st := range s.listed {
 		n += 14 + len(st.topic)
 	}
 	dg := max((n+s.maxPayload()-HeaderSize-3)/(s.maxPayload()-HeaderSize-2), 1)
@@ -571,8 +679,8 @@ func (s *SenderCore) Tick(now time.Time) {
 	s.release(now)
 	s.sendRepairs(now)
 	s.expireRepaired(now)
-	if len(s.list) > 0 && !now.Before(s.catalogAt) && s.cur == nil {
-		s.enqueueCatalog(now)
+	if len(s.listed) > 0 && !now.Before(s.catalogAt) && s.cur == nil {
+		s.periodicCatalog(now)
 		s.release(now)
 	}
 	if !now.Before(s.hbAt) {
@@ -585,16 +693,16 @@ func (s *SenderCore) Tick(now time.Time) {
 func (s *SenderCore) heartbeat() {
 	p := Packet{PacketHeader: PacketHeader{Type: TypeHeartbeat}, Leading: s.win.next() - 1}
 	room := (s.maxPayload() - HeaderSize - 10) / 12
-	n := min(room, len(s.list))
+	n := min(room, len(s.listed))
 	if s.cur != nil || len(s.queue) > 0 {
 		n = 0 // stream sequences not yet sent must not be announced
 	}
 	for i := 0; i < n; i++ {
-		st := s.list[(s.hbNext+i)%len(s.list)]
+		st := s.listed[(s.hbNext+i)%len(s.listed)]
 		p.Streams = append(p.Streams, StreamSeq{Stream: st.id, Seq: st.seq})
 	}
-	if len(s.list) > 0 {
-		s.hbNext = (s.hbNext + n) % len(s.list)
+	if len(s.listed) > 0 {
+		s.hbNext = (s.hbNext + n) % len(s.listed)
 	}
 	s.emitPacket(&p)
 	s.c.Heartbeats++
@@ -603,7 +711,7 @@ func (s *SenderCore) heartbeat() {
 // Deadline is when Tick should next be called.
 func (s *SenderCore) Deadline() time.Time {
 	d := s.hbAt
-	if len(s.list) > 0 && s.catalogAt.Before(d) {
+	if len(s.listed) > 0 && s.catalogAt.Before(d) {
 		d = s.catalogAt
 	}
 	if len(s.queue) > 0 {

@@ -64,6 +64,7 @@ func (d *daemon) openChannels(ctx context.Context) error {
 			RepairRate:       cc.RepairRate,
 			SourceRepairRate: cc.SourceRepairRate,
 			NAKSources:       cc.NAKSources,
+			StreamIdle:       cc.StreamIdle.Duration,
 			Window:           cc.Window,
 			Key:              key,
 			KeyID:            uint8(cc.KeyID),
