@@ -213,6 +213,10 @@ func (s *Sender) LocalAddr() net.Addr {
 	return s.conn.LocalAddr()
 }
 
+// MaxMessageSize is the largest message (as AppendMessage encodes it: headers and body) Publish
+// accepts: what fits one datagram, with room for a tag.
+func (s *Sender) MaxMessageSize() int { return MaxDatagram - HeaderSize - 2 - RecordHeader - TagSize }
+
 // Publish queues one message. It blocks only when the queue is full (the rate limit or a slow
 // network holds it back) and returns ErrClosed after Close.
 func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
@@ -231,7 +235,7 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 	if err != nil {
 		return err
 	}
-	if len(p)+RecordHeader+HeaderSize+2+TagSize > MaxDatagram {
+	if len(p) > s.MaxMessageSize() {
 		return fmt.Errorf("%d byte message on %s: %w", len(p), topic, ErrTooLarge)
 	}
 	select {

@@ -19,7 +19,10 @@ type channel struct {
 	sender *multicast.Sender
 }
 
-var _ appliance.TopicSink = (*channel)(nil)
+var (
+	_ appliance.TopicSink        = (*channel)(nil)
+	_ appliance.TopicSinkChecker = (*channel)(nil)
+)
 
 func (c *channel) Name() string { return c.cfg.Name }
 
@@ -30,6 +33,20 @@ func (c *channel) Matches(topic string) bool {
 		}
 	}
 	return false
+}
+
+// Check refuses a message that cannot go in one datagram: the publisher gets
+// an ERROR rather than a message silently missing on the LAN.
+func (c *channel) Check(topic string, headers stomp.Headers, body []byte) error {
+	n := 2 + len(body)
+	for _, h := range headers {
+		n += 4 + len(h.Key) + len(h.Value)
+	}
+	if max := c.sender.MaxMessageSize(); n > max {
+		return fmt.Errorf("a %d-byte message (headers and body) on %s does not fit one datagram of multicast channel %q (at most %d bytes); nothing was sent: send it to a queue or to a topic outside the channel's patterns %v, or make it smaller",
+			n, topic, c.cfg.Name, max, c.cfg.Topics)
+	}
+	return nil
 }
 
 func (c *channel) Publish(topic string, headers stomp.Headers, body []byte) error {
