@@ -2,6 +2,10 @@ package multicast
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,8 +79,9 @@ func TestSenderCore_CatalogDeltas(t *testing.T) {
 }
 
 // TestSenderCore_StreamIdleExpiry: a stream idle for StreamIdle whose data has left the window
-// leaves the periodic catalog (and the heartbeats); its next message announces it again, same
-// stream id, its stream sequence going on.
+// leaves the periodic catalog (and the heartbeats) and is forgotten: the sender's memory follows
+// the active topics. The topic's next message starts a new stream (new id, sequence 1) announced
+// by a delta.
 func TestSenderCore_StreamIdleExpiry(t *testing.T) {
 	s := mustSenderCore(t, SenderCoreConfig{StreamIdle: 2 * time.Second, Window: 16 * DefaultMTU})
 	now := t0
@@ -99,8 +104,8 @@ func TestSenderCore_StreamIdleExpiry(t *testing.T) {
 		return entries
 	}
 	before := periodic(now, now.Add(1500*time.Millisecond), "live") // one periodic catalog, at 1 s
-	if c := s.Counters(); c.CatalogStreams != 101 || before < 101 {
-		t.Fatalf("before idle: %d streams listed, %d entries in 1 s of periodic catalog; want 101 and all of them", c.CatalogStreams, before)
+	if c := s.Counters(); c.Streams != 101 || before < 101 {
+		t.Fatalf("before idle: %d streams listed, %d entries in 1 s of periodic catalog; want 101 and all of them", c.Streams, before)
 	}
 	now = now.Add(1500 * time.Millisecond)
 	periodic(now, now.Add(2*time.Second), "live")
@@ -108,8 +113,8 @@ func TestSenderCore_StreamIdleExpiry(t *testing.T) {
 	after := periodic(now, now.Add(2*time.Second), "live")
 	c := s.Counters()
 	t.Logf("catalog entries per second: %d before, %d after the idle time; %d streams expired", before, after/2, c.StreamsExpired)
-	if c.CatalogStreams != 1 || c.StreamsExpired != 100 || after > 4 {
-		t.Errorf("after idle: %d streams listed, %d expired, %d entries in 2 s; want 1, 100 and only the live one", c.CatalogStreams, c.StreamsExpired, after)
+	if c.Streams != 1 || c.StreamsExpired != 100 || after > 4 {
+		t.Errorf("after idle: %d streams, %d expired, %d entries in 2 s; want 1, 100 and only the live one", c.Streams, c.StreamsExpired, after)
 	}
 	now = now.Add(2 * time.Second)
 	s.Publish(now, "old.t042", msg("back"))
@@ -124,7 +129,59 @@ func TestSenderCore_StreamIdleExpiry(t *testing.T) {
 			rec = &p.Records[0]
 		}
 	}
-	if cat == nil || rec == nil || cat.Topic != "old.t042" || cat.Stream != 43 || rec.Stream != 43 || rec.Seq != 2 {
-		t.Errorf("a message on an expired topic: catalog %+v then record %+v; want a delta for stream 43 before its record, seq 2", cat, rec)
+	if cat == nil || rec == nil || cat.Topic != "old.t042" || cat.Stream != 102 || rec.Stream != 102 || rec.Seq != 1 || cat.First == 0 {
+		t.Errorf("a message on an expired topic: catalog %+v then record %+v; want a delta for a new stream 102 before its record, seq 1", cat, rec)
+	}
+}
+
+// TestSenderCore_ExpiredTopicReachesReceiver: a receiver that heard a topic before it expired
+// gets the topic's next message (a new stream, sequence 1) with no gap.
+func TestSenderCore_ExpiredTopicReachesReceiver(t *testing.T) {
+	s := mustSenderCore(t, SenderCoreConfig{StreamIdle: time.Second, Window: 4 * DefaultMTU})
+	r, err := NewReceiverCore(ReceiverCoreConfig{Rand: rand.New(rand.NewPCG(3, 4))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := netip.MustParseAddrPort("198.18.0.9:5000")
+	var got []string
+	pump := func(now time.Time) {
+		for _, b := range s.Ready() {
+			r.Handle(now, from, b)
+		}
+		r.Tick(now)
+		evs, _ := r.Ready()
+		for _, e := range evs {
+			switch e := e.(type) {
+			case Message:
+				got = append(got, fmt.Sprintf("%s/%d#%d=%s", e.Topic, e.Stream, e.StreamSeq, e.Body))
+			case Gap:
+				got = append(got, fmt.Sprintf("gap %s %d-%d", e.Topic, e.From, e.To))
+			}
+		}
+	}
+	now := t0
+	s.Publish(now, "rare", msg("1"))
+	s.Flush(now)
+	pump(now)
+	for end := now.Add(3 * time.Second); now.Before(end); now = now.Add(10 * time.Millisecond) {
+		s.Publish(now, "busy", msg("b"))
+		s.Flush(now)
+		s.Tick(now)
+		pump(now)
+	}
+	if s.Counters().StreamsExpired != 1 {
+		t.Fatalf("streams expired %d, want 1 (rare)", s.Counters().StreamsExpired)
+	}
+	s.Publish(now, "rare", msg("2"))
+	s.Flush(now)
+	pump(now)
+	var rare []string
+	for _, g := range got {
+		if strings.HasPrefix(g, "rare") || strings.HasPrefix(g, "gap") {
+			rare = append(rare, g)
+		}
+	}
+	if want := []string{"rare/1#1=1", "rare/3#1=2"}; !slices.Equal(rare, want) {
+		t.Errorf("receiver got %v for the rare topic, want %v", rare, want)
 	}
 }

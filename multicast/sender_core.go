@@ -22,7 +22,8 @@ type SenderCoreConfig struct {
 	NAKSources       int // NAK sources tracked, default DefaultNAKSources (least recently heard evicted)
 	CatalogInterval  time.Duration
 	// StreamIdle: a stream with no message for this long, whose last record has left the window,
-	// leaves the catalog (it is announced again with its next message). Default DefaultStreamIdle.
+	// leaves the catalog and is forgotten (the topic's next message starts a new stream, with a
+	// new id, from stream sequence 1). Default DefaultStreamIdle.
 	StreamIdle time.Duration
 	Auth       *Auth      // nil: no HMAC
 	Rand       *rand.Rand // required: session id, nothing else
@@ -37,8 +38,7 @@ type SenderCounters struct {
 	Heartbeats           uint64
 	Catalogs             uint64
 	CatalogBytes         uint64 // CATALOG datagrams queued (original, not repairs)
-	StreamsExpired       uint64 // streams taken out of the catalog after StreamIdle
-	CatalogStreams       int    // streams in the catalog now
+	StreamsExpired       uint64 // streams forgotten after StreamIdle
 	NAKs                 uint64 // NAK datagrams accepted
 	NAKsDropped          uint64 // rate-limited, replayed, wrong session, malformed
 	NAKsIgnored          uint64 // sequences asked again just after their repair, or already queued
@@ -63,7 +63,7 @@ type senderStream struct {
 	first uint64 // a datagram sequence at or before the stream's first record (its first CATALOG)
 	// Catalog state: a stream is listed (in the periodic catalog, the catalog answers and the
 	// heartbeats) from its first message until it has been idle for StreamIdle and its last
-	// record has left the window.
+	// record has left the window; then it is forgotten.
 	last   time.Time // last message
 	lastDg uint64    // datagram sequence of its last record (0 while it is being packed)
 	listed int       // index in SenderCore.listed + 1; 0 when not listed
@@ -92,8 +92,8 @@ type SenderCore struct {
 	win     *window
 
 	streams map[string]*senderStream
-	list    []*senderStream
-	listed  []*senderStream // streams in the catalog
+	lastID  uint32
+	listed  []*senderStream // streams in the catalog (all of streams once packed)
 	pending []*senderStream // announced by the next CATALOG delta, just before the current DATA
 	cur1    []*senderStream // streams with a record in the DATA datagram being packed
 	curGen  uint64
@@ -188,7 +188,7 @@ func (s *SenderCore) Session() uint64 { return s.session }
 func (s *SenderCore) Counters() SenderCounters {
 	c := s.c
 	c.Trailing, c.Leading = s.win.trailing(), s.win.next()-1
-	c.WindowBytes, c.Streams, c.CatalogStreams = s.win.bytes, len(s.list), len(s.listed)
+	c.WindowBytes, c.Streams = s.win.bytes, len(s.listed)
 	c.NAKSources, c.SourcesEvicted = len(s.sources.m), s.sources.evicted
 	return c
 }
@@ -232,12 +232,12 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 	}
 	st := s.streams[topic]
 	if st == nil {
-		if len(s.list) >= 1<<31 {
-			return fmt.Errorf("too many topics: %w", ErrTooLarge)
+		if s.lastID == 1<<32-1 {
+			return fmt.Errorf("%d stream ids used in this session: %w", s.lastID, ErrTooLarge)
 		}
-		st = &senderStream{id: uint32(len(s.list) + 1), topic: topic}
+		s.lastID++
+		st = &senderStream{id: s.lastID, topic: topic}
 		s.streams[topic] = st
-		s.list = append(s.list, st)
 	}
 	if s.cur != nil && len(s.cur)+need > s.maxPayload() {
 		s.flushCur(now)
@@ -390,7 +390,8 @@ func (s *SenderCore) catalogChunk() int {
 	return max(n, s.maxPayload()-HeaderSize-2)
 }
 
-// unlist takes st out of the catalog.
+// unlist takes st out of the catalog and forgets it: its topic's next message starts a new
+// stream.
 func (s *SenderCore) unlist(st *senderStream) {
 	i := st.listed - 1
 	last := s.listed[len(s.listed)-1]
@@ -399,6 +400,7 @@ func (s *SenderCore) unlist(st *senderStream) {
 	s.listed[len(s.listed)-1] = nil
 	s.listed = s.listed[:len(s.listed)-1]
 	st.listed = 0
+	delete(s.streams, st.topic)
 }
 
 // release sends queued datagrams as the rate limit allows.
