@@ -221,3 +221,26 @@ func TestSenderCore_DelayedIsRepaired(t *testing.T) {
 			r.ncfRanges[NCFWillSend], r.ncfRanges[NCFDelayed], len(r.repaired), asked)
 	}
 }
+
+// TestSenderCore_LostCountBounded: one NAK for a huge range below the trailing edge gets one NCF
+// gone range, and counts at most MaxNAKSequences lost sequences (the losses_total a loss alert
+// watches is not a forger's to inflate at will).
+func TestSenderCore_LostCountBounded(t *testing.T) {
+	s := mustSenderCore(t, SenderCoreConfig{Window: 4 * DefaultMTU})
+	fill(t, s, 6000, 100) // the window holds the last 4
+	s.Step(t0, rcvAddr, nak(t, s.Session(), 1, nil, Range{1, 1 << 40}))
+	got := decodeAll(t, s.Ready())
+	var gone []Range
+	for _, p := range got {
+		if p.Type == TypeNCF && p.Status == NCFGone {
+			gone = append(gone, p.Ranges...)
+		}
+	}
+	tr := s.Counters().Trailing
+	if len(gone) != 1 || gone[0] != (Range{1, tr - 1}) {
+		t.Errorf("NCF gone ranges %v, want [1-%d]", gone, tr-1)
+	}
+	if c := s.Counters(); c.Lost != MaxNAKSequences {
+		t.Errorf("lost %d after one NAK for %d gone sequences, want %d", c.Lost, tr-1, MaxNAKSequences)
+	}
+}

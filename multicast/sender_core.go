@@ -479,7 +479,7 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 		s.c.NAKsDropped++
 		return nil
 	}
-	src := s.sources.get(from.Addr(), func() *nakSource {
+	src := s.sources.get(from.Addr().Unmap(), func() *nakSource {
 		return &nakSource{naks: newBucket(s.t.nakRate, s.t.nakBurst, now), bytes: newBucket(s.srcRate, s.sourceBurst(), now)}
 	})
 	if !src.naks.take(now, 1) || !src.accept(p.Receiver, p.Seq) {
@@ -594,9 +594,12 @@ func (s *SenderCore) catalogBytes() int {
 }
 
 func (s *SenderCore) sendNCFRanges(st NCFStatus, rs []Range) {
+	// Counted up to MaxNAKSequences per NAK: one NAK for 1-2^40 must not make a loss alert fire.
+	var n uint64
 	for _, r := range rs {
-		s.c.Lost += r.To - r.From + 1
+		n += r.To - r.From + 1
 	}
+	s.c.Lost += min(n, MaxNAKSequences)
 	for len(rs) > 0 {
 		k := min(len(rs), maxRanges)
 		s.emitPacket(&Packet{PacketHeader: PacketHeader{Type: TypeNCF}, Status: st, Ranges: rs[:k]})
