@@ -191,6 +191,19 @@ func TestSenderCore_NAKLimits(t *testing.T) {
 	if r2.catalogs != 1 {
 		t.Errorf("500 catalog requests in 500 ms from one source got %d catalogs, want 1 (once per catalog interval)", r2.catalogs)
 	}
+	// 200 sources asking within one second: at most ten full catalogs in all.
+	s3 := mustSenderCore(t, SenderCoreConfig{})
+	fill(t, s3, 10, 200)
+	r3 := newTally()
+	for i := 0; i < 200; i++ {
+		now := t0.Add(time.Duration(i) * 5 * time.Millisecond)
+		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 4, byte(i)}), 40000)
+		s3.Step(now, from, nak(t, s3.Session(), 1, nil, Range{0, 0}))
+		tally(t, r3, s3.Ready())
+	}
+	if r3.catalogs > 10 || r3.catalogs == 0 {
+		t.Errorf("200 sources asking for the catalog in 1 s got %d catalogs, want 1 to 10", r3.catalogs)
+	}
 }
 
 // TestSenderCore_DelayedIsRepaired: sequences confirmed "delayed" (queued behind the repair

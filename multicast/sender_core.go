@@ -562,13 +562,13 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 }
 
 // catalogRequest answers a catalog request (a NAK range 0-0): at most once per catalog interval
-// per source and once per repair hold time in all, charged to the source's repair budget.
+// per source and ten times per catalog interval in all, charged to the source's repair budget.
 func (s *SenderCore) catalogRequest(now time.Time, src *nakSource) {
 	if !src.catalogAt.IsZero() && now.Sub(src.catalogAt) < s.cfg.CatalogInterval {
 		src.st.Refused++
 		return
 	}
-	if s.cur != nil || now.Sub(s.lastCatalog) < s.t.repairHold {
+	if s.cur != nil || (!s.lastCatalog.IsZero() && now.Sub(s.lastCatalog) < s.cfg.CatalogInterval/10) {
 		return // one just went out, or data is being packed: the receiver asks again
 	}
 	size := s.catalogBytes()
