@@ -495,6 +495,7 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 	trailing := s.win.trailing()
 	n := 0 // sequences considered, at most MaxNAKSequences
 	refused := uint64(0)
+	exhausted := false // the source's byte budget is spent
 	var goneRanges []Range
 	for _, r := range p.Ranges {
 		if r.From == 0 { // a catalog request from a receiver that joined late
@@ -517,7 +518,9 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 			r.From = trailing
 		}
 		for q := r.From; q <= r.To && q <= leading; q++ {
-			if n >= MaxNAKSequences {
+			if n >= MaxNAKSequences || exhausted {
+				// The rest is refused without looking at it: a source past its budget costs
+				// the sender O(ranges), not O(sequences).
 				refused += min(r.To, leading) - q + 1
 				break
 			}
@@ -537,6 +540,7 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 			}
 			if !src.bytes.take(now, float64(len(b))) {
 				refused++ // over the source's byte budget: no answer, the receiver asks again
+				exhausted = true
 				continue
 			}
 			s.repairSet[q] = struct{}{}
