@@ -75,6 +75,8 @@ func TestNetns_HostileNAKer(t *testing.T) {
 			src.Source, src.NAKs, src.NAKsDropped, src.Refused, src.Repairs, src.RepairBytes)
 		if src.Source == tp.Addr["x"] {
 			hostile = src
+		} else if src.Refused != 0 {
+			t.Errorf("honest source %s: %d sequences refused, want 0 (the hostile host must not eat its budget)", src.Source, src.Refused)
 		}
 	}
 	share := float64(hostile.RepairBytes) / float64(max(ss.RepairBytes, 1))
