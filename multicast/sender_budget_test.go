@@ -12,7 +12,7 @@ import (
 // sender before the budgets existed (and fail there).
 
 // fill publishes n DATA datagrams of size bytes each (one message each) at t0.
-func fill(t *testing.T, s *SenderCore, n, size int) {
+func fillSender(t *testing.T, s *SenderCore, n, size int) {
 	t.Helper()
 	body := make([]byte, size-HeaderSize-2-RecordHeader-2)
 	for i := 0; i < n; i++ {
@@ -31,7 +31,7 @@ type repairTally struct {
 	ncfRanges map[NCFStatus]int // sequences per NCF status
 }
 
-func tally(t *testing.T, r *repairTally, bs [][]byte) {
+func tallyRepairs(t *testing.T, r *repairTally, bs [][]byte) {
 	t.Helper()
 	for _, b := range bs {
 		var p Packet
@@ -52,7 +52,7 @@ func tally(t *testing.T, r *repairTally, bs [][]byte) {
 	}
 }
 
-func newTally() *repairTally {
+func newRepairTally() *repairTally {
 	return &repairTally{repaired: map[uint64]int{}, ncfRanges: map[NCFStatus]int{}}
 }
 
@@ -62,18 +62,18 @@ func newTally() *repairTally {
 func TestSenderCore_HostileNAKSourceBudget(t *testing.T) {
 	const repairRate = 4 << 20
 	s := mustSenderCore(t, SenderCoreConfig{RepairRate: repairRate})
-	fill(t, s, 3000, 1000) // seqs 2..3001
+	fillSender(t, s, 3000, 1000) // seqs 2..3001
 	rng := rand.New(rand.NewPCG(7, 11))
 	hostile := netip.MustParseAddrPort("198.18.9.9:5000")
 	honest := []netip.AddrPort{netip.MustParseAddrPort("198.18.1.1:40000"), netip.MustParseAddrPort("198.18.1.2:40000")}
 	asked := map[uint64]time.Time{}
 	var hc, cs [2]uint64
-	r := newTally()
+	r := newRepairTally()
 	end := t0.Add(time.Second)
 	for now := t0; now.Before(end); now = now.Add(time.Millisecond) {
 		hc[0]++
 		s.Step(now, hostile, nak(t, s.Session(), hc[0], nil, Range{2, 3001}))
-		tally(t, r, s.Ready())
+		tallyRepairs(t, r, s.Ready())
 		if now.Sub(t0)%(10*time.Millisecond) == 0 {
 			for i, h := range honest {
 				var rs []Range
@@ -86,16 +86,16 @@ func TestSenderCore_HostileNAKSourceBudget(t *testing.T) {
 				}
 				cs[i]++
 				s.Step(now, h, nak(t, s.Session(), cs[i], nil, rs...))
-				tally(t, r, s.Ready())
+				tallyRepairs(t, r, s.Ready())
 			}
 		}
 		s.Tick(now)
-		tally(t, r, s.Ready())
+		tallyRepairs(t, r, s.Ready())
 	}
 	// Let the queue drain (no more NAKs).
 	for now := end; now.Before(end.Add(2 * time.Second)); now = now.Add(time.Millisecond) {
 		s.Tick(now)
-		tally(t, r, s.Ready())
+		tallyRepairs(t, r, s.Ready())
 	}
 	missed := 0
 	for q := range asked {
@@ -120,7 +120,7 @@ func TestSenderCore_HostileNAKSourceBudget(t *testing.T) {
 // every NAK counter and budget).
 func TestSenderCore_SourceTableKeepsActiveSources(t *testing.T) {
 	s := mustSenderCore(t, SenderCoreConfig{})
-	fill(t, s, 10, 200)
+	fillSender(t, s, 10, 200)
 	a := netip.MustParseAddrPort("198.18.0.1:40000")
 	now := t0
 	last := uint64(1000)
@@ -159,15 +159,15 @@ func TestSenderCore_SourceTableKeepsActiveSources(t *testing.T) {
 // catalog interval per source.
 func TestSenderCore_NAKLimits(t *testing.T) {
 	s := mustSenderCore(t, SenderCoreConfig{})
-	fill(t, s, 6000, 1400)
+	fillSender(t, s, 6000, 1400)
 	src := netip.MustParseAddrPort("198.18.2.2:40000")
 	k := nak(t, s.Session(), 1, nil, Range{1, 1 << 40})
 	s.Step(t0, src, k)
-	r := newTally()
-	tally(t, r, s.Ready())
+	r := newRepairTally()
+	tallyRepairs(t, r, s.Ready())
 	for now := t0; now.Before(t0.Add(time.Second)); now = now.Add(time.Millisecond) {
 		s.Tick(now)
-		tally(t, r, s.Ready())
+		tallyRepairs(t, r, s.Ready())
 	}
 	srcRate := float64(DefaultRepairRate / 4)
 	bound := max(srcRate/50, 4*DefaultMTU) + DefaultMTU
@@ -181,25 +181,25 @@ func TestSenderCore_NAKLimits(t *testing.T) {
 	}
 
 	s2 := mustSenderCore(t, SenderCoreConfig{})
-	fill(t, s2, 10, 200)
-	r2 := newTally()
+	fillSender(t, s2, 10, 200)
+	r2 := newRepairTally()
 	for i := 0; i < 500; i++ { // a catalog request every ms for 500 ms
 		now := t0.Add(time.Duration(i) * time.Millisecond)
 		s2.Step(now, src, nak(t, s2.Session(), uint64(i+1), nil, Range{0, 0}))
-		tally(t, r2, s2.Ready())
+		tallyRepairs(t, r2, s2.Ready())
 	}
 	if r2.catalogs != 1 {
 		t.Errorf("500 catalog requests in 500 ms from one source got %d catalogs, want 1 (once per catalog interval)", r2.catalogs)
 	}
 	// 200 sources asking within one second: at most ten full catalogs in all.
 	s3 := mustSenderCore(t, SenderCoreConfig{})
-	fill(t, s3, 10, 200)
-	r3 := newTally()
+	fillSender(t, s3, 10, 200)
+	r3 := newRepairTally()
 	for i := 0; i < 200; i++ {
 		now := t0.Add(time.Duration(i) * 5 * time.Millisecond)
 		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 4, byte(i)}), 40000)
 		s3.Step(now, from, nak(t, s3.Session(), 1, nil, Range{0, 0}))
-		tally(t, r3, s3.Ready())
+		tallyRepairs(t, r3, s3.Ready())
 	}
 	if r3.catalogs > 10 || r3.catalogs == 0 {
 		t.Errorf("200 sources asking for the catalog in 1 s got %d catalogs, want 1 to 10", r3.catalogs)
@@ -210,16 +210,16 @@ func TestSenderCore_NAKLimits(t *testing.T) {
 // budget) are repaired once the budget allows; they used to be dropped.
 func TestSenderCore_DelayedIsRepaired(t *testing.T) {
 	s := mustSenderCore(t, SenderCoreConfig{})
-	fill(t, s, 8000, 100)
+	fillSender(t, s, 8000, 100)
 	s.repairRate.tokens = -1e6 // the repair budget is spent: repairs queue
-	r := newTally()
+	r := newRepairTally()
 	asked := 0
 	for i := 0; i < 3; i++ { // three sources, 1,500 sequences each (within one source burst)
 		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 3, byte(i + 1)}), 40000)
 		lo := uint64(2 + 1500*i)
 		s.Step(t0, from, nak(t, s.Session(), 1, nil, Range{lo, lo + 1499}))
 		asked += 1500
-		tally(t, r, s.Ready())
+		tallyRepairs(t, r, s.Ready())
 	}
 	if r.ncfRanges[NCFDelayed] == 0 {
 		t.Fatalf("NCFs %v: want some sequences confirmed delayed (more than 4,096 queued)", r.ncfRanges)
@@ -227,7 +227,7 @@ func TestSenderCore_DelayedIsRepaired(t *testing.T) {
 	s.repairRate.tokens = 0
 	for now := t0; now.Before(t0.Add(30 * time.Second)); now = now.Add(10 * time.Millisecond) {
 		s.Tick(now)
-		tally(t, r, s.Ready())
+		tallyRepairs(t, r, s.Ready())
 	}
 	if len(r.repaired) != asked {
 		t.Errorf("NCF will-send %d, delayed %d; repaired %d of %d: delayed sequences must be repaired",
@@ -240,7 +240,7 @@ func TestSenderCore_DelayedIsRepaired(t *testing.T) {
 // watches is not a forger's to inflate at will).
 func TestSenderCore_LostCountBounded(t *testing.T) {
 	s := mustSenderCore(t, SenderCoreConfig{Window: 4 * DefaultMTU})
-	fill(t, s, 6000, 100) // the window holds the last 4
+	fillSender(t, s, 6000, 100) // the window holds the last 4
 	s.Step(t0, rcvAddr, nak(t, s.Session(), 1, nil, Range{1, 1 << 40}))
 	got := decodeAll(t, s.Ready())
 	var gone []Range

@@ -25,7 +25,7 @@ func FuzzSenderStep(f *testing.F) {
 	f.Add(item(2, 3, 1, []byte("HM\x01\x04\x00\x00\x00\x00")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := mustSenderCore(t, SenderCoreConfig{Window: 64 * DefaultMTU, RepairRate: 1 << 20})
-		fill(t, s, 200, 600)
+		fillSender(t, s, 200, 600)
 		srcs := []netip.AddrPort{
 			netip.MustParseAddrPort("198.18.0.1:1"), netip.MustParseAddrPort("198.18.0.2:2"),
 			netip.MustParseAddrPort("198.18.0.3:3"), netip.MustParseAddrPort("[::ffff:198.18.0.3]:4"),
