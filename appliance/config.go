@@ -203,6 +203,7 @@ type ChannelConfig struct {
 	SourceRepairRate int64    `toml:"source_repair_rate" json:"source_repair_rate"`
 	NAKSources       int      `toml:"nak_sources" json:"nak_sources"`
 	StreamIdle       Duration `toml:"stream_idle" json:"stream_idle"`
+	MaxStreams       int      `toml:"max_streams" json:"max_streams"`
 }
 
 // Largest values Validate accepts for the frame limits of [stomp]. A reader
@@ -651,6 +652,9 @@ func (c *Config) Validate() error {
 		}
 		if d := ch.StreamIdle.Duration; d != 0 && (d < time.Second || d > 30*24*time.Hour) {
 			bad("%s.stream_idle: %s: want 0 (the default, 10m) or 1s to 720h", where, ch.StreamIdle)
+		}
+		if ch.MaxStreams < 0 || ch.MaxStreams > 10_000_000 {
+			bad("%s.max_streams: %d: want 0 (the default, 100000) to 10000000", where, ch.MaxStreams)
 		}
 		if len(ch.Topics) == 0 {
 			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"])", where)

@@ -37,6 +37,7 @@ const (
 	DefaultRcvBuf          = 16 << 20
 	DefaultCatalogInterval = time.Second
 	DefaultStreamIdle      = 10 * time.Minute
+	DefaultMaxStreams      = 100000
 	MaxHeartbeatInterval   = time.Second
 	MinHeartbeatInterval   = 2 * time.Millisecond
 )

@@ -38,6 +38,7 @@ type SenderConfig struct {
 	// StreamIdle: a topic with no message for this long leaves the catalog (default
 	// DefaultStreamIdle); its next message announces it again.
 	StreamIdle time.Duration
+	MaxStreams int // streams remembered, default DefaultMaxStreams (see SenderCoreConfig)
 	Window     int // retransmit window in bytes, default DefaultWindow
 	MTU        int // bytes per datagram, default DefaultMTU
 	Key        []byte
@@ -146,7 +147,8 @@ func (s *Sender) Open(ctx context.Context) error {
 	}
 	core, err := NewSenderCore(SenderCoreConfig{Profile: s.cfg.Profile, MTU: s.cfg.MTU, Window: s.cfg.Window,
 		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, SourceRepairRate: s.cfg.SourceRepairRate,
-		NAKSources: s.cfg.NAKSources, StreamIdle: s.cfg.StreamIdle, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
+		NAKSources: s.cfg.NAKSources, StreamIdle: s.cfg.StreamIdle,
+		MaxStreams: s.cfg.MaxStreams, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
 		Rand: newRand(), Start: time.Now()})
 	if err != nil {
 		return err

@@ -185,3 +185,36 @@ func TestSenderCore_ExpiredTopicReachesReceiver(t *testing.T) {
 		t.Errorf("receiver got %v for the rare topic, want %v", rare, want)
 	}
 }
+
+// TestSenderCore_MaxStreams: the streams the sender remembers are bounded: past MaxStreams the
+// least recently used stream whose data has left the window is forgotten; streams with data in
+// the window are kept whatever their number (the window bounds them).
+func TestSenderCore_MaxStreams(t *testing.T) {
+	s := mustSenderCore(t, SenderCoreConfig{MaxStreams: 100, Window: 8 * DefaultMTU})
+	now := t0
+	for i := 0; i < 1000; i++ {
+		if i%10 == 0 {
+			s.Publish(now, "hot", msg("h")) // used all along: never the least recently used
+		}
+		s.Publish(now, fmt.Sprintf("t%04d", i), msg("x"))
+		s.Flush(now)
+		s.Ready()
+	}
+	c := s.Counters()
+	t.Logf("1000 topics, MaxStreams 100, a window of 8 datagrams: %d streams remembered, %d evicted", c.Streams, c.StreamsEvicted)
+	if c.Streams > 100 || c.StreamsEvicted < 900 {
+		t.Errorf("%d streams remembered, %d evicted; want at most 100 and at least 900", c.Streams, c.StreamsEvicted)
+	}
+	if st := s.streams["hot"]; st == nil || st.id != 1 {
+		t.Errorf("the busy topic was forgotten: %+v", st)
+	}
+	big := mustSenderCore(t, SenderCoreConfig{MaxStreams: 100})
+	for i := 0; i < 1000; i++ {
+		big.Publish(now, fmt.Sprintf("t%04d", i), msg("x"))
+		big.Flush(now)
+		big.Ready()
+	}
+	if c := big.Counters(); c.Streams != 1000 || c.StreamsEvicted != 0 {
+		t.Errorf("all data in the window: %d streams, %d evicted; want 1000 and 0 (their data can still be repaired)", c.Streams, c.StreamsEvicted)
+	}
+}

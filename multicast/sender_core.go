@@ -25,6 +25,11 @@ type SenderCoreConfig struct {
 	// leaves the catalog and is forgotten (the topic's next message starts a new stream, with a
 	// new id, from stream sequence 1). Default DefaultStreamIdle.
 	StreamIdle time.Duration
+	// MaxStreams bounds the streams the sender remembers: past it, the least recently used
+	// stream whose data has left the window is forgotten at once (as after StreamIdle). Streams
+	// with data in the window are never forgotten, so the bound is MaxStreams or what the window
+	// holds, whichever is more. Default DefaultMaxStreams.
+	MaxStreams int
 	Auth       *Auth      // nil: no HMAC
 	Rand       *rand.Rand // required: session id, nothing else
 	Start      time.Time  // the sender's start; its unix seconds go into the session id
@@ -39,6 +44,7 @@ type SenderCounters struct {
 	Catalogs             uint64
 	CatalogBytes         uint64 // CATALOG datagrams queued (original, not repairs)
 	StreamsExpired       uint64 // streams forgotten after StreamIdle
+	StreamsEvicted       uint64 // streams forgotten early to stay within MaxStreams
 	NAKs                 uint64 // NAK datagrams accepted
 	NAKsDropped          uint64 // rate-limited, replayed, wrong session, malformed
 	NAKsIgnored          uint64 // sequences asked again just after their repair, or already queued
@@ -68,6 +74,8 @@ type senderStream struct {
 	lastDg uint64    // datagram sequence of its last record (0 while it is being packed)
 	listed int       // index in SenderCore.listed + 1; 0 when not listed
 	curGen uint64    // the DATA datagram being packed has a record of it when equal to SenderCore.curGen+1
+	// Least recently used order of the streams (SenderCore.lru), for MaxStreams.
+	lruPrev, lruNext *senderStream
 }
 
 // repairItem is a queued repair and the source it is charged to.
@@ -92,6 +100,7 @@ type SenderCore struct {
 	win     *window
 
 	streams map[string]*senderStream
+	lru     senderStream // sentinel: lru.lruNext is the most recently used stream
 	lastID  uint32
 	listed  []*senderStream // streams in the catalog (all of streams once packed)
 	pending []*senderStream // announced by the next CATALOG delta, just before the current DATA
@@ -154,10 +163,13 @@ func NewSenderCore(cfg SenderCoreConfig) (*SenderCore, error) {
 	if cfg.StreamIdle == 0 {
 		cfg.StreamIdle = DefaultStreamIdle
 	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
 	if cfg.SourceRepairRate == 0 {
 		cfg.SourceRepairRate = max(cfg.RepairRate/4, 1)
 	}
-	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 || cfg.SourceRepairRate < 0 || cfg.NAKSources < 0 || cfg.StreamIdle < 0 {
+	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 || cfg.SourceRepairRate < 0 || cfg.NAKSources < 0 || cfg.StreamIdle < 0 || cfg.MaxStreams < 0 {
 		return nil, fmt.Errorf("negative rate or window: %w", ErrBadConfig)
 	}
 	s := &SenderCore{
@@ -238,6 +250,11 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		s.lastID++
 		st = &senderStream{id: s.lastID, topic: topic}
 		s.streams[topic] = st
+		s.lruPush(st)
+		s.evictStreams()
+	} else if s.lru.lruNext != st {
+		s.lruUnlink(st)
+		s.lruPush(st)
 	}
 	if s.cur != nil && len(s.cur)+need > s.maxPayload() {
 		s.flushCur(now)
@@ -401,6 +418,35 @@ func (s *SenderCore) unlist(st *senderStream) {
 	s.listed = s.listed[:len(s.listed)-1]
 	st.listed = 0
 	delete(s.streams, st.topic)
+	s.lruUnlink(st)
+}
+
+func (s *SenderCore) lruPush(st *senderStream) {
+	if s.lru.lruNext == nil {
+		s.lru.lruNext, s.lru.lruPrev = &s.lru, &s.lru
+	}
+	st.lruPrev, st.lruNext = &s.lru, s.lru.lruNext
+	s.lru.lruNext.lruPrev = st
+	s.lru.lruNext = st
+}
+
+func (s *SenderCore) lruUnlink(st *senderStream) {
+	st.lruPrev.lruNext, st.lruNext.lruPrev = st.lruNext, st.lruPrev
+	st.lruPrev, st.lruNext = nil, nil
+}
+
+// evictStreams forgets least recently used streams past MaxStreams, as long as their data has
+// left the window.
+func (s *SenderCore) evictStreams() {
+	trailing := s.win.trailing()
+	for len(s.streams) > s.cfg.MaxStreams {
+		old := s.lru.lruPrev
+		if old == &s.lru || old.lastDg == 0 || old.lastDg >= trailing {
+			return // every older stream still has data to repair: the window bounds them
+		}
+		s.unlist(old)
+		s.c.StreamsEvicted++
+	}
 }
 
 // release sends queued datagrams as the rate limit allows.

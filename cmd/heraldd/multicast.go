@@ -82,6 +82,7 @@ func (d *daemon) openChannels(ctx context.Context) error {
 			SourceRepairRate: cc.SourceRepairRate,
 			NAKSources:       cc.NAKSources,
 			StreamIdle:       cc.StreamIdle.Duration,
+			MaxStreams:       cc.MaxStreams,
 			Window:           cc.Window,
 			Key:              key,
 			KeyID:            uint8(cc.KeyID),
