@@ -36,8 +36,6 @@ const (
 	DefaultRepairRate      = 32 << 20 // bytes/s of repairs
 	DefaultRcvBuf          = 16 << 20
 	DefaultCatalogInterval = time.Second
-	DefaultStreamIdle      = 10 * time.Minute
-	DefaultMaxStreams      = 100000
 	MaxHeartbeatInterval   = time.Second
 	MinHeartbeatInterval   = 2 * time.Millisecond
 )

@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// Catalog defaults (docs/multicast-protocol.md, section 3, "Catalog").
+const (
+	DefaultStreamIdle = 10 * time.Minute // a stream idle this long (data out of the window) is forgotten
+	DefaultMaxStreams = 100000           // streams remembered; least recently used forgotten early
+)
+
 // SenderCoreConfig configures a SenderCore. Zero values take the defaults.
 type SenderCoreConfig struct {
 	Profile    Profile
