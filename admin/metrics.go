@@ -141,15 +141,21 @@ var (
 	dJLastCkpt   = desc("herald_journal_last_checkpoint_timestamp_seconds", "Time of the last checkpoint; 0 before the first.")
 	dJLastCommit = desc("herald_journal_last_commit_duration_seconds", "Duration of the last journal commit.")
 	// Multicast channels, labelled by channel.
-	dChMsgs    = desc("herald_channel_messages_total", "Messages sent on the multicast channel.", "channel")
-	dChDgrams  = desc("herald_channel_datagrams_total", "Datagrams sent on the channel, repairs included.", "channel")
-	dChBytes   = desc("herald_channel_bytes_total", "Bytes sent on the channel.", "channel")
-	dChRepairs = desc("herald_channel_repairs_total", "Repair datagrams (RDATA) sent.", "channel")
-	dChNAKs    = desc("herald_channel_naks_total", "NAKs received.", "channel")
-	dChLosses  = desc("herald_channel_losses_total", "Sequence ranges announced as lost.", "channel")
-	dChRate    = desc("herald_channel_rate_limited_seconds_total", "Time the channel's sender waited on its rate limit.", "channel")
-	dChWindow  = desc("herald_channel_window_bytes", "Bytes held in the channel's retransmit window.", "channel")
-	dChStreams = desc("herald_channel_streams", "Topics (streams) seen on the channel.", "channel")
+	dChMsgs        = desc("herald_channel_messages_total", "Messages sent on the multicast channel.", "channel")
+	dChDgrams      = desc("herald_channel_datagrams_total", "Datagrams sent on the channel, repairs included.", "channel")
+	dChBytes       = desc("herald_channel_bytes_total", "Bytes sent on the channel.", "channel")
+	dChRepairs     = desc("herald_channel_repairs_total", "Repair datagrams (RDATA) sent.", "channel")
+	dChNAKs        = desc("herald_channel_naks_total", "NAKs received.", "channel")
+	dChLosses      = desc("herald_channel_losses_total", "Datagram sequences the sender announced it cannot repair (NCF gone or LOSS).", "channel")
+	dChRepairBytes = desc("herald_channel_repair_bytes_total", "Bytes of repairs (RDATA, repaired CATALOG) sent.", "channel")
+	dChNAKsDropped = desc("herald_channel_naks_dropped_total", "NAKs refused: over a source's NAK rate, replayed, malformed or for another session.", "channel")
+	dChSources     = desc("herald_channel_nak_sources", "NAK sources (IP addresses) the sender tracks now.", "channel")
+	dChSrcNAKs     = desc("herald_channel_source_naks_total", "NAKs accepted from one source (the busiest few by repair bytes).", "channel", "source")
+	dChSrcRepBytes = desc("herald_channel_source_repair_bytes_total", "Repair bytes sent for one NAK source (the busiest few).", "channel", "source")
+	dChSrcRefused  = desc("herald_channel_source_refused_total", "Sequences one source asked for and was refused (over its repair budget or the per-NAK limit).", "channel", "source")
+	dChRate        = desc("herald_channel_rate_limited_seconds_total", "Time the channel's sender waited on its rate limit.", "channel")
+	dChWindow      = desc("herald_channel_window_bytes", "Bytes held in the channel's retransmit window.", "channel")
+	dChStreams     = desc("herald_channel_streams", "Topics (streams) seen on the channel.", "channel")
 )
 
 // viewCollector reads the broker's, journal's and channels' views at scrape
@@ -164,6 +170,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dLVEvicted, dLVBytes, dDiskLow, dStart,
 		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJCkpt, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
+		dChRepairBytes, dChNAKsDropped, dChSources, dChSrcNAKs, dChSrcRepBytes, dChSrcRefused,
 	} {
 		ch <- d
 	}
@@ -259,5 +266,13 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(dChRate, v.RateLimited, n)
 		gauge(dChWindow, float64(v.WindowBytes), n)
 		gauge(dChStreams, float64(v.Streams), n)
+		counter(dChRepairBytes, float64(v.RepairBytes), n)
+		counter(dChNAKsDropped, float64(v.NAKsDropped), n)
+		gauge(dChSources, float64(v.NAKSourceCount), n)
+		for _, src := range v.NAKSources {
+			counter(dChSrcNAKs, float64(src.NAKs), n, src.Source)
+			counter(dChSrcRepBytes, float64(src.RepairBytes), n, src.Source)
+			counter(dChSrcRefused, float64(src.Refused), n, src.Source)
+		}
 	}
 }

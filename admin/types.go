@@ -68,9 +68,27 @@ type ChannelView struct {
 	Bytes       uint64   `json:"bytes_total"`
 	Repairs     uint64   `json:"repairs_total"` // RDATA datagrams sent
 	NAKs        uint64   `json:"naks_total"`    // NAKs received
-	Losses      uint64   `json:"losses_total"`  // ranges announced lost (LOSS)
+	Losses      uint64   `json:"losses_total"`  // datagram sequences announced unrepairable (NCF gone or LOSS)
 	RateLimited float64  `json:"rate_limited_seconds_total"`
-	WindowBytes int64    `json:"window_bytes"` // retransmit window in use
+	WindowBytes int64    `json:"window_bytes"`       // retransmit window in use
+	RepairBytes uint64   `json:"repair_bytes_total"` // bytes of RDATA and repaired CATALOG sent
+	NAKsDropped uint64   `json:"naks_dropped_total"` // NAKs refused: over a budget, replayed, malformed, another session
+	// NAKSourceCount is how many NAK sources the sender tracks now (bounded,
+	// least recently used evicted); NAKSources the busiest of them by repair
+	// bytes, at most 8.
+	NAKSourceCount int             `json:"nak_sources"`
+	NAKSources     []NAKSourceView `json:"top_nak_sources"`
+}
+
+// NAKSourceView is one host that sent NAKs to a channel's sender (its IP
+// address: the unit the repair budget is kept per).
+type NAKSourceView struct {
+	Source      string `json:"source"`
+	NAKs        uint64 `json:"naks_total"`         // NAKs accepted
+	NAKsDropped uint64 `json:"naks_dropped_total"` // NAKs refused (NAK rate, replay)
+	Refused     uint64 `json:"refused_total"`      // sequences not answered: over the source's repair budget or the per-NAK limit
+	Repairs     uint64 `json:"repairs_total"`      // repair datagrams sent for it
+	RepairBytes uint64 `json:"repair_bytes_total"` // their bytes
 }
 
 // JournalStatus is the journal part of Status.

@@ -22,6 +22,26 @@ type TopicSink interface {
 	Publish(topic string, headers stomp.Headers, body []byte) error
 }
 
+// TopicSinkChecker is a TopicSink that refuses some messages outright (a
+// multicast channel: a message larger than one datagram). The broker asks
+// every matching one before a message reaches anyone; the publisher gets an
+// ERROR with Check's error instead of a silent drop.
+type TopicSinkChecker interface {
+	Check(topic string, headers stomp.Headers, body []byte) error
+}
+
+// checkSinks returns the first refusal of a sink matching topic.
+func (b *Broker) checkSinks(topic string, headers stomp.Headers, body []byte) error {
+	for _, sink := range b.sinks {
+		if c, ok := sink.(TopicSinkChecker); ok && sink.Matches(topic) {
+			if err := c.Check(topic, headers, body); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Options are what New needs besides the config.
 type Options struct {
 	Config  Config

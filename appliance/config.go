@@ -207,6 +207,12 @@ type ChannelConfig struct {
 	Key       string   `toml:"key" json:"-"`
 	KeyFile   string   `toml:"key_file" json:"key_file"`
 	KeyID     int      `toml:"key_id" json:"key_id"`
+	// Repair budgets and bounds (docs/multicast-protocol.md, section 3).
+	RepairRate       int64    `toml:"repair_rate" json:"repair_rate"`
+	SourceRepairRate int64    `toml:"source_repair_rate" json:"source_repair_rate"`
+	NAKSources       int      `toml:"nak_sources" json:"nak_sources"`
+	StreamIdle       Duration `toml:"stream_idle" json:"stream_idle"`
+	MaxStreams       int      `toml:"max_streams" json:"max_streams"`
 }
 
 // Largest values Validate accepts for the frame limits of [stomp]. A reader
@@ -630,6 +636,23 @@ func (c *Config) Validate() error {
 		}
 		if ch.Window < 0 {
 			bad("%s.window: must be 0 (the default, 16 MiB) or positive, got %d", where, ch.Window)
+		}
+		if ch.RepairRate < 0 || ch.RepairRate > 1<<34 {
+			bad("%s.repair_rate: %d: want 0 (the default, 32 MiB/s) to 17179869184 bytes per second", where, ch.RepairRate)
+		}
+		if ch.SourceRepairRate < 0 || ch.SourceRepairRate > 1<<34 {
+			bad("%s.source_repair_rate: %d: want 0 (the default, a quarter of repair_rate) to 17179869184 bytes per second", where, ch.SourceRepairRate)
+		} else if ch.RepairRate > 0 && ch.SourceRepairRate > ch.RepairRate {
+			bad("%s.source_repair_rate: %d is above repair_rate %d: one host could take the whole repair budget", where, ch.SourceRepairRate, ch.RepairRate)
+		}
+		if ch.NAKSources < 0 || ch.NAKSources > 1<<20 {
+			bad("%s.nak_sources: %d: want 0 (the default, 1024) to 1048576", where, ch.NAKSources)
+		}
+		if d := ch.StreamIdle.Duration; d != 0 && (d < time.Second || d > 30*24*time.Hour) {
+			bad("%s.stream_idle: %s: want 0 (the default, 10m) or 1s to 720h", where, ch.StreamIdle)
+		}
+		if ch.MaxStreams < 0 || ch.MaxStreams > 10_000_000 {
+			bad("%s.max_streams: %d: want 0 (the default, 100000) to 10000000", where, ch.MaxStreams)
 		}
 		if len(ch.Topics) == 0 {
 			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"])", where)

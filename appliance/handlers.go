@@ -153,6 +153,10 @@ func (s *session) onSend(f *stomp.Frame) bool {
 	if kind == destTopic {
 		h := userHeaders(f)
 		s.rewriteReplyTo(h)
+		if err := s.b.checkSinks(name, h, f.Body); err != nil {
+			s.fail(f, "message not sent", err.Error())
+			return false
+		}
 		s.b.publish(name, h, f.Body)
 		s.receipt(f)
 		return true

@@ -136,6 +136,11 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 			if kind == destTopic {
 				h := userHeaders(bf)
 				s.rewriteReplyTo(h)
+				if err := s.b.checkSinks(name, h, bf.Body); err != nil {
+					undo()
+					s.fail(f, "transaction not committed", err.Error())
+					return false
+				}
 				topics = append(topics, topicMsg{name, h, bf.Body})
 				continue
 			}

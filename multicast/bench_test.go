@@ -119,3 +119,42 @@ func BenchmarkAuth(b *testing.B) {
 	}
 	_ = time.Second
 }
+
+// BenchmarkSenderCoreNAK: what a NAK costs the sender. "honest" asks for one sequence (the peer);
+// "hostile" asks for the whole window from a source whose repair budget is spent: it must cost
+// about as little (O(ranges), not O(sequences)), or a host NAKing every millisecond takes the
+// sender's CPU even when its repairs are refused.
+func BenchmarkSenderCoreNAK(b *testing.B) {
+	for _, kind := range []string{"honest", "hostile"} {
+		b.Run(kind, func(b *testing.B) {
+			s, _ := NewSenderCore(SenderCoreConfig{Rand: rand.New(rand.NewPCG(1, 1)), Start: t0})
+			payload := make([]byte, 900)
+			for i := 0; i < 6000; i++ {
+				s.Publish(t0, "metrics.cpu", payload)
+				s.Flush(t0)
+			}
+			s.Ready()
+			from := netip.MustParseAddrPort("198.18.5.5:40000")
+			nakb := func(counter uint64, r Range) []byte {
+				p, _ := AppendPacket(nil, &Packet{PacketHeader: PacketHeader{Type: TypeNAK, Session: s.Session(), Seq: counter}, Receiver: 1, Ranges: []Range{r}})
+				return p
+			}
+			now := t0
+			if kind == "hostile" {
+				s.Step(now, from, nakb(1, Range{1, 1 << 40})) // spends the source's budget
+				s.Ready()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				now = now.Add(time.Millisecond) // one NAK per ms, as the hostile host of TestNetns_HostileNAKer
+				r := Range{3000 + uint64(i%2000), 3000 + uint64(i%2000)}
+				if kind == "hostile" {
+					r = Range{1, 1 << 40}
+				}
+				s.Step(now, from, nakb(uint64(i+2), r))
+				s.Ready()
+			}
+		})
+	}
+}

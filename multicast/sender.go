@@ -32,8 +32,15 @@ type SenderConfig struct {
 	Profile    Profile
 	RateLimit  int64 // bytes per second of original data, 0 = unlimited
 	RepairRate int64 // bytes per second of repairs, default DefaultRepairRate
-	Window     int   // retransmit window in bytes, default DefaultWindow
-	MTU        int   // bytes per datagram, default DefaultMTU
+	// SourceRepairRate is one NAK source's share in bytes per second, default RepairRate/4.
+	SourceRepairRate int64
+	NAKSources       int // NAK sources tracked, default DefaultNAKSources
+	// StreamIdle: a topic with no message for this long leaves the catalog (default
+	// DefaultStreamIdle); its next message announces it again.
+	StreamIdle time.Duration
+	MaxStreams int // streams remembered, default DefaultMaxStreams (see SenderCoreConfig)
+	Window     int // retransmit window in bytes, default DefaultWindow
+	MTU        int // bytes per datagram, default DefaultMTU
 	Key        []byte
 	KeyID      uint8
 	Logger     *slog.Logger
@@ -41,6 +48,9 @@ type SenderConfig struct {
 	// full (default 4096).
 	QueueLen int
 }
+
+// TopSourcesShown is how many NAK sources SenderStats lists.
+const TopSourcesShown = 8
 
 // SenderStats are the sender's counters.
 type SenderStats struct {
@@ -52,6 +62,11 @@ type SenderStats struct {
 	NCFs             uint64
 	Repairs          uint64
 	RepairBytes      uint64
+	Lost             uint64           // datagram sequences announced unrepairable (NCF gone or LOSS)
+	NAKsRefused      uint64           // sequences not answered: over a source's budget or the per-NAK limit
+	NAKSources       int              // NAK sources tracked now
+	TopSources       []NAKSourceStats // the busiest NAK sources by repair bytes, at most TopSourcesShown
+	Streams          int              // topics (streams) of the session
 	Heartbeats       uint64
 	RateLimited      time.Duration
 	AuthFailures     uint64
@@ -131,7 +146,9 @@ func (s *Sender) Open(ctx context.Context) error {
 		return ErrAlreadyOpen
 	}
 	core, err := NewSenderCore(SenderCoreConfig{Profile: s.cfg.Profile, MTU: s.cfg.MTU, Window: s.cfg.Window,
-		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
+		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, SourceRepairRate: s.cfg.SourceRepairRate,
+		NAKSources: s.cfg.NAKSources, StreamIdle: s.cfg.StreamIdle,
+		MaxStreams: s.cfg.MaxStreams, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
 		Rand: newRand(), Start: time.Now()})
 	if err != nil {
 		return err
@@ -198,6 +215,10 @@ func (s *Sender) LocalAddr() net.Addr {
 	return s.conn.LocalAddr()
 }
 
+// MaxMessageSize is the largest message (as AppendMessage encodes it: headers and body) Publish
+// accepts: what fits one datagram, with room for a tag.
+func (s *Sender) MaxMessageSize() int { return MaxDatagram - HeaderSize - 2 - RecordHeader - TagSize }
+
 // Publish queues one message. It blocks only when the queue is full (the rate limit or a slow
 // network holds it back) and returns ErrClosed after Close.
 func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
@@ -216,7 +237,7 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 	if err != nil {
 		return err
 	}
-	if len(p)+RecordHeader+HeaderSize+2+TagSize > MaxDatagram {
+	if len(p) > s.MaxMessageSize() {
 		return fmt.Errorf("%d byte message on %s: %w", len(p), topic, ErrTooLarge)
 	}
 	select {
@@ -357,7 +378,9 @@ func (s *Sender) Stats() SenderStats {
 	return SenderStats{Session: s.core.Session(), Datagrams: c.Datagrams, Bytes: c.Bytes, Messages: c.Messages,
 		NAKs: c.NAKs, NAKsDropped: c.NAKsDropped, NCFs: c.NCFs, Repairs: c.Repairs, RepairBytes: c.RepairBytes,
 		Heartbeats: c.Heartbeats, RateLimited: c.RateLimited, AuthFailures: c.AuthFailures,
-		SendErrors: s.sendErrors.Load(), Leading: c.Leading, Trailing: c.Trailing, WindowBytes: c.WindowBytes}
+		SendErrors: s.sendErrors.Load(), Leading: c.Leading, Trailing: c.Trailing, WindowBytes: c.WindowBytes,
+		Lost: c.Lost, NAKsRefused: c.NAKsRefused, NAKSources: c.NAKSources, TopSources: s.core.TopSources(TopSourcesShown),
+		Streams: c.Streams}
 }
 
 // Close stops the goroutines, sends what is queued and closes the socket. It is idempotent.

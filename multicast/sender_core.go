@@ -1,6 +1,7 @@
 package multicast
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -8,17 +9,36 @@ import (
 	"time"
 )
 
+// Catalog defaults (docs/multicast-protocol.md, section 3, "Catalog").
+const (
+	DefaultStreamIdle = 10 * time.Minute // a stream idle this long (data out of the window) is forgotten
+	DefaultMaxStreams = 100000           // streams remembered; least recently used forgotten early
+)
+
 // SenderCoreConfig configures a SenderCore. Zero values take the defaults.
 type SenderCoreConfig struct {
-	Profile         Profile
-	MTU             int   // payload bytes per datagram (header and tag included), default DefaultMTU
-	Window          int   // retransmit window in bytes, default DefaultWindow
-	RateLimit       int64 // bytes per second of original data, 0 = unlimited
-	RepairRate      int64 // bytes per second of repairs, default DefaultRepairRate
-	CatalogInterval time.Duration
-	Auth            *Auth      // nil: no HMAC
-	Rand            *rand.Rand // required: session id, nothing else
-	Start           time.Time  // the sender's start; its unix seconds go into the session id
+	Profile    Profile
+	MTU        int   // payload bytes per datagram (header and tag included), default DefaultMTU
+	Window     int   // retransmit window in bytes, default DefaultWindow
+	RateLimit  int64 // bytes per second of original data, 0 = unlimited
+	RepairRate int64 // bytes per second of repairs, default DefaultRepairRate
+	// SourceRepairRate is the repair budget of one NAK source (an IP address) in bytes per
+	// second, default RepairRate/4: one host cannot take the whole repair budget.
+	SourceRepairRate int64
+	NAKSources       int // NAK sources tracked, default DefaultNAKSources (least recently heard evicted)
+	CatalogInterval  time.Duration
+	// StreamIdle: a stream with no message for this long, whose last record has left the window,
+	// leaves the catalog and is forgotten (the topic's next message starts a new stream, with a
+	// new id, from stream sequence 1). Default DefaultStreamIdle.
+	StreamIdle time.Duration
+	// MaxStreams bounds the streams the sender remembers: past it, the least recently used
+	// stream whose data has left the window is forgotten at once (as after StreamIdle). Streams
+	// with data in the window are never forgotten, so the bound is MaxStreams or what the window
+	// holds, whichever is more. Default DefaultMaxStreams.
+	MaxStreams int
+	Auth       *Auth      // nil: no HMAC
+	Rand       *rand.Rand // required: session id, nothing else
+	Start      time.Time  // the sender's start; its unix seconds go into the session id
 }
 
 // SenderCounters are the SenderCore's own counts (the shell adds socket counts).
@@ -28,6 +48,9 @@ type SenderCounters struct {
 	Messages             uint64
 	Heartbeats           uint64
 	Catalogs             uint64
+	CatalogBytes         uint64 // CATALOG datagrams queued (original, not repairs)
+	StreamsExpired       uint64 // streams forgotten after StreamIdle
+	StreamsEvicted       uint64 // streams forgotten early to stay within MaxStreams
 	NAKs                 uint64 // NAK datagrams accepted
 	NAKsDropped          uint64 // rate-limited, replayed, wrong session, malformed
 	NAKsIgnored          uint64 // sequences asked again just after their repair, or already queued
@@ -35,6 +58,10 @@ type SenderCounters struct {
 	Repairs              uint64 // RDATA datagrams
 	RepairBytes          uint64
 	Losses               uint64 // LOSS datagrams
+	Lost                 uint64 // datagram sequences announced unrepairable (NCF gone or LOSS)
+	NAKsRefused          uint64 // sequences not answered: over a source's budget or past MaxNAKSequences
+	SourcesEvicted       uint64 // NAK sources forgotten to make room (least recently heard)
+	NAKSources           int    // NAK sources tracked now
 	AuthFailures         uint64
 	RateLimited          time.Duration // time original data waited for the rate limit
 	Trailing, Leading    uint64
@@ -45,12 +72,22 @@ type senderStream struct {
 	id    uint32
 	topic string
 	seq   uint64 // last stream sequence assigned
-	first uint64 // datagram sequence of the stream's first record
+	first uint64 // a datagram sequence at or before the stream's first record (its first CATALOG)
+	// Catalog state: a stream is listed (in the periodic catalog, the catalog answers and the
+	// heartbeats) from its first message until it has been idle for StreamIdle and its last
+	// record has left the window; then it is forgotten.
+	last   time.Time // last message
+	lastDg uint64    // datagram sequence of its last record (0 while it is being packed)
+	listed int       // index in SenderCore.listed + 1; 0 when not listed
+	curGen uint64    // the DATA datagram being packed has a record of it when equal to SenderCore.curGen+1
+	// Least recently used order of the streams (SenderCore.lru), for MaxStreams.
+	lruPrev, lruNext *senderStream
 }
 
-type nakSource struct {
-	bucket
-	lastCounter uint64
+// repairItem is a queued repair and the source it is charged to.
+type repairItem struct {
+	seq uint64
+	src *nakSource
 }
 
 // SenderCore is the sans-IO sender: it packs published messages into DATA datagrams, answers NAKs
@@ -69,8 +106,14 @@ type SenderCore struct {
 	win     *window
 
 	streams map[string]*senderStream
-	list    []*senderStream
-	hbNext  int // rotation through list for heartbeats
+	lru     senderStream // sentinel: lru.lruNext is the most recently used stream
+	lastID  uint32
+	listed  []*senderStream // streams in the catalog (all of streams once packed)
+	pending []*senderStream // announced by the next CATALOG delta, just before the current DATA
+	cur1    []*senderStream // streams with a record in the DATA datagram being packed
+	curGen  uint64
+	hbNext  int // rotation through listed for heartbeats
+	catNext int // rotation through listed for the periodic catalog
 
 	cur     []byte // DATA datagram being filled (header written, seq not yet)
 	curRecs int
@@ -79,13 +122,14 @@ type SenderCore struct {
 	rate    bucket
 	limited time.Time // when the head of the queue started waiting
 
-	repairQ    []uint64
+	repairQ    []repairItem
 	repairSet  map[uint64]struct{}
 	repairRate bucket
 	repaired   map[uint64]time.Time
 	repairedQ  []uint64
 
-	sources map[netip.AddrPort]*nakSource
+	sources *sourceTable
+	srcRate float64 // bytes per second per source
 
 	hbIvl       time.Duration
 	hbAt        time.Time
@@ -122,7 +166,16 @@ func NewSenderCore(cfg SenderCoreConfig) (*SenderCore, error) {
 	if cfg.CatalogInterval == 0 {
 		cfg.CatalogInterval = DefaultCatalogInterval
 	}
-	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 {
+	if cfg.StreamIdle == 0 {
+		cfg.StreamIdle = DefaultStreamIdle
+	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.SourceRepairRate == 0 {
+		cfg.SourceRepairRate = max(cfg.RepairRate/4, 1)
+	}
+	if cfg.RateLimit < 0 || cfg.RepairRate < 0 || cfg.Window < 0 || cfg.SourceRepairRate < 0 || cfg.NAKSources < 0 || cfg.StreamIdle < 0 || cfg.MaxStreams < 0 {
 		return nil, fmt.Errorf("negative rate or window: %w", ErrBadConfig)
 	}
 	s := &SenderCore{
@@ -133,14 +186,16 @@ func NewSenderCore(cfg SenderCoreConfig) (*SenderCore, error) {
 		streams:   make(map[string]*senderStream),
 		repairSet: make(map[uint64]struct{}),
 		repaired:  make(map[uint64]time.Time),
-		sources:   make(map[netip.AddrPort]*nakSource),
+		sources:   newSourceTable(cmp.Or(cfg.NAKSources, DefaultNAKSources)),
 		hbIvl:     MinHeartbeatInterval,
 		hbAt:      cfg.Start.Add(MinHeartbeatInterval),
 		catalogAt: cfg.Start.Add(cfg.CatalogInterval),
 	}
 	burst := func(r int64) float64 { return max(float64(r)/50, 4*MaxDatagram) }
+	repairBurst := max(float64(cfg.RepairRate)/50, float64(4*cfg.MTU))
 	s.rate = newBucket(float64(cfg.RateLimit), burst(cfg.RateLimit), cfg.Start)
-	s.repairRate = newBucket(float64(cfg.RepairRate), burst(cfg.RepairRate), cfg.Start)
+	s.repairRate = newBucket(float64(cfg.RepairRate), repairBurst, cfg.Start)
+	s.srcRate = float64(cfg.SourceRepairRate)
 	return s, nil
 }
 
@@ -151,9 +206,17 @@ func (s *SenderCore) Session() uint64 { return s.session }
 func (s *SenderCore) Counters() SenderCounters {
 	c := s.c
 	c.Trailing, c.Leading = s.win.trailing(), s.win.next()-1
-	c.WindowBytes, c.Streams = s.win.bytes, len(s.list)
+	c.WindowBytes, c.Streams = s.win.bytes, len(s.listed)
+	c.NAKSources, c.SourcesEvicted = len(s.sources.m), s.sources.evicted
 	return c
 }
+
+// TopSources returns the k NAK sources with the most repair bytes.
+func (s *SenderCore) TopSources(k int) []NAKSourceStats { return s.sources.top(k) }
+
+// sourceBurst is the byte budget a source may spend at once: 1/50 s of its rate, at least
+// four datagrams.
+func (s *SenderCore) sourceBurst() float64 { return max(s.srcRate/50, float64(4*s.cfg.MTU)) }
 
 // Backlog is the number of bytes waiting for the rate limit.
 func (s *SenderCore) Backlog() int { return s.qBytes }
@@ -187,17 +250,32 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 	}
 	st := s.streams[topic]
 	if st == nil {
-		if len(s.list) >= 1<<31 {
-			return fmt.Errorf("too many topics: %w", ErrTooLarge)
+		if s.lastID == 1<<32-1 {
+			return fmt.Errorf("%d stream ids used in this session: %w", s.lastID, ErrTooLarge)
 		}
-		s.flushCur(now)
-		st = &senderStream{id: uint32(len(s.list) + 1), topic: topic, first: s.nextQueuedSeq() + 1}
+		s.lastID++
+		st = &senderStream{id: s.lastID, topic: topic}
 		s.streams[topic] = st
-		s.list = append(s.list, st)
-		s.enqueueCatalog(now) // the catalog goes just before the stream's first record
+		s.lruPush(st)
+		s.evictStreams()
+	} else if s.lru.lruNext != st {
+		s.lruUnlink(st)
+		s.lruPush(st)
 	}
 	if s.cur != nil && len(s.cur)+need > s.maxPayload() {
 		s.flushCur(now)
+	}
+	if st.listed == 0 {
+		// A CATALOG delta with its entry goes just before the DATA with its record.
+		s.listed = append(s.listed, st)
+		st.listed = len(s.listed)
+		s.pending = append(s.pending, st)
+	}
+	st.last = now
+	if st.curGen != s.curGen+1 {
+		st.curGen = s.curGen + 1
+		st.lastDg = 0
+		s.cur1 = append(s.cur1, st)
 	}
 	if s.cur == nil {
 		s.cur = s.win.buffer(max(s.cfg.MTU, HeaderSize+2+need+TagSize))
@@ -229,6 +307,24 @@ func (s *SenderCore) flushCur(now time.Time) {
 		return
 	}
 	binary.LittleEndian.PutUint16(s.cur[HeaderSize:], uint16(s.curRecs))
+	if len(s.pending) > 0 {
+		first := s.nextQueuedSeq() + 1
+		for _, st := range s.pending {
+			if st.first == 0 {
+				st.first = first
+			}
+		}
+		s.enqueueCatalog(s.pending)
+		clear(s.pending)
+		s.pending = s.pending[:0]
+	}
+	seq := s.nextQueuedSeq() + 1
+	for _, st := range s.cur1 {
+		st.lastDg = seq
+	}
+	clear(s.cur1)
+	s.cur1 = s.cur1[:0]
+	s.curGen++
 	s.enqueue(s.cur)
 	s.cur = nil
 	s.release(now)
@@ -242,19 +338,23 @@ func (s *SenderCore) enqueue(b []byte) {
 	s.qBytes += len(b)
 }
 
-func (s *SenderCore) enqueueCatalog(now time.Time) {
-	// Split over several datagrams if needed.
+// enqueueCatalog queues CATALOG datagrams with the entries of sts (split as needed) and returns
+// how many.
+func (s *SenderCore) enqueueCatalog(sts []*senderStream) int {
 	var p Packet
 	p.Type = TypeCatalog
 	p.Session = s.session
-	size := HeaderSize + 2
+	size, k := HeaderSize+2, 0
 	flush := func() {
-		b, _ := AppendPacket(s.win.buffer(s.cfg.MTU), &p)
+		// Sized to fit: the window counts what it holds by capacity.
+		b, _ := AppendPacket(make([]byte, 0, size+TagSize), &p)
 		s.enqueue(b)
 		s.c.Catalogs++
-		p.Catalog, size = nil, HeaderSize+2
+		s.c.CatalogBytes += uint64(len(b))
+		p.Catalog, size = p.Catalog[:0], HeaderSize+2
+		k++
 	}
-	for _, st := range s.list {
+	for _, st := range sts {
 		n := 14 + len(st.topic)
 		if len(p.Catalog) > 0 && size+n > s.maxPayload() {
 			flush()
@@ -265,8 +365,94 @@ func (s *SenderCore) enqueueCatalog(now time.Time) {
 	if len(p.Catalog) > 0 {
 		flush()
 	}
-	s.catalogAt = now.Add(s.cfg.CatalogInterval)
+	return k
+}
+
+// fullCatalog queues the whole catalog (the answer to a catalog request).
+func (s *SenderCore) fullCatalog(now time.Time) {
+	s.enqueueCatalog(s.listed)
 	s.lastCatalog = now
+}
+
+// periodicCatalog queues the next part of the catalog: at most catalogChunk bytes of entries per
+// catalog interval (so the periodic catalog costs at most that much per interval however many
+// streams there are), rotating through the listed streams; it forgets streams idle for
+// StreamIdle whose last record has left the window.
+func (s *SenderCore) periodicCatalog(now time.Time) {
+	s.catalogAt = now.Add(s.cfg.CatalogInterval)
+	budget := s.catalogChunk()
+	var part []*senderStream
+	bytes := 0
+	trailing := s.win.trailing()
+	for seen := len(s.listed); seen > 0 && len(s.listed) > 0 && bytes < budget; seen-- {
+		if s.catNext >= len(s.listed) {
+			s.catNext = 0
+		}
+		st := s.listed[s.catNext]
+		if now.Sub(st.last) >= s.cfg.StreamIdle && st.lastDg != 0 && st.lastDg < trailing {
+			s.unlist(st)
+			s.c.StreamsExpired++
+			continue
+		}
+		part = append(part, st)
+		bytes += 14 + len(st.topic)
+		s.catNext++
+	}
+	if len(part) > 0 {
+		s.enqueueCatalog(part)
+	}
+}
+
+// catalogChunk is the periodic catalog's budget in entry bytes per interval: eight MTUs, or 1%
+// of the rate limit when that is less, at least one MTU.
+func (s *SenderCore) catalogChunk() int {
+	n := 8 * (s.maxPayload() - HeaderSize - 2)
+	if r := s.cfg.RateLimit; r > 0 {
+		n = min(n, int(float64(r)*s.cfg.CatalogInterval.Seconds()/100))
+	}
+	return max(n, s.maxPayload()-HeaderSize-2)
+}
+
+// unlist takes st out of the catalog and forgets it: its topic's next message starts a new
+// stream.
+func (s *SenderCore) unlist(st *senderStream) {
+	i := st.listed - 1
+	last := s.listed[len(s.listed)-1]
+	s.listed[i] = last
+	last.listed = i + 1
+	s.listed[len(s.listed)-1] = nil
+	s.listed = s.listed[:len(s.listed)-1]
+	st.listed = 0
+	delete(s.streams, st.topic)
+	s.lruUnlink(st)
+}
+
+func (s *SenderCore) lruPush(st *senderStream) {
+	if s.lru.lruNext == nil {
+		s.lru.lruNext, s.lru.lruPrev = &s.lru, &s.lru
+	}
+	st.lruPrev, st.lruNext = &s.lru, s.lru.lruNext
+	s.lru.lruNext.lruPrev = st
+	s.lru.lruNext = st
+}
+
+func (s *SenderCore) lruUnlink(st *senderStream) {
+	st.lruPrev.lruNext, st.lruNext.lruPrev = st.lruNext, st.lruPrev
+	st.lruPrev, st.lruNext = nil, nil
+}
+
+// evictStreams forgets least recently used streams past MaxStreams, as long as their data has
+// left the window.
+func (s *SenderCore) evictStreams() {
+	trailing := s.win.trailing()
+	for len(s.streams) > s.cfg.MaxStreams {
+		old := s.lru.lruPrev
+		if old == &s.lru || old.lastDg == 0 || old.lastDg >= trailing {
+			return // every older stream still has data to repair: the window bounds them
+		}
+		s.unlist(old)
+		s.c.StreamsEvicted++
+	}
 }
 
 // release sends queued datagrams as the rate limit allows.
@@ -345,38 +531,54 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 		s.c.NAKsDropped++
 		return nil
 	}
-	src := s.sources[from]
-	if src == nil {
-		if len(s.sources) >= 4096 {
-			clear(s.sources)
-		}
-		src = &nakSource{bucket: newBucket(s.t.nakRate, s.t.nakBurst, now)}
-		s.sources[from] = src
-	}
-	if p.Seq <= src.lastCounter || !src.take(now, 1) {
-		s.c.NAKsDropped++ // replayed or over the per-source rate
+	src := s.sources.get(from.Addr().Unmap(), func() *nakSource {
+		return &nakSource{naks: newBucket(s.t.nakRate, s.t.nakBurst, now), bytes: newBucket(s.srcRate, s.sourceBurst(), now)}
+	})
+	if !src.naks.take(now, 1) || !src.accept(p.Receiver, p.Seq) {
+		s.c.NAKsDropped++ // over the per-source NAK rate, or replayed
+		src.st.NAKsDropped++
 		return nil
 	}
-	src.lastCounter = p.Seq
 	s.c.NAKs++
+	src.st.NAKs++
 	s.expireRepaired(now)
 	var will, delayed, gone []uint64
 	leading := s.win.next() - 1
-	n := 0
+	trailing := s.win.trailing()
+	n := 0 // sequences considered, at most MaxNAKSequences
+	refused := uint64(0)
+	exhausted := false // the source's byte budget is spent
+	var goneRanges []Range
 	for _, r := range p.Ranges {
 		if r.From == 0 { // a catalog request from a receiver that joined late
-			if s.cur == nil && now.Sub(s.lastCatalog) >= s.t.repairHold {
-				s.enqueueCatalog(now)
-				s.release(now)
-			}
+			s.catalogRequest(now, src)
 			if r.To == 0 {
 				continue
 			}
 			r.From = 1
 		}
-		for q := r.From; q <= r.To && q <= leading && n < 4096; q++ {
+		if r.From < trailing { // outside the window: one range, whatever its length
+			g := Range{r.From, min(r.To, trailing-1)}
+			if k := len(goneRanges); k > 0 && goneRanges[k-1].To+1 >= g.From {
+				goneRanges[k-1].To = max(goneRanges[k-1].To, g.To)
+			} else {
+				goneRanges = append(goneRanges, g)
+			}
+			if r.To < trailing {
+				continue
+			}
+			r.From = trailing
+		}
+		for q := r.From; q <= r.To && q <= leading; q++ {
+			if n >= MaxNAKSequences || exhausted {
+				// The rest is refused without looking at it: a source past its budget costs
+				// the sender O(ranges), not O(sequences).
+				refused += min(r.To, leading) - q + 1
+				break
+			}
 			n++
-			if s.win.get(q) == nil {
+			b := s.win.get(q)
+			if b == nil {
 				gone = append(gone, q)
 				continue
 			}
@@ -388,26 +590,84 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 				s.c.NAKsIgnored++
 				continue
 			}
-			if len(s.repairQ) >= s.t.delayedAfter {
-				delayed = append(delayed, q)
+			if !src.bytes.take(now, float64(len(b))) {
+				refused++ // over the source's byte budget: no answer, the receiver asks again
+				exhausted = true
 				continue
 			}
 			s.repairSet[q] = struct{}{}
-			s.repairQ = append(s.repairQ, q)
-			will = append(will, q)
+			s.repairQ = append(s.repairQ, repairItem{q, src})
+			if len(s.repairQ) > s.t.delayedAfter {
+				delayed = append(delayed, q)
+			} else {
+				will = append(will, q)
+			}
 		}
 		if r.To == ^uint64(0) {
 			break
 		}
 	}
+	s.c.NAKsRefused += refused
+	src.st.Refused += refused
 	s.sendNCF(NCFWillSend, will)
 	s.sendNCF(NCFDelayed, delayed)
 	s.sendNCF(NCFGone, gone)
+	s.sendNCFRanges(NCFGone, goneRanges)
 	s.sendRepairs(now)
 	return nil
 }
 
+// catalogRequest answers a catalog request (a NAK range 0-0): at most once per catalog interval
+// per source and ten times per catalog interval in all, charged to the source's repair budget.
+func (s *SenderCore) catalogRequest(now time.Time, src *nakSource) {
+	if !src.catalogAt.IsZero() && now.Sub(src.catalogAt) < s.cfg.CatalogInterval {
+		src.st.Refused++
+		return
+	}
+	if s.cur != nil || (!s.lastCatalog.IsZero() && now.Sub(s.lastCatalog) < s.cfg.CatalogInterval/10) {
+		return // one just went out, or data is being packed: the receiver asks again
+	}
+	size := s.catalogBytes()
+	if !src.bytes.take(now, float64(size)) {
+		src.st.Refused++
+		return
+	}
+	src.catalogAt = now
+	src.st.Repairs++
+	src.st.RepairBytes += uint64(size)
+	s.fullCatalog(now)
+	s.release(now)
+}
+
+// catalogBytes is the size of a full catalog (all datagrams).
+func (s *SenderCore) catalogBytes() int {
+	n := 0
+	for _, st := range s.listed {
+		n += 14 + len(st.topic)
+	}
+	dg := max((n+s.maxPayload()-HeaderSize-3)/(s.maxPayload()-HeaderSize-2), 1)
+	return n + dg*(HeaderSize+2)
+}
+
+func (s *SenderCore) sendNCFRanges(st NCFStatus, rs []Range) {
+	// Counted up to MaxNAKSequences per NAK: one NAK for 1-2^40 must not make a loss alert fire.
+	var n uint64
+	for _, r := range rs {
+		n += r.To - r.From + 1
+	}
+	s.c.Lost += min(n, MaxNAKSequences)
+	for len(rs) > 0 {
+		k := min(len(rs), maxRanges)
+		s.emitPacket(&Packet{PacketHeader: PacketHeader{Type: TypeNCF}, Status: st, Ranges: rs[:k]})
+		s.c.NCFs++
+		rs = rs[k:]
+	}
+}
+
 func (s *SenderCore) sendNCF(st NCFStatus, seqs []uint64) {
+	if st == NCFGone {
+		s.c.Lost += uint64(len(seqs))
+	}
 	rs := toRanges(s.rngs[:0], seqs)
 	for len(rs) > 0 {
 		k := min(len(rs), maxRanges)
@@ -420,7 +680,8 @@ func (s *SenderCore) sendNCF(st NCFStatus, seqs []uint64) {
 func (s *SenderCore) sendRepairs(now time.Time) {
 	var lost []uint64
 	for len(s.repairQ) > 0 {
-		q := s.repairQ[0]
+		it := s.repairQ[0]
+		q := it.seq
 		b := s.win.get(q)
 		if b == nil {
 			lost = append(lost, q)
@@ -438,6 +699,8 @@ func (s *SenderCore) sendRepairs(now time.Time) {
 			s.emit(c, false)
 			s.c.Repairs++
 			s.c.RepairBytes += uint64(len(c))
+			it.src.st.Repairs++
+			it.src.st.RepairBytes += uint64(len(c))
 			s.repaired[q] = now
 			s.repairedQ = append(s.repairedQ, q)
 		}
@@ -448,6 +711,7 @@ func (s *SenderCore) sendRepairs(now time.Time) {
 		s.repairQ = s.repairQ[:0:0]
 	}
 	if len(lost) > 0 {
+		s.c.Lost += uint64(len(lost))
 		rs := toRanges(nil, lost)
 		for len(rs) > 0 {
 			k := min(len(rs), maxRanges)
@@ -476,8 +740,8 @@ func (s *SenderCore) Tick(now time.Time) {
 	s.release(now)
 	s.sendRepairs(now)
 	s.expireRepaired(now)
-	if len(s.list) > 0 && !now.Before(s.catalogAt) && s.cur == nil {
-		s.enqueueCatalog(now)
+	if len(s.listed) > 0 && !now.Before(s.catalogAt) && s.cur == nil {
+		s.periodicCatalog(now)
 		s.release(now)
 	}
 	if !now.Before(s.hbAt) {
@@ -490,16 +754,16 @@ func (s *SenderCore) Tick(now time.Time) {
 func (s *SenderCore) heartbeat() {
 	p := Packet{PacketHeader: PacketHeader{Type: TypeHeartbeat}, Leading: s.win.next() - 1}
 	room := (s.maxPayload() - HeaderSize - 10) / 12
-	n := min(room, len(s.list))
+	n := min(room, len(s.listed))
 	if s.cur != nil || len(s.queue) > 0 {
 		n = 0 // stream sequences not yet sent must not be announced
 	}
 	for i := 0; i < n; i++ {
-		st := s.list[(s.hbNext+i)%len(s.list)]
+		st := s.listed[(s.hbNext+i)%len(s.listed)]
 		p.Streams = append(p.Streams, StreamSeq{Stream: st.id, Seq: st.seq})
 	}
-	if len(s.list) > 0 {
-		s.hbNext = (s.hbNext + n) % len(s.list)
+	if len(s.listed) > 0 {
+		s.hbNext = (s.hbNext + n) % len(s.listed)
 	}
 	s.emitPacket(&p)
 	s.c.Heartbeats++
@@ -508,7 +772,7 @@ func (s *SenderCore) heartbeat() {
 // Deadline is when Tick should next be called.
 func (s *SenderCore) Deadline() time.Time {
 	d := s.hbAt
-	if len(s.list) > 0 && s.catalogAt.Before(d) {
+	if len(s.listed) > 0 && s.catalogAt.Before(d) {
 		d = s.catalogAt
 	}
 	if len(s.queue) > 0 {

@@ -70,9 +70,15 @@ func channelsCommand() *cli.Command {
 				if cCtx.Bool("json") {
 					return printJSON(cCtx.App.Writer, cl)
 				}
-				t := newTable(cCtx.App.Writer, "CHANNEL", "GROUP", "PROFILE", "TOPICS", "MESSAGES", "DATAGRAMS", "BYTES", "REPAIRS", "NAKS", "LOSSES")
+				t := newTable(cCtx.App.Writer, "CHANNEL", "GROUP", "PROFILE", "TOPICS", "STREAMS", "MESSAGES", "DATAGRAMS", "BYTES", "REPAIRS", "REPAIR-BYTES", "NAKS", "LOSSES", "TOP-NAK-SOURCE")
 				for _, v := range cl.Channels {
-					t.row(v.Name, v.Group, v.Profile, strings.Join(v.Topics, ","), v.Messages, v.Datagrams, humanBytes(int64(v.Bytes)), v.Repairs, v.NAKs, v.Losses)
+					top := "-"
+					if len(v.NAKSources) > 0 {
+						s := v.NAKSources[0]
+						top = fmt.Sprintf("%s (%d NAKs, %s)", s.Source, s.NAKs, humanBytes(int64(s.RepairBytes)))
+					}
+					t.row(v.Name, v.Group, v.Profile, strings.Join(v.Topics, ","), v.Streams, v.Messages, v.Datagrams, humanBytes(int64(v.Bytes)),
+						v.Repairs, humanBytes(int64(v.RepairBytes)), v.NAKs, v.Losses, top)
 				}
 				if len(cl.Channels) == 0 {
 					t.row("(no multicast channels)")

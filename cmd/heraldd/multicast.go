@@ -17,7 +17,10 @@ type channel struct {
 	sender *multicast.Sender
 }
 
-var _ appliance.TopicSink = (*channel)(nil)
+var (
+	_ appliance.TopicSink        = (*channel)(nil)
+	_ appliance.TopicSinkChecker = (*channel)(nil)
+)
 
 func (c *channel) Name() string { return c.cfg.Name }
 
@@ -28,6 +31,20 @@ func (c *channel) Matches(topic string) bool {
 		}
 	}
 	return false
+}
+
+// Check refuses a message that cannot go in one datagram: the publisher gets
+// an ERROR rather than a message silently missing on the LAN.
+func (c *channel) Check(topic string, headers stomp.Headers, body []byte) error {
+	n := 2 + len(body)
+	for _, h := range headers {
+		n += 4 + len(h.Key) + len(h.Value)
+	}
+	if max := c.sender.MaxMessageSize(); n > max {
+		return fmt.Errorf("a %d-byte message (headers and body) on %s does not fit one datagram of multicast channel %q (at most %d bytes); nothing was sent: send it to a queue or to a topic outside the channel's patterns %v, or make it smaller",
+			n, topic, c.cfg.Name, max, c.cfg.Topics)
+	}
+	return nil
 }
 
 func (c *channel) Publish(topic string, headers stomp.Headers, body []byte) error {
@@ -47,15 +64,20 @@ func (d *daemon) openChannels(ctx context.Context) error {
 			return fmt.Errorf("multicast channel %s: key_file %w", cc.Name, err)
 		}
 		s, err := multicast.NewSender(multicast.SenderConfig{
-			Group:     cc.Group,
-			Interface: cc.Interface,
-			TTL:       cc.TTL,
-			Profile:   multicast.Profile(cc.Profile),
-			RateLimit: cc.RateLimit,
-			Window:    cc.Window,
-			Key:       key,
-			KeyID:     uint8(cc.KeyID),
-			Logger:    d.log.With("component", "multicast", "channel", cc.Name),
+			Group:            cc.Group,
+			Interface:        cc.Interface,
+			TTL:              cc.TTL,
+			Profile:          multicast.Profile(cc.Profile),
+			RateLimit:        cc.RateLimit,
+			RepairRate:       cc.RepairRate,
+			SourceRepairRate: cc.SourceRepairRate,
+			NAKSources:       cc.NAKSources,
+			StreamIdle:       cc.StreamIdle.Duration,
+			MaxStreams:       cc.MaxStreams,
+			Window:           cc.Window,
+			Key:              key,
+			KeyID:            uint8(cc.KeyID),
+			Logger:           d.log.With("component", "multicast", "channel", cc.Name),
 		})
 		if err != nil {
 			return fmt.Errorf("multicast channel %s: %w", cc.Name, err)
@@ -93,20 +115,31 @@ func (c channelStats) Channels() []admin.ChannelView {
 		if profile == "" {
 			profile = string(multicast.ProfileLowLatency)
 		}
+		srcs := make([]admin.NAKSourceView, len(st.TopSources))
+		for i, s := range st.TopSources {
+			srcs[i] = admin.NAKSourceView{Source: s.Source.String(), NAKs: s.NAKs, NAKsDropped: s.NAKsDropped,
+				Refused: s.Refused, Repairs: s.Repairs, RepairBytes: s.RepairBytes}
+		}
 		out = append(out, admin.ChannelView{
-			Name:        ch.cfg.Name,
-			Group:       ch.cfg.Group,
-			Interface:   ch.cfg.Interface,
-			Profile:     profile,
-			Topics:      ch.cfg.Topics,
-			Session:     fmt.Sprintf("%016x", st.Session),
-			Messages:    st.Messages,
-			Datagrams:   st.Datagrams,
-			Bytes:       st.Bytes,
-			Repairs:     st.Repairs,
-			NAKs:        st.NAKs,
-			RateLimited: st.RateLimited.Seconds(),
-			WindowBytes: int64(st.WindowBytes),
+			Name:           ch.cfg.Name,
+			Group:          ch.cfg.Group,
+			Interface:      ch.cfg.Interface,
+			Profile:        profile,
+			Topics:         ch.cfg.Topics,
+			Session:        multicast.FormatSession(st.Session),
+			Streams:        st.Streams,
+			Messages:       st.Messages,
+			Datagrams:      st.Datagrams,
+			Bytes:          st.Bytes,
+			Repairs:        st.Repairs,
+			NAKs:           st.NAKs,
+			NAKsDropped:    st.NAKsDropped,
+			Losses:         st.Lost,
+			RepairBytes:    st.RepairBytes,
+			NAKSourceCount: st.NAKSources,
+			NAKSources:     srcs,
+			RateLimited:    st.RateLimited.Seconds(),
+			WindowBytes:    int64(st.WindowBytes),
 		})
 	}
 	return out
