@@ -49,6 +49,7 @@ type Broker struct {
 	closed    bool
 
 	temps map[string]*session // temporary queue -> owner (tempqueue.go)
+	authz authState           // users, permissions, failed logins (authz.go)
 
 	topics *topicRegistry
 	sinks  []TopicSink
@@ -114,6 +115,7 @@ func New(o Options) *Broker {
 		cancel:   cancel,
 	}
 	b.seed.Store(uint64(o.Now().UnixNano()))
+	b.authz.init(c)
 	b.pump = newPump()
 	b.pumpStop = make(chan struct{})
 	return b

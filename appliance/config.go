@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/herald-mq/herald/appliance/auth"
 )
 
 // Duration is a time.Duration written in TOML as a string ("10s", "5m").
@@ -41,6 +43,22 @@ type Config struct {
 	Log     LogConfig   `toml:"log" json:"log"`
 	// Multicast holds the channels topics are mapped to.
 	Multicast MulticastConfig `toml:"multicast" json:"multicast"`
+	// Auth: who may connect, and what each user may do (authz.go).
+	Auth AuthConfig `toml:"auth" json:"auth"`
+}
+
+// AuthConfig is the [auth] section: the users file and the anonymous role.
+type AuthConfig struct {
+	// UsersFile holds users, groups, password hashes and permissions
+	// (herald user ...). Empty: no users; only loopback clients are
+	// accepted, with full access, unless AllowAnonymous.
+	UsersFile string `toml:"users_file" json:"users_file"`
+	// AllowAnonymous accepts connections without a login: with a users
+	// file they get the Anonymous grants; without one, every client gets
+	// full access from any address (a trusted network only).
+	AllowAnonymous bool `toml:"allow_anonymous" json:"allow_anonymous"`
+	// Anonymous are the permissions of connections without a login.
+	Anonymous auth.Grants `toml:"anonymous" json:"anonymous"`
 }
 
 // StompConfig is the STOMP listener and its limits.
@@ -62,6 +80,14 @@ type StompConfig struct {
 	MaxTxFrames              int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
 	MaxOutputBytes           int64    `toml:"max_output_bytes" json:"max_output_bytes"`
 	MaxTxBytes               int64    `toml:"max_transaction_bytes" json:"max_transaction_bytes"`
+	// TLS listener (authz.go): certificate and key files (PEM); with
+	// TLSClientCA, client certificates are verified against it and their
+	// identity (common name or a subject alternative name) logs in as the
+	// user of that name.
+	TLSListen   string `toml:"tls_listen" json:"tls_listen"`
+	TLSCert     string `toml:"tls_cert" json:"tls_cert"`
+	TLSKey      string `toml:"tls_key" json:"tls_key"`
+	TLSClientCA string `toml:"tls_client_ca" json:"tls_client_ca"`
 }
 
 // JournalConf configures the SQLite journal.
@@ -605,6 +631,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, c.validateAuth()...)
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {
 		where := fmt.Sprintf("multicast.channel[%d]", i)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/herald-mq/herald/appliance/auth"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
@@ -65,8 +66,9 @@ type session struct {
 	version   string
 	info      atomic.Pointer[connInfo]
 	connected atomic.Bool
-	hbSend    time.Duration // we beat at least this often
-	hbRecv    time.Duration // the client beats at least this often
+	ident     atomic.Pointer[auth.Identity] // who CONNECT authenticated (authz.go)
+	hbSend    time.Duration                 // we beat at least this often
+	hbRecv    time.Duration                 // the client beats at least this often
 
 	outMu    sync.Mutex
 	out      []outItem
@@ -83,7 +85,9 @@ type session struct {
 	writerWG     sync.WaitGroup
 	stopW        chan struct{}
 
-	// reader goroutine only
+	// reader goroutine only; subs is written under subsMu too, so that
+	// SetAuth can read it from another goroutine.
+	subsMu  sync.Mutex
 	subs    map[string]*subscription
 	txs     map[string]*transaction
 	txBytes int64 // weight of every open transaction's frames (stomp.max_transaction_bytes)
@@ -295,7 +299,9 @@ func (s *session) cleanup() {
 	for _, sub := range s.subs {
 		s.endSubscription(sub)
 	}
+	s.subsMu.Lock()
 	s.subs = nil
+	s.subsMu.Unlock()
 	s.txs = nil
 	s.dropTemps()
 	s.conn.Close()

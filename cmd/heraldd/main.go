@@ -31,6 +31,7 @@ func run(args []string) int {
 	listen := fs.String("stomp-listen", "", "STOMP listen address (overrides stomp.listen; default 127.0.0.1:61613)")
 	adminSocket := fs.String("admin-socket", "", "admin unix socket (overrides admin.socket; default DATA_DIR/admin.sock)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	af := authFlags(fs) // auth.go
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	checkConfig := fs.Bool("check-config", false, "validate the configuration and exit")
 	if err := fs.Parse(args); err != nil {
@@ -67,11 +68,16 @@ func run(args []string) int {
 	if *logLevel != "" {
 		cfg.Log.Level = *logLevel
 	}
+	af.apply(&cfg)
 	if cfg.Admin.Socket == "" {
 		cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "heraldd: invalid configuration:\n%v\n", err)
+		return 78
+	}
+	if err := cfg.CheckExposure(); err != nil {
+		fmt.Fprintf(os.Stderr, "heraldd: %v\n", err)
 		return 78
 	}
 	if *checkConfig {
@@ -145,9 +151,19 @@ func (d *daemon) run() int {
 		d.shutdown()
 		return 69
 	}
+	if err := d.startAuth(); err != nil {
+		d.log.Error("cannot load users and permissions; fix them or auth.users_file", "err", err)
+		d.shutdown()
+		return 78
+	}
 	addr, err := d.broker.Listen(d.cfg.Stomp.Listen)
 	if err != nil {
 		d.log.Error("cannot listen", "err", err)
+		d.shutdown()
+		return 69
+	}
+	if err := d.listenTLS(); err != nil {
+		d.log.Error("cannot start the TLS listener", "err", err)
 		d.shutdown()
 		return 69
 	}
