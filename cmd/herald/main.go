@@ -88,6 +88,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			return usageErrorf("no command given; see the list above")
 		},
 	}
+	app.Flags = append(app.Flags, authFlags()...) // TLS and client certificates: auth_flags.go
 	for _, c := range app.Commands {
 		if c.OnUsageError == nil {
 			c.OnUsageError = onUsageError
@@ -130,7 +131,12 @@ func checkArgs(cCtx *cli.Context, min, max int, usage string) error {
 // into exit codes with a hint.
 func dial(ctx context.Context, cCtx *cli.Context, heartBeat [2]time.Duration) (*client.Conn, error) {
 	server := cCtx.String("server")
+	tc, err := clientTLS(cCtx)
+	if err != nil {
+		return nil, err
+	}
 	c, err := client.Dial(ctx, server, client.Options{
+		TLS:         tc,
 		Login:       cCtx.String("login"),
 		Passcode:    cCtx.String("passcode"),
 		HeartBeat:   heartBeat,
@@ -149,8 +155,8 @@ func dial(ctx context.Context, cCtx *cli.Context, heartBeat [2]time.Duration) (*
 		return nil, &exitError{code: exitOther, err: ctx.Err()}
 	}
 	return nil, &exitError{code: exitUnavailable, err: fmt.Errorf(
-		"cannot reach the STOMP server at %s: %w; is heraldd running? start it with: %s (or point --server / HERALD_SERVER at it)",
-		server, unwrapClient(err), startHint())}
+		"cannot reach the STOMP server at %s: %w; is heraldd running? start it with: %s (or point --server / HERALD_SERVER at it)%s",
+		server, unwrapClient(err), startHint(), tlsHint(tc))}
 }
 
 // failure classifies an error met after connecting.
