@@ -314,6 +314,20 @@ func (s *session) deny(f *stomp.Frame, id auth.Identity, dest string, perm auth.
 	return false
 }
 
+// authView is the connection's user, authentication method and TLS
+// version, for admin views (any goroutine).
+func (s *session) authView() (user, method, tlsVersion string) {
+	if id := s.ident.Load(); id != nil {
+		user, method = id.Name(), id.Method
+	}
+	if tc, ok := s.conn.(*tls.Conn); ok {
+		if st := tc.ConnectionState(); st.HandshakeComplete {
+			tlsVersion = tls.VersionName(st.Version)
+		}
+	}
+	return user, method, tlsVersion
+}
+
 // subDest is a subscription's destination, for SetAuth.
 type subDest struct {
 	dest, kind, name string

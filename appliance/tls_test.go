@@ -157,3 +157,30 @@ func TestTLS_OpenSSLClient(t *testing.T) {
 		}
 	}
 }
+
+// The admin view of connections shows who logged in, how, and over what.
+func TestTLS_ConnectionsView(t *testing.T) {
+	certs := testcert.New(t)
+	tb, addr := tlsBroker(t, certs)
+	cert, key := certs.Client(t, "alice")
+	a, err := dialTLS(addr, "", "", certs.ClientTLS(t, cert, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := dialAs(tb.Addr, "bob", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	got := map[string]appliance.ConnView{}
+	for _, v := range tb.B.Connections() {
+		got[v.User] = v
+	}
+	if v := got["alice"]; v.Auth != "certificate" || !strings.HasPrefix(v.TLS, "TLS 1.") {
+		t.Errorf("alice's connection: %+v, want auth certificate over TLS", v)
+	}
+	if v := got["bob"]; v.Auth != "password" || v.TLS != "" {
+		t.Errorf("bob's connection: %+v, want auth password over plain TCP", v)
+	}
+}
