@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -182,5 +183,45 @@ func TestTLS_ConnectionsView(t *testing.T) {
 	}
 	if v := got["bob"]; v.Auth != "password" || v.TLS != "" {
 		t.Errorf("bob's connection: %+v, want auth password over plain TCP", v)
+	}
+}
+
+// A connection refused at accept (here: stomp.max_connections_per_address)
+// that never starts its TLS handshake must not hold the accept loop: its
+// ERROR is written under a deadline for reads too.
+func TestTLS_SilentRefusedConnectionDoesNotBlockAccept(t *testing.T) {
+	certs := testcert.New(t)
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Stomp.MaxConnectionsPerAddress = 1 })
+	tc, err := appliance.TLSConfig(appliance.StompConfig{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tb.B.ListenTLS("127.0.0.1:0", tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.String()
+	first, err := dialTLS(addr, "", "", certs.ClientTLS(t, "", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Dial("tcp", addr) // refused: over the per-address limit; sends nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	time.Sleep(100 * time.Millisecond) // let the accept loop take it
+	first.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := dialTLS(addr, "", "", certs.ClientTLS(t, "", ""))
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection accepted 10 s after a silent refused one: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
