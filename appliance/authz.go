@@ -292,7 +292,9 @@ func (s *session) authorize(f *stomp.Frame) bool {
 	if !p.Allowed(id, perm, k, name) {
 		return s.deny(f, id, d, perm)
 	}
-	if kind == destQueue && s.b.lookupQueue(name) == nil && !p.Allowed(id, auth.Create, k, name) {
+	// A reply to a temporary queue never creates one: the handler drops
+	// it when the owner is gone.
+	if kind == destQueue && !strings.HasPrefix(name, tempPrefix) && s.b.lookupQueue(name) == nil && !p.Allowed(id, auth.Create, k, name) {
 		return s.deny(f, id, d, auth.Create)
 	}
 	return true

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/auth"
@@ -32,13 +33,17 @@ create = ["/queue/new.>"]
 password = "{pw:a}"
 groups = ["all"]
 
+[users.responder]
+password = "{pw:r}"
+write = ["/queue/#tmp.>"]
+
 [groups.all]
 read = ["/queue/>", "/topic/>"]
 write = ["/queue/>", "/topic/>"]
 create = ["/queue/>"]
 `
 
-var matrixPasswords = map[string]string{"producer": "p", "consumer": "c", "creator": "n", "admin": "a", "": ""}
+var matrixPasswords = map[string]string{"producer": "p", "consumer": "c", "creator": "n", "admin": "a", "responder": "r", "": ""}
 
 // TestAuth_PermissionMatrix: users x destinations x frames over real
 // connections. want is "" (allowed: a RECEIPT) or the missing permission
@@ -192,6 +197,30 @@ func TestAuth_TempQueuesAreTheOwners(t *testing.T) {
 	}
 	if _, err := owner.SubscribeReceipt(ctxT(t), "/queue/DLQ."+tmp, "auto"); err != nil {
 		t.Fatalf("the owner may read its temporary queue's dead letters: %v", err)
+	}
+	// Replies need write on /queue/#tmp.>; once the owner is gone they are
+	// dropped with a RECEIPT saying so, not refused for want of create.
+	resp := mustDialAs(t, tb, "responder")
+	if _, err := resp.SendReceipt(ctxT(t), "/queue/"+tmp, []byte("reply")); err != nil {
+		t.Fatalf("responder with write on /queue/#tmp.>: %v", err)
+	}
+	if _, err := mustDialAs(t, tb, "producer").SendReceipt(ctxT(t), "/queue/"+tmp, []byte("reply")); err == nil || !strings.Contains(err.Error(), "permission denied: write on /queue/#tmp.") {
+		t.Fatalf("producer without write on /queue/#tmp.> replied: %v", err)
+	}
+	owner.Close()
+	waitGone := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := tb.B.Queue(tmp); !ok {
+			break
+		}
+		if time.Now().After(waitGone) {
+			t.Fatalf("temporary queue %s outlived its owner", tmp)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r, err := resp.SendReceipt(ctxT(t), "/queue/"+tmp, []byte("late"))
+	if err != nil || r.Get("dropped") == "" {
+		t.Fatalf("late reply: %v %v, want a RECEIPT with dropped", r, err)
 	}
 }
 
