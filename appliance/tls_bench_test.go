@@ -16,7 +16,10 @@ import (
 // plain TCP and TLS, so the two transports compare in the same run.
 func tlsBench(b *testing.B) (plain, tlsAddr string, tc *tls.Config) {
 	certs := testcert.New(b)
-	tb := mustStartBroker(b, func(c *appliance.Config) { c.Topics.SubscriberBuffer = 1 << 20; c.Topics.SubscriberBufferBytes = 1 << 30 })
+	tb := mustStartBroker(b, func(c *appliance.Config) {
+		c.Topics.SubscriberBuffer = 1 << 20
+		c.Topics.SubscriberBufferBytes = 1 << 30
+	})
 	stc, err := appliance.TLSConfig(appliance.StompConfig{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey})
 	if err != nil {
 		b.Fatal(err)
