@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,17 @@ func (c *Config) validateAuth() []error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if err := c.Auth.Anonymous.Check("auth.anonymous"); err != nil {
 		errs = append(errs, err)
+	}
+	if a := c.Auth; len(a.Command) > 0 {
+		if !filepath.IsAbs(a.Command[0]) {
+			bad("auth.command: %q: give the program's absolute path", a.Command[0])
+		}
+	}
+	if d := c.Auth.CommandTimeout.Duration; d < time.Millisecond || d > time.Minute {
+		bad("auth.command_timeout: %s: want 1ms to 1m", c.Auth.CommandTimeout)
+	}
+	if d := c.Auth.CommandCache.Duration; d < 0 || d > time.Hour {
+		bad("auth.command_cache: %s: want 0s (no cache) to 1h", c.Auth.CommandCache)
 	}
 	s := &c.Stomp
 	if s.TLSListen != "" && (s.TLSCert == "" || s.TLSKey == "") {
@@ -75,8 +87,11 @@ func (c *Config) CheckExposure() error {
 // LoadAuth reads cfg's users file (if any) and returns the policy to run
 // with, and warnings for the log (a users file readable by others).
 func LoadAuth(cfg Config) (*auth.Policy, []string, error) {
-	o := auth.Options{AllowAnonymous: cfg.Auth.AllowAnonymous, Anonymous: cfg.Auth.Anonymous}
+	o := auth.Options{AllowAnonymous: cfg.Auth.AllowAnonymous, Anonymous: cfg.Auth.Anonymous, External: len(cfg.Auth.Command) > 0}
 	var warns []string
+	if len(cfg.Auth.Command) > 0 && cfg.Auth.UsersFile == "" {
+		return nil, nil, errors.New("auth.command needs auth.users_file: the groups and permissions of the users it allows are defined there")
+	}
 	if path := cfg.Auth.UsersFile; path != "" {
 		f, err := os.Open(path)
 		if err != nil {
@@ -115,6 +130,8 @@ type authState struct {
 	throttle *auth.Throttle
 	denied   map[string]uint64 // by user
 	failures uint64
+
+	cmd authCommand // auth.command (authcmd.go)
 }
 
 func (a *authState) init(cfg Config) {
@@ -127,19 +144,24 @@ func (a *authState) init(cfg Config) {
 	a.sem = make(chan struct{}, maxHashChecks)
 	a.throttle = auth.NewThrottle()
 	a.denied = map[string]uint64{}
+	a.cmd.init(cfg.Auth)
 }
 
 // AuthStatsView holds the authentication counters.
 type AuthStatsView struct {
 	Failures uint64            `json:"auth_failures_total"`
 	Denied   map[string]uint64 `json:"auth_denied_total"` // frames refused for a missing permission, by user
+	// auth.command: runs, and runs that failed (timeout, crash, exit code
+	// other than 0 or 1); positive answers served from the cache.
+	CommandRuns, CommandErrors, CommandCacheHits uint64
 }
 
 // AuthStats returns the authentication counters.
 func (b *Broker) AuthStats() AuthStatsView {
 	b.authz.mu.Lock()
 	defer b.authz.mu.Unlock()
-	v := AuthStatsView{Failures: b.authz.failures, Denied: make(map[string]uint64, len(b.authz.denied))}
+	v := AuthStatsView{Failures: b.authz.failures, Denied: make(map[string]uint64, len(b.authz.denied)),
+		CommandRuns: b.authz.cmd.runs.Load(), CommandErrors: b.authz.cmd.errors.Load(), CommandCacheHits: b.authz.cmd.hits.Load()}
 	for k, n := range b.authz.denied {
 		v.Denied[k] = n
 	}
@@ -229,6 +251,9 @@ func (s *session) authenticate(f *stomp.Frame) bool {
 		}
 	}
 	id, err := p.Authenticate(f.Get("login"), f.Get("passcode"), certNames(s.conn), loopback)
+	if errors.Is(err, auth.ErrExternal) {
+		id, err = s.b.authz.external(s.b, p, f.Get("login"), f.Get("passcode"), s.log)
+	}
 	if !p.Open() {
 		<-s.b.authz.sem
 	}

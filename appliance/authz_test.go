@@ -48,7 +48,7 @@ func authBroker(t *testing.T, src string, mutate func(*appliance.Config)) *testB
 		t.Fatal(err)
 	}
 	tb := mustStartBroker(t, mutate)
-	p, err := auth.NewPolicy(auth.Options{Users: f, AllowAnonymous: tb.Cfg.Auth.AllowAnonymous, Anonymous: tb.Cfg.Auth.Anonymous})
+	p, err := auth.NewPolicy(auth.Options{Users: f, AllowAnonymous: tb.Cfg.Auth.AllowAnonymous, Anonymous: tb.Cfg.Auth.Anonymous, External: len(tb.Cfg.Auth.Command) > 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +195,30 @@ func TestAuth_LoopbackOnlyWithoutUsers(t *testing.T) {
 	c := tb.Dial(t)
 	if _, err := c.SendReceipt(ctxT(t), "/queue/anything", []byte("x")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestConfig_ValidateAuth(t *testing.T) {
+	for _, tc := range []struct {
+		mutate func(*appliance.Config)
+		want   string
+	}{
+		{func(c *appliance.Config) { c.Stomp.TLSListen = "127.0.0.1:61614" }, "set stomp.tls_cert and stomp.tls_key"},
+		{func(c *appliance.Config) { c.Stomp.TLSCert = "/x.crt" }, "need stomp.tls_listen"},
+		{func(c *appliance.Config) { c.Auth.Anonymous.Read = []string{"metrics"} }, "auth.anonymous.read"},
+		{func(c *appliance.Config) { c.Auth.Command = []string{"auth.sh"} }, "absolute path"},
+		{func(c *appliance.Config) { c.Auth.CommandTimeout.Duration = 0 }, "auth.command_timeout"},
+		{func(c *appliance.Config) { c.Auth.CommandCache.Duration = 2 * time.Hour }, "auth.command_cache"},
+	} {
+		cfg := appliance.DefaultConfig()
+		tc.mutate(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+	cfg := appliance.DefaultConfig()
+	cfg.Auth.Command = []string{"/usr/local/lib/herald/auth.sh"}
+	if _, _, err := appliance.LoadAuth(cfg); err == nil || !strings.Contains(err.Error(), "auth.command needs auth.users_file") {
+		t.Errorf("auth.command without a users file: %v", err)
 	}
 }

@@ -59,6 +59,16 @@ type AuthConfig struct {
 	AllowAnonymous bool `toml:"allow_anonymous" json:"allow_anonymous"`
 	// Anonymous are the permissions of connections without a login.
 	Anonymous auth.Grants `toml:"anonymous" json:"anonymous"`
+	// Command checks logins the users file cannot (no such user, or no
+	// password there): the program and its arguments; the user name and
+	// password go on its standard input, one per line. Exit 0 allows, 1
+	// denies; standard output may name groups of the users file, one per
+	// line (authcmd.go).
+	Command []string `toml:"command" json:"command"`
+	// CommandTimeout bounds one run of Command; CommandCache keeps positive
+	// answers this long (0: none).
+	CommandTimeout Duration `toml:"command_timeout" json:"command_timeout"`
+	CommandCache   Duration `toml:"command_cache" json:"command_cache"`
 }
 
 // StompConfig is the STOMP listener and its limits.
@@ -295,7 +305,8 @@ func DefaultConfig() Config {
 			LastValueMaxBytes:     64 << 20,
 			IdleForget:            Duration{10 * time.Minute},
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:  LogConfig{Level: "info", Format: "text"},
+		Auth: AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}},
 	}
 }
 

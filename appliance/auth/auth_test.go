@@ -297,3 +297,34 @@ func TestPolicy_Open(t *testing.T) {
 		t.Fatalf("non-loopback with allow_anonymous: %v", err)
 	}
 }
+
+func TestPolicy_External(t *testing.T) {
+	f, _ := DecodeUsers(nil)
+	f.AddUser("local", testHash(t, "pw"), nil)
+	f.AddUser("ldapuser", "", nil) // in the file for its grants, password elsewhere
+	f.Grant("ldapuser", false, Write, "/queue/own")
+	f.Grant("ops", true, Read, "/topic/ops.>")
+	p := testPolicy(t, Options{Users: f, External: true})
+	if _, err := p.Authenticate("local", "pw", nil, false); err != nil {
+		t.Fatalf("a file user with a password is checked by the file: %v", err)
+	}
+	if _, err := p.Authenticate("local", "nope", nil, false); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("a wrong file password went to the command: %v", err)
+	}
+	for _, login := range []string{"stranger", "ldapuser"} {
+		id, err := p.Authenticate(login, "x", nil, false)
+		if !errors.Is(err, ErrExternal) || id.User != login {
+			t.Fatalf("%s: %+v %v, want ErrExternal", login, id, err)
+		}
+	}
+	id, unknown := p.External("ldapuser", []string{"ops", "nope"})
+	if len(id.Groups) != 1 || id.Groups[0] != "ops" || len(unknown) != 1 || unknown[0] != "nope" {
+		t.Fatalf("External: %+v, unknown %v", id, unknown)
+	}
+	if !p.Allowed(id, Read, KindTopic, "ops.x") || !p.Allowed(id, Write, KindQueue, "own") || p.Allowed(id, Write, KindQueue, "other") {
+		t.Fatal("grants of an externally checked user wrong")
+	}
+	if !p.Valid(id) || testPolicy(t, Options{Users: f}).Valid(id) {
+		t.Fatal("an externally checked identity must stay valid while the command is configured only")
+	}
+}

@@ -23,7 +23,15 @@ type Options struct {
 	// Anonymous are the grants of connections without a login (with a users
 	// file).
 	Anonymous Grants
+	// External: a login the users file cannot check (no such user, or one
+	// without a password) is decided by an external command; Authenticate
+	// answers ErrExternal and the caller runs it, then calls External.
+	External bool
 }
+
+// ErrExternal is Authenticate's answer when an external command must
+// decide; the Identity returned names the login.
+var ErrExternal = errors.New("external authentication needed")
 
 // Policy decides who may connect and what each identity may do. It is
 // immutable: a reload builds a new one.
@@ -32,6 +40,8 @@ type Policy struct {
 	allowAnon bool
 	anon      acl
 	users     map[string]*principal
+	groups    map[string]*acl
+	external  bool
 	dummy     hash // checked for unknown users, so they take as long
 
 	hashChecks atomic.Int64 // argon2id computations run (tests: an unknown user costs one too)
@@ -44,7 +54,7 @@ type principal struct {
 
 // NewPolicy compiles o.
 func NewPolicy(o Options) (*Policy, error) {
-	p := &Policy{open: o.Users == nil, allowAnon: o.AllowAnonymous, users: map[string]*principal{}}
+	p := &Policy{open: o.Users == nil, allowAnon: o.AllowAnonymous, users: map[string]*principal{}, groups: map[string]*acl{}, external: o.External && o.Users != nil}
 	if err := o.Anonymous.Check("auth.anonymous"); err != nil {
 		return nil, err
 	}
@@ -59,6 +69,15 @@ func NewPolicy(o Options) (*Policy, error) {
 	}
 	if err := o.Users.Check(); err != nil {
 		return nil, err
+	}
+	for name, g := range o.Users.Groups {
+		a := &acl{}
+		if g != nil {
+			if err := a.add(*g); err != nil {
+				return nil, err
+			}
+		}
+		p.groups[name] = a
 	}
 	for name, u := range o.Users.Users {
 		pr := &principal{}
@@ -94,7 +113,10 @@ func (p *Policy) Users() int { return len(p.users) }
 type Identity struct {
 	User      string // the user (or, without a users file, the login given)
 	Anonymous bool   // no login: the anonymous role (or full access without a users file)
-	Method    string // "password", "certificate", "anonymous", "open"
+	Method    string // "password", "certificate", "anonymous", "open", "command"
+	// Groups named by an external command, whose grants (from the users
+	// file's [groups]) apply besides the user's own.
+	Groups []string
 }
 
 // Name is the identity as logs and metrics show it.
@@ -135,6 +157,9 @@ func (p *Policy) Authenticate(login, passcode string, certNames []string, loopba
 		return Identity{Anonymous: true, Method: "anonymous"}, nil
 	}
 	pr := p.users[login]
+	if p.external && (pr == nil || pr.hash == nil) {
+		return Identity{User: login, Method: "command"}, ErrExternal
+	}
 	h := &p.dummy
 	if pr != nil && pr.hash != nil {
 		h = pr.hash
@@ -159,8 +184,31 @@ func (p *Policy) Allowed(id Identity, perm Perm, kind, name string) bool {
 	if id.Anonymous {
 		return p.allowAnon && p.anon.allows(perm, kind, name)
 	}
-	pr := p.users[id.User]
-	return pr != nil && pr.acl.allows(perm, kind, name)
+	if pr := p.users[id.User]; pr != nil && pr.acl.allows(perm, kind, name) {
+		return true
+	}
+	for _, g := range id.Groups {
+		if a := p.groups[g]; a != nil && a.allows(perm, kind, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// External is the identity of login once an external command allowed it,
+// with the groups it named; groups the users file does not define are
+// dropped (and returned, for the log).
+func (p *Policy) External(login string, groups []string) (Identity, []string) {
+	id := Identity{User: login, Method: "command"}
+	var unknown []string
+	for _, g := range groups {
+		if _, ok := p.groups[g]; ok {
+			id.Groups = append(id.Groups, g)
+		} else {
+			unknown = append(unknown, g)
+		}
+	}
+	return id, unknown
 }
 
 // Valid reports whether id could still connect under p (after a reload):
@@ -171,6 +219,8 @@ func (p *Policy) Valid(id Identity) bool {
 		return true
 	case id.Anonymous:
 		return p.allowAnon
+	case id.Method == "command":
+		return p.external
 	}
 	_, ok := p.users[id.User]
 	return ok

@@ -78,6 +78,9 @@ func (d *daemon) listenTLS() error {
 var (
 	dAuthFailures = prometheus.NewDesc("herald_auth_failures_total", "STOMP CONNECTs refused: wrong login, passcode or certificate, or anonymous not allowed.", nil, nil)
 	dAuthDenied   = prometheus.NewDesc("herald_auth_denied_total", "SEND and SUBSCRIBE frames refused for a missing permission, by user (\"anonymous\" for connections without a login).", []string{"user"}, nil)
+	dAuthCmdRuns  = prometheus.NewDesc("herald_auth_command_runs_total", "Runs of auth.command.", nil, nil)
+	dAuthCmdErrs  = prometheus.NewDesc("herald_auth_command_errors_total", "Runs of auth.command that failed: timeout, crash, exit code other than 0 or 1.", nil, nil)
+	dAuthCmdHits  = prometheus.NewDesc("herald_auth_command_cache_hits_total", "Logins allowed from auth.command's cache of positive answers.", nil, nil)
 )
 
 // authCollector reads the broker's authentication counters at scrape time.
@@ -86,11 +89,17 @@ type authCollector struct{ b *appliance.Broker }
 func (c authCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- dAuthFailures
 	ch <- dAuthDenied
+	ch <- dAuthCmdRuns
+	ch <- dAuthCmdErrs
+	ch <- dAuthCmdHits
 }
 
 func (c authCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.b.AuthStats()
 	ch <- prometheus.MustNewConstMetric(dAuthFailures, prometheus.CounterValue, float64(st.Failures))
+	ch <- prometheus.MustNewConstMetric(dAuthCmdRuns, prometheus.CounterValue, float64(st.CommandRuns))
+	ch <- prometheus.MustNewConstMetric(dAuthCmdErrs, prometheus.CounterValue, float64(st.CommandErrors))
+	ch <- prometheus.MustNewConstMetric(dAuthCmdHits, prometheus.CounterValue, float64(st.CommandCacheHits))
 	for user, n := range st.Denied {
 		ch <- prometheus.MustNewConstMetric(dAuthDenied, prometheus.CounterValue, float64(n), user)
 	}
