@@ -36,6 +36,9 @@ func (c *Config) validateAuth() []error {
 			bad("auth.command: %q: give the program's absolute path", a.Command[0])
 		}
 	}
+	if n := c.Auth.MaxConnectionsPerUser; n <= 0 {
+		bad("auth.max_connections_per_user: must be positive, got %d", n)
+	}
 	if d := c.Auth.CommandTimeout.Duration; d < time.Millisecond || d > time.Minute {
 		bad("auth.command_timeout: %s: want 1ms to 1m", c.Auth.CommandTimeout)
 	}
@@ -130,6 +133,7 @@ type authState struct {
 	throttle *auth.Throttle
 	denied   map[string]uint64 // by user
 	failures uint64
+	perUser  map[string]int // open authenticated connections by user (auth.max_connections_per_user)
 
 	cmd authCommand // auth.command (authcmd.go)
 }
@@ -144,6 +148,7 @@ func (a *authState) init(cfg Config) {
 	a.sem = make(chan struct{}, maxHashChecks)
 	a.throttle = auth.NewThrottle()
 	a.denied = map[string]uint64{}
+	a.perUser = map[string]int{}
 	a.cmd.init(cfg.Auth)
 }
 
@@ -257,11 +262,28 @@ func (s *session) authenticate(f *stomp.Frame) bool {
 	if !p.Open() {
 		<-s.b.authz.sem
 	}
+	a := &s.b.authz
 	if err == nil {
+		if p.Open() {
+			s.ident.Store(&id)
+			return true
+		}
+		limit := s.b.cfg.Auth.MaxConnectionsPerUser
+		a.mu.Lock()
+		over := a.perUser[id.Name()] >= limit
+		if !over {
+			a.perUser[id.Name()]++
+			s.counted = id.Name()
+		}
+		a.mu.Unlock()
+		if over {
+			s.log.Warn("connection refused: too many connections of one user", "user", id.Name(), "max_connections_per_user", limit)
+			s.fail(f, "too many connections", fmt.Sprintf("User %s already holds %d connections (auth.max_connections_per_user); close some, or raise the limit.", id.Name(), limit))
+			return false
+		}
 		s.ident.Store(&id)
 		return true
 	}
-	a := &s.b.authz
 	a.mu.Lock()
 	a.failures++
 	delay := a.throttle.Fail(src, s.b.now().UnixMilli())
@@ -339,6 +361,20 @@ func (s *session) deny(f *stomp.Frame, id auth.Identity, dest string, perm auth.
 	what := map[auth.Perm]string{auth.Read: "subscribe to", auth.Write: "send to", auth.Create: "create"}[perm]
 	s.fail(f, "permission denied: "+perm.String()+" on "+dest, fmt.Sprintf("User %s may not %s %s: it lacks the %s permission on it; %s.", user, what, dest, perm, how))
 	return false
+}
+
+// releaseUser gives back the connection's place in its user's count (at
+// cleanup).
+func (s *session) releaseUser() {
+	if s.counted == "" {
+		return
+	}
+	a := &s.b.authz
+	a.mu.Lock()
+	if a.perUser[s.counted]--; a.perUser[s.counted] <= 0 {
+		delete(a.perUser, s.counted)
+	}
+	a.mu.Unlock()
 }
 
 // authView is the connection's user, authentication method and TLS

@@ -222,3 +222,43 @@ func TestConfig_ValidateAuth(t *testing.T) {
 		t.Errorf("auth.command without a users file: %v", err)
 	}
 }
+
+// auth.max_connections_per_user bounds one user's connections; a closed
+// one frees its place.
+func TestAuth_MaxConnectionsPerUser(t *testing.T) {
+	tb := authBroker(t, "[users.alice]\npassword = \"{pw:right}\"\n[users.bob]\npassword = \"{pw:b}\"\n", func(c *appliance.Config) {
+		c.Auth.MaxConnectionsPerUser = 2
+	})
+	a1, err := dialAs(tb.Addr, "alice", "right")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := dialAs(tb.Addr, "alice", "right")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	_, err = dialAs(tb.Addr, "alice", "right")
+	var se *client.ServerError
+	if !errors.As(err, &se) || se.Frame.Get("message") != "too many connections" || !strings.Contains(string(se.Frame.Body), "auth.max_connections_per_user") {
+		t.Fatalf("third connection of alice: %v", err)
+	}
+	b, err := dialAs(tb.Addr, "bob", "b")
+	if err != nil {
+		t.Fatalf("another user is not limited by alice's count: %v", err)
+	}
+	b.Close()
+	a1.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := dialAs(tb.Addr, "alice", "right")
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed connection did not free its place: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -69,6 +69,9 @@ type AuthConfig struct {
 	// answers this long (0: none).
 	CommandTimeout Duration `toml:"command_timeout" json:"command_timeout"`
 	CommandCache   Duration `toml:"command_cache" json:"command_cache"`
+	// MaxConnectionsPerUser bounds the connections one user (or all
+	// anonymous clients together) holds at once, with a users file.
+	MaxConnectionsPerUser int `toml:"max_connections_per_user" json:"max_connections_per_user"`
 }
 
 // StompConfig is the STOMP listener and its limits.
@@ -306,7 +309,7 @@ func DefaultConfig() Config {
 			IdleForget:            Duration{10 * time.Minute},
 		},
 		Log:  LogConfig{Level: "info", Format: "text"},
-		Auth: AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}},
+		Auth: AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}, MaxConnectionsPerUser: 1000},
 	}
 }
 

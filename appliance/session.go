@@ -67,6 +67,7 @@ type session struct {
 	info      atomic.Pointer[connInfo]
 	connected atomic.Bool
 	ident     atomic.Pointer[auth.Identity] // who CONNECT authenticated (authz.go)
+	counted   string                        // the user whose connection count holds this one; reader goroutine
 	hbSend    time.Duration                 // we beat at least this often
 	hbRecv    time.Duration                 // the client beats at least this often
 
@@ -304,6 +305,7 @@ func (s *session) cleanup() {
 	s.subsMu.Unlock()
 	s.txs = nil
 	s.dropTemps()
+	s.releaseUser()
 	s.conn.Close()
 	close(s.done)
 }
