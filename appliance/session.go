@@ -66,10 +66,13 @@ type session struct {
 	version   string
 	info      atomic.Pointer[connInfo]
 	connected atomic.Bool
-	ident     atomic.Pointer[auth.Identity] // who CONNECT authenticated (authz.go)
-	counted   string                        // the user whose connection count holds this one; reader goroutine
-	hbSend    time.Duration                 // we beat at least this often
-	hbRecv    time.Duration                 // the client beats at least this often
+	hbSend    time.Duration // we beat at least this often
+	hbRecv    time.Duration // the client beats at least this often
+
+	// who CONNECT authenticated (authz.go), and the user whose connection
+	// count holds this one (reader goroutine).
+	ident   atomic.Pointer[auth.Identity]
+	counted string
 
 	outMu    sync.Mutex
 	out      []outItem

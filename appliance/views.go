@@ -58,7 +58,7 @@ type ConnView struct {
 	MessagesOut   uint64    `json:"messages_out"`
 	SlowDrops     uint64    `json:"slow_drops"`
 	// Who the connection logged in as ("anonymous" without a login) and
-	// how (password, certificate, anonymous, open: no users file), and
+	// how (password, certificate, command, anonymous, open: no users file), and
 	// its TLS version ("" for plain TCP). Empty before CONNECT.
 	User string `json:"user"`
 	Auth string `json:"auth"`
