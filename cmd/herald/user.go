@@ -287,6 +287,14 @@ func readUsers(path string, create bool) (*auth.File, fs.FileInfo, error) {
 // atomically; the message edit returns is printed.
 func editUsers(cCtx *cli.Context, create bool, edit func(*auth.File) (string, error)) error {
 	path := cCtx.String("file")
+	// Two edits at once would each write back what they read: take turns,
+	// on a lock of the file's directory (the file itself is replaced).
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		defer d.Close()
+		if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
+			return fmt.Errorf("lock %s: %w", filepath.Dir(path), err)
+		}
+	}
 	f, fi, err := readUsers(path, create)
 	if err != nil {
 		return err

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -120,5 +122,39 @@ func TestHashPassword_Verifies(t *testing.T) {
 	}
 	if ok, err := auth.VerifyPassword(strings.TrimSpace(out), "correct horse"); !ok || err != nil {
 		t.Fatalf("printed hash %q does not verify: %v", out, err)
+	}
+}
+
+// Concurrent edits take turns: none is lost.
+func TestUser_ConcurrentEditsKeepEveryChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "users.toml")
+	if code, _, errs := runUserCLI(t, "", "user", "add", "--file", path, "--no-password", "svc"); code != 0 {
+		t.Fatal(errs)
+	}
+	// Separate processes, as operators' commands are.
+	bin := buildHerald(t)
+	const n = 8
+	done := make(chan string, n)
+	for i := range n {
+		go func() {
+			p := fmt.Sprintf("/queue/q%d", i)
+			if out, err := exec.Command(bin, "user", "grant", "--file", path, "svc", "read", p).CombinedOutput(); err != nil {
+				p = fmt.Sprintf("error: %v: %s", err, out)
+			}
+			done <- p
+		}()
+	}
+	for range n {
+		if p := <-done; strings.HasPrefix(p, "error") {
+			t.Fatal(p)
+		}
+	}
+	b, _ := os.ReadFile(path)
+	f, err := auth.DecodeUsers(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(f.Users["svc"].Read); got != n {
+		t.Fatalf("%d grants kept of %d made at once:\n%s", got, n, b)
 	}
 }
