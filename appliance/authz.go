@@ -136,7 +136,13 @@ type authState struct {
 	perUser  map[string]int // open authenticated connections by user (auth.max_connections_per_user)
 
 	cmd authCommand // auth.command (authcmd.go)
+
+	tls atomic.Pointer[tls.Config] // of the TLS listeners' handshakes (SetTLS)
 }
+
+// SetTLS puts tc (certificate, key, client CA: see TLSConfig) in force for
+// the TLS handshakes that follow; open connections keep theirs.
+func (b *Broker) SetTLS(tc *tls.Config) { b.authz.tls.Store(tc) }
 
 func (a *authState) init(cfg Config) {
 	p, err := auth.NewPolicy(auth.Options{AllowAnonymous: cfg.Auth.AllowAnonymous, Anonymous: cfg.Auth.Anonymous})
@@ -435,6 +441,7 @@ func TLSConfig(cfg StompConfig) (*tls.Config, error) {
 
 // ListenTLS starts accepting STOMP over TLS on addr and returns the bound
 // address. The handshake runs in the session, within stomp.connect_timeout.
+// SetTLS replaces tc for later handshakes.
 func (b *Broker) ListenTLS(addr string, tc *tls.Config) (net.Addr, error) {
 	if tc == nil {
 		return nil, errors.New("ListenTLS: no TLS configuration")
@@ -443,7 +450,16 @@ func (b *Broker) ListenTLS(addr string, tc *tls.Config) (net.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stomp TLS listen %s: %w (choose another with --tls-listen)", addr, err)
 	}
-	tln := tls.NewListener(ln, tc)
+	if b.authz.tls.Load() == nil {
+		b.authz.tls.Store(tc)
+	}
+	// Every handshake takes the configuration in force (SetTLS).
+	tln := tls.NewListener(ln, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return b.authz.tls.Load(), nil
+		},
+	})
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

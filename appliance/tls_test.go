@@ -225,3 +225,35 @@ func TestTLS_SilentRefusedConnectionDoesNotBlockAccept(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// SetTLS replaces the certificate and client CA for the next handshakes;
+// a connection already open goes on.
+func TestTLS_SetTLSReplacesCertificates(t *testing.T) {
+	oldCerts := testcert.New(t)
+	tb, addr := tlsBroker(t, oldCerts)
+	oldAlice, oldKey := oldCerts.Client(t, "alice")
+	open, err := dialTLS(addr, "", "", oldCerts.ClientTLS(t, oldAlice, oldKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	newCerts := testcert.New(t)
+	tc, err := appliance.TLSConfig(appliance.StompConfig{TLSCert: newCerts.ServerCert, TLSKey: newCerts.ServerKey, TLSClientCA: newCerts.CAFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.B.SetTLS(tc)
+	if c, err := dialTLS(addr, "", "", oldCerts.ClientTLS(t, oldAlice, oldKey)); err == nil {
+		c.Close()
+		t.Fatal("a client trusting only the old CA connected after SetTLS")
+	}
+	newAlice, newKey := newCerts.Client(t, "alice")
+	c, err := dialTLS(addr, "", "", newCerts.ClientTLS(t, newAlice, newKey))
+	if err != nil {
+		t.Fatalf("the new certificate and client CA: %v", err)
+	}
+	c.Close()
+	if _, err := open.SendReceipt(ctxT(t), "/queue/alice", []byte("still here")); err != nil {
+		t.Fatalf("the connection opened before SetTLS: %v", err)
+	}
+}
