@@ -8,9 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/herald-mq/herald/appliance/auth"
+	"github.com/herald-mq/herald/internal/testenv"
 )
 
 func runUserCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
@@ -156,5 +158,29 @@ func TestUser_ConcurrentEditsKeepEveryChange(t *testing.T) {
 	}
 	if got := len(f.Users["svc"].Read); got != n {
 		t.Fatalf("%d grants kept of %d made at once:\n%s", got, n, b)
+	}
+}
+
+// An edit keeps the file's owner and group (root editing a root:herald
+// file must not leave it root:root, unreadable by the daemon).
+func TestUser_EditKeepsOwner(t *testing.T) {
+	testenv.RequireRoot(t)
+	path := filepath.Join(t.TempDir(), "users.toml")
+	if code, _, errs := runUserCLI(t, "", "user", "add", "--file", path, "--no-password", "svc"); code != 0 {
+		t.Fatal(errs)
+	}
+	if err := os.Chown(path, 4321, 4322); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runUserCLI(t, "", "user", "grant", "--file", path, "svc", "read", "/queue/x"); code != 0 {
+		t.Fatal(errs)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if st.Uid != 4321 || st.Gid != 4322 || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("after an edit: owner %d:%d mode %v, want 4321:4322 0640", st.Uid, st.Gid, fi.Mode().Perm())
 	}
 }
