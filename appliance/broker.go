@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,6 +69,7 @@ type Broker struct {
 	closed    bool
 
 	temps map[string]*session // temporary queue -> owner (tempqueue.go)
+	authz authState           // users, permissions, failed logins (authz.go)
 
 	topics *topicRegistry
 	sinks  []TopicSink
@@ -151,6 +153,7 @@ func New(o Options) *Broker {
 				"max_connections", c.Stomp.MaxConnections, "LimitNOFILE", n, "connections_allowed", b.fdCap)
 		}
 	}
+	b.authz.init(c)
 	b.pump = newPump()
 	b.intake = newIntake(o.Journal, intakeInflight)
 	b.pumpStop = make(chan struct{})
@@ -297,9 +300,21 @@ func (b *Broker) accept(c net.Conn) {
 			reason = fmt.Sprintf("too many connections from %s (stomp.max_connections_per_address %d)", addr, b.cfg().Stomp.MaxConnectionsPerAddress)
 		}
 		b.log.Warn("connection refused", "peer", c.RemoteAddr().String(), "reason", reason)
-		c.SetWriteDeadline(time.Now().Add(time.Second))
-		c.Write(stomp.Encode(stomp.NewFrame(stomp.CmdError, "message", reason), stomp.V10))
-		c.Close()
+		refuse := func() {
+			// A deadline for reads too: on the TLS listener this write
+			// runs the handshake, which waits for the client.
+			c.SetDeadline(time.Now().Add(time.Second))
+			c.Write(stomp.Encode(stomp.NewFrame(stomp.CmdError, "message", reason), stomp.V10))
+			c.Close()
+		}
+		if _, isTLS := c.(*tls.Conn); isTLS {
+			// Not on the accept loop: a client that never answers the
+			// handshake would hold it for the deadline.
+			b.wg.Add(1)
+			go func() { defer b.wg.Done(); refuse() }()
+			return
+		}
+		refuse()
 		return
 	}
 	s := newSession(b, c)

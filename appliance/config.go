@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/herald-mq/herald/appliance/auth"
 )
 
 // Duration is a time.Duration written in TOML as a string ("10s", "5m").
@@ -41,6 +43,35 @@ type Config struct {
 	Memory  MemoryConfig `toml:"memory" json:"memory"`
 	// Multicast holds the channels topics are mapped to.
 	Multicast MulticastConfig `toml:"multicast" json:"multicast"`
+	// Auth: who may connect, and what each user may do (authz.go).
+	Auth AuthConfig `toml:"auth" json:"auth"`
+}
+
+// AuthConfig is the [auth] section: the users file and the anonymous role.
+type AuthConfig struct {
+	// UsersFile holds users, groups, password hashes and permissions
+	// (herald user ...). Empty: no users; only loopback clients are
+	// accepted, with full access, unless AllowAnonymous.
+	UsersFile string `toml:"users_file" json:"users_file"`
+	// AllowAnonymous accepts connections without a login: with a users
+	// file they get the Anonymous grants; without one, every client gets
+	// full access from any address (a trusted network only).
+	AllowAnonymous bool `toml:"allow_anonymous" json:"allow_anonymous"`
+	// Anonymous are the permissions of connections without a login.
+	Anonymous auth.Grants `toml:"anonymous" json:"anonymous"`
+	// Command checks logins the users file cannot (no such user, or no
+	// password there): the program and its arguments; the user name and
+	// password go on its standard input, one per line. Exit 0 allows, 1
+	// denies; standard output may name groups of the users file, one per
+	// line (authcmd.go).
+	Command []string `toml:"command" json:"command"`
+	// CommandTimeout bounds one run of Command; CommandCache keeps positive
+	// answers this long (0: none).
+	CommandTimeout Duration `toml:"command_timeout" json:"command_timeout"`
+	CommandCache   Duration `toml:"command_cache" json:"command_cache"`
+	// MaxConnectionsPerUser bounds the connections one user (or all
+	// anonymous clients together) holds at once, with a users file.
+	MaxConnectionsPerUser int `toml:"max_connections_per_user" json:"max_connections_per_user"`
 }
 
 // StompConfig is the STOMP listener and its limits.
@@ -63,6 +94,14 @@ type StompConfig struct {
 	MaxOutputBytes           int64    `toml:"max_output_bytes" json:"max_output_bytes"`
 	MaxTxBytes               int64    `toml:"max_transaction_bytes" json:"max_transaction_bytes"`
 	MaxJournalPendingBytes   int64    `toml:"max_journal_pending_bytes" json:"max_journal_pending_bytes"`
+	// TLS listener (authz.go): certificate and key files (PEM); with
+	// TLSClientCA, client certificates are verified against it and their
+	// identity (common name or a subject alternative name) logs in as the
+	// user of that name.
+	TLSListen   string `toml:"tls_listen" json:"tls_listen"`
+	TLSCert     string `toml:"tls_cert" json:"tls_cert"`
+	TLSKey      string `toml:"tls_key" json:"tls_key"`
+	TLSClientCA string `toml:"tls_client_ca" json:"tls_client_ca"`
 }
 
 // JournalConf configures the SQLite journal.
@@ -285,7 +324,8 @@ func DefaultConfig() Config {
 			LastValueMaxBytes:     64 << 20,
 			IdleForget:            Duration{10 * time.Minute},
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:  LogConfig{Level: "info", Format: "text"},
+		Auth: AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}, MaxConnectionsPerUser: 1000},
 	}
 }
 
@@ -609,6 +649,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, c.validateAuth()...)
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {
 		where := fmt.Sprintf("multicast.channel[%d]", i)

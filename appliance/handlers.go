@@ -27,6 +27,9 @@ func (s *session) handle(f *stomp.Frame) bool {
 		}
 		return s.onConnect(f)
 	}
+	if (f.Command == stomp.CmdSend || f.Command == stomp.CmdSubscribe) && !s.authorize(f) {
+		return false
+	}
 	if tx := f.Get("transaction"); tx != "" {
 		switch f.Command {
 		case stomp.CmdSend, stomp.CmdAck, stomp.CmdNack:
@@ -95,6 +98,9 @@ func (s *session) onConnect(f *stomp.Frame) bool {
 	}
 	s.version = version
 	s.r.SetVersion(version)
+	if !s.authenticate(f) {
+		return false
+	}
 	login := f.Get("login")
 	s.info.Store(&connInfo{version: version, login: login})
 	if hb := f.Get("heart-beat"); hb != "" && version != stomp.V10 {
@@ -349,7 +355,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		return false
 	}
 	if kind == destTopic {
+		s.subsMu.Lock()
 		s.subs[id] = sub
+		s.subsMu.Unlock()
 		s.nsubs.Add(1)
 		s.b.topics.add(s.b, sub)
 		s.receipt(f)
@@ -384,7 +392,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		con.AckTimeout = n
 	}
 	sub.con = con
+	s.subsMu.Lock()
 	s.subs[id] = sub
+	s.subsMu.Unlock()
 	s.nsubs.Add(1)
 	// The consumer exists before the RECEIPT says so (an operator's queue
 	// delete after the RECEIPT finds it); messages may come before the
@@ -412,7 +422,9 @@ func (s *session) onUnsubscribe(f *stomp.Frame) bool {
 		s.fail(f, "no such subscription", fmt.Sprintf("This connection has no subscription with id %q.", id))
 		return false
 	}
+	s.subsMu.Lock()
 	delete(s.subs, id)
+	s.subsMu.Unlock()
 	s.nsubs.Add(-1)
 	s.endSubscription(sub)
 	s.receipt(f)

@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"crypto/tls"
 	"fmt"
 	"reflect"
 	"sort"
@@ -64,6 +65,22 @@ var reloadKeys = map[string]reloadClass{
 	"stomp.max_journal_pending_bytes":   reloadable,
 
 	"memory.budget_bytes": restartOnly, // the budget's halves are set at start
+
+	// The users file and the certificates are read again on every
+	// reload, changed or not (see Reload); the listener is opened once.
+	"stomp.tls_listen":              restartOnly,
+	"stomp.tls_cert":                reloadable,
+	"stomp.tls_key":                 reloadable,
+	"stomp.tls_client_ca":           reloadable,
+	"auth.users_file":               reloadable,
+	"auth.allow_anonymous":          reloadable,
+	"auth.anonymous.read":           reloadable,
+	"auth.anonymous.write":          reloadable,
+	"auth.anonymous.create":         reloadable,
+	"auth.max_connections_per_user": reloadable,
+	"auth.command":                  restartOnly, // its runner is made at start
+	"auth.command_timeout":          restartOnly,
+	"auth.command_cache":            restartOnly,
 
 	// The journal is opened once with these.
 	"journal.sync":                restartOnly,
@@ -220,10 +237,31 @@ func (b *Broker) Reload(c Config) (ConfigChanges, error) {
 	defer b.reloadMu.Unlock()
 	old := b.cfg()
 	ch := DiffConfig(*old, c)
+	eff := mergeReloadable(*old, c)
+	// The users file and the certificates are read again whether or not
+	// their keys changed (a user added, a certificate renewed under the
+	// same name), before anything is applied: a file that does not load
+	// refuses the whole reload.
+	policy, warns, err := LoadAuth(eff)
+	if err != nil {
+		return ConfigChanges{}, fmt.Errorf("nothing changed: %w", err)
+	}
+	var tc *tls.Config
+	if old.Stomp.TLSListen != "" {
+		if tc, err = TLSConfig(eff.Stomp); err != nil {
+			return ConfigChanges{}, fmt.Errorf("nothing changed: %w", err)
+		}
+	}
+	for _, w := range warns {
+		b.log.Warn(w)
+	}
+	b.SetAuth(policy)
+	if tc != nil {
+		b.SetTLS(tc)
+	}
 	if len(ch.Reloaded) == 0 {
 		return ch, nil
 	}
-	eff := mergeReloadable(*old, c)
 	b.conf.Store(&eff)
 	// Queues made from now on take eff; those made before are all in
 	// b.queues now.

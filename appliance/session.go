@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/herald-mq/herald/appliance/auth"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
@@ -79,6 +80,11 @@ type session struct {
 	hbSend    time.Duration // we beat at least this often
 	hbRecv    time.Duration // the client beats at least this often
 
+	// who CONNECT authenticated (authz.go), and the user whose connection
+	// count holds this one (reader goroutine).
+	ident   atomic.Pointer[auth.Identity]
+	counted string
+
 	outMu    sync.Mutex
 	out      []outItem
 	outBytes int64         // frames queued or being written (stomp.max_output_bytes)
@@ -94,7 +100,9 @@ type session struct {
 	writerWG     sync.WaitGroup
 	stopW        chan struct{}
 
-	// reader goroutine only
+	// reader goroutine only; subs is written under subsMu too, so that
+	// SetAuth can read it from another goroutine.
+	subsMu  sync.Mutex
 	subs    map[string]*subscription
 	txs     map[string]*transaction
 	txBytes int64 // weight of every open transaction's frames (stomp.max_transaction_bytes)
@@ -367,9 +375,12 @@ func (s *session) cleanup() {
 	for _, sub := range s.subs {
 		s.endSubscription(sub)
 	}
+	s.subsMu.Lock()
 	s.subs = nil
+	s.subsMu.Unlock()
 	s.txs = nil
 	s.dropTemps()
+	s.releaseUser()
 	s.conn.Close()
 	close(s.done)
 }

@@ -57,6 +57,12 @@ type ConnView struct {
 	MessagesIn    uint64    `json:"messages_in"`
 	MessagesOut   uint64    `json:"messages_out"`
 	SlowDrops     uint64    `json:"slow_drops"`
+	// Who the connection logged in as ("anonymous" without a login) and
+	// how (password, certificate, command, anonymous, open: no users file), and
+	// its TLS version ("" for plain TCP). Empty before CONNECT.
+	User string `json:"user"`
+	Auth string `json:"auth"`
+	TLS  string `json:"tls"`
 }
 
 // StatsView holds broker-wide totals.
@@ -316,6 +322,7 @@ func (b *Broker) Connections() []ConnView {
 			MessagesOut:   s.msgsOut.Load(),
 			SlowDrops:     s.slowDrops.Load(),
 		})
+		out[len(out)-1].User, out[len(out)-1].Auth, out[len(out)-1].TLS = s.authView()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

@@ -428,6 +428,8 @@ func TestDashboard_MetricsExist(t *testing.T) {
 	cfg := fmt.Sprintf(`data_dir = %q
 [stomp]
 listen = %q
+[auth]
+allow_anonymous = true
 [admin]
 socket = %q
 metrics_listen = %q

@@ -74,7 +74,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "passcode", EnvVars: []string{"HERALD_PASSCODE"}, Usage: "STOMP passcode (prefer HERALD_PASSCODE: arguments are visible to other users)"},
 			&cli.DurationFlag{Name: "connect-timeout", Value: 5 * time.Second, Usage: "give up connecting after this long"},
 		},
-		Commands: append([]*cli.Command{sendCommand(), receiveCommand(), listenCommand(), benchCommand()}, adminCommands()...),
+		Commands: append(append([]*cli.Command{sendCommand(), receiveCommand(), listenCommand(), benchCommand()}, adminCommands()...), userCommands()...),
 		// Completion words come from the command definitions: herald completion bash.
 		EnableBashCompletion: true,
 		HideHelpCommand:      true,
@@ -89,6 +89,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			return usageErrorf("no command given; see the list above")
 		},
 	}
+	app.Flags = append(app.Flags, authFlags()...) // TLS and client certificates: auth_flags.go
 	for _, c := range app.Commands {
 		if c.OnUsageError == nil {
 			c.OnUsageError = onUsageError
@@ -131,7 +132,12 @@ func checkArgs(cCtx *cli.Context, min, max int, usage string) error {
 // into exit codes with a hint.
 func dial(ctx context.Context, cCtx *cli.Context, heartBeat [2]time.Duration) (*client.Conn, error) {
 	server := cCtx.String("server")
+	tc, err := clientTLS(cCtx)
+	if err != nil {
+		return nil, err
+	}
 	c, err := client.Dial(ctx, server, client.Options{
+		TLS:         tc,
 		Login:       cCtx.String("login"),
 		Passcode:    cCtx.String("passcode"),
 		HeartBeat:   heartBeat,
@@ -150,8 +156,8 @@ func dial(ctx context.Context, cCtx *cli.Context, heartBeat [2]time.Duration) (*
 		return nil, &exitError{code: exitOther, err: ctx.Err()}
 	}
 	return nil, &exitError{code: exitUnavailable, err: fmt.Errorf(
-		"cannot reach the STOMP server at %s: %w; is heraldd running? start it with: %s (or point --server / HERALD_SERVER at it)",
-		server, unwrapClient(err), startHint())}
+		"cannot reach the STOMP server at %s: %w; is heraldd running? start it with: %s (or point --server / HERALD_SERVER at it)%s",
+		server, unwrapClient(err), startHint(), tlsHint(tc))}
 }
 
 // failure classifies an error met after connecting.

@@ -32,6 +32,7 @@ func run(args []string) int {
 	listen := fs.String("stomp-listen", "", "STOMP listen address (overrides stomp.listen; default 127.0.0.1:61613)")
 	adminSocket := fs.String("admin-socket", "", "admin unix socket (overrides admin.socket; default DATA_DIR/admin.sock)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	af := authFlags(fs) // auth.go
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	checkConfig := fs.Bool("check-config", false, "validate the configuration and exit")
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +71,7 @@ func run(args []string) int {
 		if *logLevel != "" {
 			cfg.Log.Level = *logLevel
 		}
+		af.apply(cfg)
 		if cfg.Admin.Socket == "" {
 			cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
 		}
@@ -169,6 +171,11 @@ func (d *daemon) run() int {
 		d.shutdown()
 		return 69
 	}
+	if err := d.startAuth(); err != nil {
+		d.log.Error("cannot load users and permissions; fix them or auth.users_file", "err", err)
+		d.shutdown()
+		return 78
+	}
 	addr, err := d.broker.Listen(d.cfg.Stomp.Listen)
 	if err != nil {
 		// preflight bound it a moment ago: something took it since.
@@ -176,6 +183,11 @@ func (d *daemon) run() int {
 		d.log.Error("cannot listen: "+p.msg, "key", p.key, "err", err)
 		d.shutdown()
 		return exitCode([]problem{p})
+	}
+	if err := d.listenTLS(); err != nil {
+		d.log.Error("cannot start the TLS listener", "err", err)
+		d.shutdown()
+		return 69
 	}
 	if err := d.startAdmin(ctx); err != nil {
 		d.log.Error("cannot start the admin API", "err", err)

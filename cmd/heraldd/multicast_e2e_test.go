@@ -132,7 +132,7 @@ type mcChannel struct {
 func writeDaemonConfig(t testing.TB, dir, addr string, ch mcChannel) string {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "data_dir = %q\n\n[stomp]\nlisten = \"%s:%d\"\n\n[admin]\nsocket = %q\n\n[log]\nlevel = \"warn\"\n\n",
+	fmt.Fprintf(&b, "data_dir = %q\n\n[stomp]\nlisten = \"%s:%d\"\n\n[admin]\nsocket = %q\n\n[log]\nlevel = \"warn\"\n\n[auth]\nallow_anonymous = true # a test LAN in network namespaces\n\n",
 		filepath.Join(dir, "data"), addr, mcStomp, filepath.Join(dir, "admin.sock"))
 	fmt.Fprintf(&b, "[topics]\nsubscriber_buffer = 65536\n\n")
 	fmt.Fprintf(&b, "[[multicast.channel]]\nname = \"metrics\"\ngroup = %q\ninterface = \"eth0\"\nttl = 1\n", ch.group)

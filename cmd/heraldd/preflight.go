@@ -61,6 +61,9 @@ func preflight(cfg appliance.Config) []problem {
 			ps = append(ps, problem{sev: sevConfig, msg: e.Error()})
 		}
 	}
+	if err := cfg.CheckExposure(); err != nil {
+		ps = append(ps, problem{sev: sevConfig, msg: err.Error()})
+	}
 	add := func(p *problem) {
 		if p != nil {
 			ps = append(ps, *p)
@@ -69,6 +72,9 @@ func preflight(cfg appliance.Config) []problem {
 	running := lockHolder(cfg.DataDir)
 	if cfg.Stomp.Listen != "" {
 		add(checkListen("stomp.listen", cfg.Stomp.Listen, running, cfg.DataDir))
+	}
+	if cfg.Stomp.TLSListen != "" {
+		add(checkListen("stomp.tls_listen", cfg.Stomp.TLSListen, running, cfg.DataDir))
 	}
 	if cfg.Admin.MetricsListen != "" {
 		add(checkListen("admin.metrics_listen", cfg.Admin.MetricsListen, running, cfg.DataDir))

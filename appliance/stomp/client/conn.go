@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,9 @@ type Options struct {
 	// Limits bound the frames accepted from the server; zero fields take the
 	// codec's defaults.
 	Limits stomp.Limits
+	// TLS, when set, runs STOMP over TLS with this configuration (its
+	// ServerName defaults to the host part of the address).
+	TLS *tls.Config
 }
 
 // Result is the outcome of a pipelined request: the RECEIPT frame, or why
@@ -101,6 +105,18 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("stomp client: %w", err)
+	}
+	if opts.TLS != nil {
+		tc := opts.TLS.Clone()
+		if tc.ServerName == "" {
+			tc.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tlsConn := tls.Client(nc, tc)
+		if err := tlsConn.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("stomp client: TLS handshake with %s: %w", addr, err)
+		}
+		nc = tlsConn
 	}
 	c, err := handshake(ctx, nc, addr, opts)
 	if err != nil {

@@ -1,0 +1,90 @@
+package auth
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Throttle slows down failed logins per source: the n-th failure from one
+// source within Window of the previous one waits Base * 2^(n-1), at most
+// Max, before its ERROR. A source silent for Window starts again at Base.
+// At most MaxSources sources are remembered; past that the one whose last
+// failure is oldest is forgotten. It keeps no clock: callers pass the time.
+type Throttle struct {
+	Base, Max, Window time.Duration
+	MaxSources        int
+
+	m map[string]*throttleEntry
+}
+
+type throttleEntry struct {
+	fails int
+	last  int64 // unix ms of the last failure
+}
+
+// Default throttle: 250 ms doubling to 8 s; forgotten after 10 minutes
+// without a failure; 65,536 sources (a few MiB).
+func NewThrottle() *Throttle {
+	return &Throttle{Base: 250 * time.Millisecond, Max: 8 * time.Second, Window: 10 * time.Minute, MaxSources: 65536}
+}
+
+// Fail records a failed login from source at now (unix ms) and returns how
+// long to wait before answering it.
+func (t *Throttle) Fail(source string, now int64) time.Duration {
+	if t.m == nil {
+		t.m = map[string]*throttleEntry{}
+	}
+	e := t.m[source]
+	if e != nil && now-e.last > t.Window.Milliseconds() {
+		e.fails = 0
+	}
+	if e == nil {
+		if len(t.m) >= t.MaxSources {
+			t.evict(now)
+		}
+		e = &throttleEntry{}
+		t.m[source] = e
+	}
+	e.fails++
+	if now > e.last {
+		e.last = now
+	}
+	d := t.Base
+	for i := 1; i < e.fails && d < t.Max; i++ {
+		d *= 2
+	}
+	return min(d, t.Max)
+}
+
+// evict forgets the sources silent for Window, or else the oldest one.
+func (t *Throttle) evict(now int64) {
+	var oldest string
+	var oldestAt int64
+	first := true
+	for k, e := range t.m {
+		if now-e.last > t.Window.Milliseconds() {
+			delete(t.m, k)
+			continue
+		}
+		if first || e.last < oldestAt || (e.last == oldestAt && k < oldest) {
+			oldest, oldestAt, first = k, e.last, false
+		}
+	}
+	if len(t.m) >= t.MaxSources && !first {
+		delete(t.m, oldest)
+	}
+}
+
+// Sources is how many sources are remembered.
+func (t *Throttle) Sources() int { return len(t.m) }
+
+// Source is the throttle key of a peer address: an IPv4 address, or the /64
+// prefix of an IPv6 address (one host usually holds a whole /64).
+func Source(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}

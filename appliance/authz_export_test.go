@@ -1,0 +1,15 @@
+package appliance
+
+import (
+	"time"
+
+	"github.com/herald-mq/herald/appliance/auth"
+)
+
+// SetLoginThrottle replaces the failed-login throttle (tests use short
+// delays).
+func (b *Broker) SetLoginThrottle(base, max time.Duration) {
+	b.authz.mu.Lock()
+	defer b.authz.mu.Unlock()
+	b.authz.throttle = &auth.Throttle{Base: base, Max: max, Window: time.Minute, MaxSources: 16}
+}
