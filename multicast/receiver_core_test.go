@@ -1,9 +1,11 @@
 package multicast
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -163,5 +165,150 @@ func TestConfig_Validate(t *testing.T) {
 	}
 	if _, err := NewSender(SenderConfig{Profile: "fast"}); err == nil {
 		t.Error("profile fast: got no error")
+	}
+}
+
+// dgb builds datagrams of one session by hand, for scripted receiver tests and the conformance
+// vectors.
+type dgb struct {
+	session uint64
+	auth    *Auth
+}
+
+func (g dgb) enc(p *Packet) []byte {
+	p.Session = g.session
+	b, err := AppendPacket(nil, p)
+	if err != nil {
+		panic(err)
+	}
+	return g.auth.Sign(b)
+}
+
+func rec(stream uint32, seq uint64, body string) Record {
+	p, _ := AppendMessage(nil, nil, []byte(body))
+	return Record{Stream: stream, Seq: seq, Payload: p}
+}
+
+func (g dgb) data(seq, trailing uint64, rs ...Record) []byte {
+	return g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeData, Seq: seq, Trailing: trailing}, Records: rs})
+}
+
+func (g dgb) rdata(seq, trailing uint64, rs ...Record) []byte {
+	return g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeRData, Flags: FlagRepair, Seq: seq, Trailing: trailing}, Records: rs})
+}
+
+func (g dgb) hb(leading, trailing uint64, ss ...StreamSeq) []byte {
+	return g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeHeartbeat, Seq: leading, Trailing: trailing}, Leading: leading, Streams: ss})
+}
+
+func (g dgb) cat(seq, trailing uint64, es ...CatalogEntry) []byte {
+	return g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeCatalog, Seq: seq, Trailing: trailing}, Catalog: es})
+}
+
+func (g dgb) loss(leading, trailing uint64, reason Reason, rs ...Range) []byte {
+	return g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeLoss, Seq: leading, Trailing: trailing}, Reason: reason, Ranges: rs})
+}
+
+func (g dgb) ncf(leading, trailing uint64, st NCFStatus, rs ...Range) []byte {
+	return g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeNCF, Seq: leading, Trailing: trailing}, Status: st, Ranges: rs})
+}
+
+// evStrings renders events compactly: "msg topic seq body", "gap topic from-to reason",
+// "session old new" (low 16 bits of the ids).
+func evStrings(evs []Event) []string {
+	var out []string
+	for _, e := range evs {
+		switch e := e.(type) {
+		case Message:
+			out = append(out, fmt.Sprintf("msg %s %d %s", e.Topic, e.StreamSeq, e.Body))
+		case Gap:
+			out = append(out, fmt.Sprintf("gap %s %d-%d %v", e.Topic, e.From, e.To, e.Reason))
+		case SessionChange:
+			out = append(out, fmt.Sprintf("session %x %x", e.Old&0xffff, e.New&0xffff))
+		}
+	}
+	return out
+}
+
+// script hands each datagram to r at now (advancing by step, running Tick when due) and returns
+// the events.
+func script(r *ReceiverCore, now *time.Time, step time.Duration, dgs ...[]byte) []string {
+	var evs []Event
+	for _, d := range dgs {
+		for d := r.Deadline(); !d.IsZero() && !d.After(*now); d = r.Deadline() {
+			r.Tick(*now)
+			e, _ := r.Ready()
+			evs = append(evs, e...)
+		}
+		r.Handle(*now, sndAddr, d)
+		e, _ := r.Ready()
+		evs = append(evs, e...)
+		*now = now.Add(step)
+	}
+	return evStrings(evs)
+}
+
+const tsess = 0x6567000011112222
+
+// Late join (issue 11, found 1): the first datagram after the join point is lost and repaired
+// later. Its records must be delivered (or reported as a gap), never dropped as duplicates.
+func TestReceiverCore_LateJoinFirstDatagramRepaired(t *testing.T) {
+	g := dgb{session: tsess}
+	a := CatalogEntry{Stream: 1, First: 2, Topic: "a"}
+	for _, tc := range []struct {
+		name string
+		dgs  [][]byte
+		want []string
+	}{
+		{"join on heartbeat, catalog known, repair after", [][]byte{
+			g.hb(100, 1, StreamSeq{1, 50}), // join: start after 100, stream a's 50 was before
+			g.cat(102, 1, a),               // 101 (a 51) is lost
+			g.data(103, 1, rec(1, 52, "52")),
+			g.rdata(101, 1, rec(1, 51, "51")),
+		}, []string{"session 0 2222", "msg a 51 51", "msg a 52 52"}},
+		{"join on catalog, first data lost", [][]byte{
+			g.cat(100, 1, a),
+			g.data(102, 1, rec(1, 52, "52")), // 101 (a 51) is lost
+			g.rdata(101, 1, rec(1, 51, "51")),
+			g.data(103, 1, rec(1, 53, "53")),
+		}, []string{"session 0 2222", "msg a 51 51", "msg a 52 52", "msg a 53 53"}},
+		{"join on data of another stream, catalog later", [][]byte{
+			g.data(100, 1, rec(2, 7, "b7")),
+			g.data(102, 1, rec(1, 52, "52")), // 101 (a 51) is lost
+			g.cat(103, 1, a, CatalogEntry{Stream: 2, First: 2, Topic: "b"}),
+			g.rdata(101, 1, rec(1, 51, "51")),
+		}, []string{"session 0 2222", "msg b 7 b7", "msg a 51 51", "msg a 52 52"}},
+		{"lost for good, heartbeat before the join names the start", [][]byte{
+			g.hb(100, 1, StreamSeq{1, 50}),
+			g.cat(102, 1, a),
+			g.data(103, 1, rec(1, 52, "52")),
+			g.loss(103, 1, ReasonGone, Range{101, 101}),
+		}, []string{"session 0 2222", "gap a 51-51 gone", "msg a 52 52"}},
+		{"lost for good, nothing names the start: gap from 1", [][]byte{
+			g.cat(100, 1, a),
+			g.data(102, 1, rec(1, 52, "52")),
+			g.ncf(102, 1, NCFGone, Range{101, 101}),
+		}, []string{"session 0 2222", "gap a 1-51 gone", "msg a 52 52"}},
+		{"only a heartbeat tail after the loss", [][]byte{
+			g.hb(100, 1, StreamSeq{1, 50}),
+			g.cat(102, 1, a),
+			g.loss(102, 1, ReasonGone, Range{101, 101}),
+			g.hb(102, 1, StreamSeq{1, 51}),
+		}, []string{"session 0 2222", "gap a 51-51 gone"}},
+		{"no loss: history before the join is not ours", [][]byte{
+			g.hb(100, 1, StreamSeq{1, 40}),
+			g.cat(101, 1, a),
+			g.data(102, 1, rec(1, 52, "52")), // a 41-51 went out before the join, in datagrams < 100
+			g.data(103, 1, rec(1, 53, "53")),
+		}, []string{"session 0 2222", "msg a 52 52", "msg a 53 53"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustReceiverCore(t, ReceiverCoreConfig{})
+			now := t0
+			got := script(r, &now, time.Millisecond, tc.dgs...)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got  %q\nwant %q", got, tc.want)
+			}
+		})
 	}
 }
