@@ -17,7 +17,7 @@ const (
 	// (every lower one resolved) to at most MaxHole-1 above it. A sequence or leading edge further
 	// ahead than MaxHole above the highest believed one is not believed (see SessionTimeout); one
 	// that moves the window gives up the oldest sequences still missing (reason expired).
-	MaxHole = 1 << 16
+	MaxHole = 1 << 14
 	// DefaultSessionTimeout: without a key, the receiver leaves its session for another, or
 	// believes a jump of more than MaxHole, only when the current session has sent nothing for
 	// this long (three times the longest heartbeat interval).

@@ -312,3 +312,168 @@ func TestReceiverCore_LateJoinFirstDatagramRepaired(t *testing.T) {
 		})
 	}
 }
+
+// live starts r on session g with stream "a" known and messages 1..3 delivered, at *now.
+func live(t *testing.T, r *ReceiverCore, g dgb, now *time.Time) uint64 {
+	t.Helper()
+	got := script(r, now, time.Millisecond,
+		g.cat(1, 1, CatalogEntry{Stream: 1, First: 1, Topic: "a"}),
+		g.data(2, 1, rec(1, 1, "1")), g.data(3, 1, rec(1, 2, "2")), g.data(4, 1, rec(1, 3, "3")))
+	if len(got) != 4 {
+		t.Fatalf("live session: got %q", got)
+	}
+	return 4
+}
+
+// Issue 11, found 6 / deliver 4: without a key, a host on the LAN sends datagrams far ahead of
+// the window. They are not believed: counted, and the live traffic goes on without a gap.
+func TestReceiverCore_ForgedJumpsNotBelieved(t *testing.T) {
+	g := dgb{session: tsess}
+	for _, tc := range []struct {
+		name   string
+		forged []byte
+	}{
+		{"heartbeat 2^40 ahead", g.hb(1<<40, 1<<40-5, StreamSeq{1, 1 << 40})},
+		{"data 2^20 ahead", g.data(1<<20, 1, rec(1, 1<<20, "forged"))},
+		{"data 2^40 ahead", g.data(1<<40, 1<<40, rec(1, 1<<40, "forged"))},
+		{"loss 2^20 ahead", g.loss(1<<20, 1<<20, ReasonGone, Range{1, 1 << 20})},
+		{"ncf with trailing edge 2^20 ahead", g.ncf(1<<20, 1<<20+1, NCFGone, Range{1, 1 << 20})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustReceiverCore(t, ReceiverCoreConfig{})
+			now := t0
+			live(t, r, g, &now)
+			if err := r.Handle(now, sndAddr, tc.forged); err != ErrAhead {
+				t.Errorf("forged datagram: got %v, want %v", err, ErrAhead)
+			}
+			got := script(r, &now, time.Millisecond, g.data(5, 1, rec(1, 4, "4")), g.data(6, 1, rec(1, 5, "5")),
+				g.hb(6, 1, StreamSeq{1, 5}))
+			if want := []string{"msg a 4 4", "msg a 5 5"}; !slices.Equal(got, want) {
+				t.Errorf("after the forged datagram: got %q, want %q", got, want)
+			}
+			if c, st := r.Counters(), r.State(); c.Ahead != 1 || st.Tracked > 2 {
+				t.Errorf("got %d ahead, %d sequences tracked; want 1 and at most 2", c.Ahead, st.Tracked)
+			}
+		})
+	}
+	// A receiver cut off for longer than the session timeout believes the jump: the real sender
+	// moved on. What it missed is reported, not silently skipped.
+	r := mustReceiverCore(t, ReceiverCoreConfig{})
+	now := t0
+	live(t, r, g, &now)
+	now = now.Add(DefaultSessionTimeout)
+	got := script(r, &now, time.Millisecond, g.data(1<<20, 1<<20, rec(1, 1<<20, "back")))
+	if want := []string{"gap a 4-1048575 gone", "msg a 1048576 back"}; !slices.Equal(got, want) {
+		t.Errorf("after a silence: got %q, want %q", got, want)
+	}
+}
+
+// One unauthenticated datagram with a new session id does not retire the live session; a new
+// session takes over once the old one has been silent for the session timeout, and is recovered
+// from its start when it was young when first heard.
+func TestReceiverCore_SessionNeedsSilence(t *testing.T) {
+	g, f := dgb{session: tsess}, dgb{session: tsess + 1<<32}
+	r := mustReceiverCore(t, ReceiverCoreConfig{})
+	now := t0
+	live(t, r, g, &now)
+	fc := CatalogEntry{Stream: 1, First: 1, Topic: "a"}
+	if err := r.Handle(now, sndAddr, f.cat(1, 1, fc)); err != ErrOtherSession {
+		t.Errorf("datagram of another session: got %v, want %v", err, ErrOtherSession)
+	}
+	got := script(r, &now, time.Millisecond, f.data(2, 1, rec(1, 1, "forged")), g.data(5, 1, rec(1, 4, "4")))
+	if want := []string{"msg a 4 4"}; !slices.Equal(got, want) || r.Session() != tsess {
+		t.Errorf("got %q in session %x, want %q in %x", got, r.Session(), want, uint64(tsess))
+	}
+	// The old sender goes quiet; the new session's next datagram, after the timeout, takes over.
+	now = now.Add(DefaultSessionTimeout)
+	got = script(r, &now, time.Millisecond, f.data(3, 1, rec(1, 2, "new 2")))
+	now = now.Add(10 * time.Millisecond)
+	rcat := f.enc(&Packet{PacketHeader: PacketHeader{Type: TypeCatalog, Flags: FlagRepair, Seq: 1, Trailing: 1}, Catalog: []CatalogEntry{fc}})
+	got = append(got, script(r, &now, time.Millisecond, rcat, f.rdata(2, 1, rec(1, 1, "new 1")))...)
+	want := []string{"session 2222 2222", "msg a 1 new 1", "msg a 2 new 2"}
+	if r.Session() != f.session || !slices.Equal(got, want) {
+		t.Errorf("after the silence: got %q, want %q", got, want)
+	}
+	if c := r.Counters(); c.OtherSession != 2 || c.Sessions != 2 {
+		t.Errorf("got %d datagrams of another session and %d sessions, want 2 and 2", c.OtherSession, c.Sessions)
+	}
+}
+
+// Within a session, datagrams come from one source: others are dropped and counted.
+func TestReceiverCore_ForeignSource(t *testing.T) {
+	g := dgb{session: tsess}
+	r := mustReceiverCore(t, ReceiverCoreConfig{})
+	now := t0
+	live(t, r, g, &now)
+	x := netip.MustParseAddrPort("198.18.0.66:7400")
+	if err := r.Handle(now, x, g.data(5, 1, rec(1, 4, "forged"))); err != ErrForeignSource {
+		t.Errorf("got %v, want %v", err, ErrForeignSource)
+	}
+	if got := script(r, &now, time.Millisecond, g.data(5, 1, rec(1, 4, "4"))); !slices.Equal(got, []string{"msg a 4 4"}) {
+		t.Errorf("got %q, want the real message 4", got)
+	}
+	if c := r.Counters(); c.ForeignSource != 1 {
+		t.Errorf("got %d foreign datagrams, want 1", c.ForeignSource)
+	}
+}
+
+// The receiver's memory stays within its stated bound whatever a keyless host sends: forged
+// control datagrams (HEARTBEATs, NCFs, LOSS) of the live session from its source address, with
+// leading edges and ranges anywhere, streams by the thousand, and data for unknown streams.
+func TestReceiverCore_MemoryBoundForgedControl(t *testing.T) {
+	const maxBytes = 8 << 20
+	g := dgb{session: tsess}
+	r := mustReceiverCore(t, ReceiverCoreConfig{MaxBytes: maxBytes})
+	now := t0
+	live(t, r, g, &now)
+	rng := rand.New(rand.NewPCG(11, 12))
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	var maxState ReceiverState
+	ss := make([]StreamSeq, 100)
+	big := make([]byte, 60000)
+	for i := 0; i < 2000; i++ {
+		lead := r.leading + uint64(rng.IntN(MaxHole+10))
+		if i%100 == 0 {
+			lead = rng.Uint64() >> 1
+		}
+		var d []byte
+		switch i % 5 {
+		case 0:
+			for k := range ss {
+				ss[k] = StreamSeq{Stream: rng.Uint32(), Seq: rng.Uint64() >> 1}
+			}
+			d = g.hb(lead, r.next, ss...)
+		case 1:
+			d = g.ncf(lead, r.next, NCFStatus(1+rng.IntN(3)), Range{0, lead})
+		case 2:
+			d = g.loss(lead, r.next, Reason(rng.IntN(6)), Range{rng.Uint64() >> 40, lead})
+		case 3:
+			d = g.data(lead, r.next, Record{Stream: rng.Uint32(), Seq: rng.Uint64() >> 1, Payload: big})
+		case 4:
+			d = g.cat(lead, r.next, CatalogEntry{Stream: rng.Uint32(), First: 1, Topic: string(big[:50000])})
+		}
+		r.Handle(now, sndAddr, d)
+		now = now.Add(50 * time.Microsecond)
+		for dl := r.Deadline(); !dl.IsZero() && !dl.After(now); dl = r.Deadline() {
+			r.Tick(now)
+		}
+		r.Ready()
+		st := r.State()
+		maxState.Tracked, maxState.Streams = max(maxState.Tracked, st.Tracked), max(maxState.Streams, st.Streams)
+		maxState.Bytes, maxState.Held = max(maxState.Bytes, st.Bytes), max(maxState.Held, st.Held)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	heap := int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
+	t.Logf("2,000 forged datagrams: peak %d sequences tracked, %d streams, %d bytes held in %d records; heap %+d kB now; counters %+v",
+		maxState.Tracked, maxState.Streams, maxState.Bytes, maxState.Held, heap>>10, r.Counters())
+	if maxState.Tracked > MaxHole || maxState.Streams > MaxStreams || maxState.Bytes > maxBytes {
+		t.Errorf("state %+v exceeds the bound (%d sequences, %d streams, %d bytes)", maxState, MaxHole, MaxStreams, maxBytes)
+	}
+	// The bound in bytes: MaxBytes plus 256 bytes per tracked sequence.
+	if limit := int64(maxBytes + MaxHole*256); heap > limit {
+		t.Errorf("heap grew by %d bytes, want at most %d", heap, limit)
+	}
+}
