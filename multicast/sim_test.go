@@ -28,8 +28,8 @@ type sim struct {
 	naks    int             // NAK datagrams that reached the sender
 	onNAK   func(b []byte)
 	onSend  func(b []byte) // sees every datagram the sender multicasts
-	shared  lossModel // loss on the sender's side: every receiver loses the datagram
-	losses  int       // DATA datagrams lost, counted per receiver
+	shared  lossModel      // loss on the sender's side: every receiver loses the datagram
+	losses  int            // DATA datagrams lost, counted per receiver
 }
 
 type flight struct {
