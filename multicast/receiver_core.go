@@ -104,6 +104,7 @@ type rstream struct {
 	tailAt   uint64 // ...whose leading edge was this
 	base     uint64 // stream sequences up to base were sent before the join point (HEARTBEAT)
 	dropMin  uint64 // lowest record dropped for want of room before the stream started (0: none)
+	queued   bool   // in ReceiverCore.gapq
 }
 
 // hole is the receiver's state for one missing datagram.
@@ -152,15 +153,17 @@ type ReceiverCore struct {
 	lossEver   bool
 	lossReason Reason
 
-	streams map[uint32]*rstream
-	slist   []*rstream
-	waiting []*rstream // known, wanted, not started: the start is decided by the frontier
-	tried   uint64     // the frontier when waiting streams were last tried
-	bytes   int        // held payloads, topics and overheads
-	retired []uint64
-	nakSeq  uint64
-	now     time.Time // of the call in progress
-	catDue  time.Time // when to ask for the catalog (records of unknown streams are held)
+	streams  map[uint32]*rstream
+	slist    []*rstream
+	waiting  []*rstream // known, wanted, not started: the start is decided by the frontier
+	tried    uint64     // the frontier when waiting streams were last tried
+	gapq     []*rstream // streams with a hole or tail the frontier has not reached yet
+	resolved uint64     // the frontier when gapq was last looked at
+	bytes    int        // held payloads, topics and overheads
+	retired  []uint64
+	nakSeq   uint64
+	now      time.Time // of the call in progress
+	catDue   time.Time // when to ask for the catalog (records of unknown streams are held)
 
 	events []Event
 	out    []Outgoing
@@ -203,7 +206,7 @@ func (r *ReceiverCore) reset() {
 	r.done = make(map[uint64]bool)
 	r.miss = make(map[uint64]*hole)
 	r.streams = make(map[uint32]*rstream)
-	r.slist, r.waiting = nil, nil
+	r.slist, r.waiting, r.gapq = nil, nil, nil
 	r.bytes = 0
 	r.nextDue, r.catDue = time.Time{}, time.Time{}
 	r.lossPassed, r.lossEver = false, false
@@ -635,6 +638,22 @@ func (r *ReceiverCore) advance() {
 		for _, st := range r.slist {
 			r.resolve(st)
 		}
+	} else if r.next != r.resolved && len(r.gapq) > 0 {
+		q := r.gapq
+		r.gapq = nil
+		for _, st := range q {
+			st.queued = false
+			r.resolve(st)
+		}
+	}
+	r.resolved = r.next
+}
+
+// await queues st to be resolved again when the frontier moves.
+func (r *ReceiverCore) await(st *rstream) {
+	if !st.queued {
+		st.queued = true
+		r.gapq = append(r.gapq, st)
 	}
 }
 
@@ -702,6 +721,9 @@ func (r *ReceiverCore) resolve(st *rstream) {
 	if len(st.held) == 0 && st.tail >= st.expected && st.tailAt < r.next {
 		r.gap(st, st.expected, st.tail, reason)
 		st.expected = st.tail + 1
+	}
+	if len(st.held) > 0 || st.tail >= st.expected {
+		r.await(st) // a hole whose datagrams are not all resolved yet
 	}
 }
 
@@ -829,9 +851,11 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 		}
 		r.deliver(st, seq, payload, repaired)
 		r.hold(st, seq, held{dg: dg, delivered: true})
+		r.await(st)
 		return
 	}
 	r.hold(st, seq, held{dg: dg, payload: clone(payload), repaired: repaired})
+	r.await(st)
 }
 
 // drain delivers held records from st.expected on.
