@@ -381,13 +381,14 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 	case TypeNCF:
 		r.c.NCFs++
 		r.learn(now, p.Seq)
+		bo := r.backoff() // one draw per NCF: the sequences it names stay together
 		for _, rg := range p.Ranges {
 			r.eachMissing(rg, func(q uint64, m *hole) {
 				switch p.Status {
 				case NCFWillSend:
-					m.due = now.Add(r.t.ncfWait + r.backoff())
+					m.due = now.Add(r.t.ncfWait + bo)
 				case NCFDelayed:
-					m.due = now.Add(4*r.t.ncfWait + r.backoff())
+					m.due = now.Add(4*r.t.ncfWait + bo)
 					// The sender promised it: the budget runs again from now.
 					m.giveUp = later(m.giveUp, now.Add(r.t.budget))
 				case NCFGone:
@@ -898,6 +899,7 @@ func (r *ReceiverCore) Tick(now time.Time) {
 	r.keys = sortedKeys(r.miss, r.keys)
 	var ask []uint64
 	r.nextDue = time.Time{}
+	bo := r.backoff() // one draw per Tick: what is NAKed together stays together
 	for _, q := range r.keys {
 		m := r.miss[q]
 		if now.Before(m.due) {
@@ -916,7 +918,7 @@ func (r *ReceiverCore) Tick(now time.Time) {
 			m.giveUp = now.Add(r.t.budget)
 		}
 		m.tries++
-		m.due = now.Add(min(r.t.nakRetry<<min(m.tries-1, 16), r.t.budget/4) + r.backoff())
+		m.due = now.Add(min(r.t.nakRetry<<min(m.tries-1, 16), r.t.budget/4) + bo)
 		if m.due.After(m.giveUp) {
 			m.due = m.giveUp
 		}
