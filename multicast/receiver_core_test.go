@@ -477,3 +477,57 @@ func TestReceiverCore_MemoryBoundForgedControl(t *testing.T) {
 		t.Errorf("heap grew by %d bytes, want at most %d", heap, limit)
 	}
 }
+
+// Issue 11, found 10: give-up is counted from the first NAK, and not at all while the receiver
+// is behind its socket (a repair may wait there unread): a receiver more than the budget behind
+// still recovers what the sender holds.
+func TestReceiverCore_GiveUpFromFirstNAKNotWhileBehind(t *testing.T) {
+	g := dgb{session: tsess}
+	r := mustReceiverCore(t, ReceiverCoreConfig{})
+	now := t0
+	live(t, r, g, &now)
+	var evs []string
+	run := func(until time.Time) {
+		for d := r.Deadline(); !d.IsZero() && !d.After(until); d = r.Deadline() {
+			r.Tick(d)
+			e, _ := r.Ready()
+			evs = append(evs, evStrings(e)...)
+		}
+	}
+	start := now
+	evs = append(evs, script(r, &now, 0, g.data(6, 1, rec(1, 5, "5")))...) // 5 is missing
+	r.SetBehind(true)
+	run(start.Add(time.Second))
+	evs = append(evs, script(r, &now, 0, g.rdata(5, 1, rec(1, 4, "4")))...)
+	if want := []string{"msg a 4 4", "msg a 5 5"}; !slices.Equal(evs, want) {
+		t.Fatalf("behind the socket for 1 s: got %q, want %q (repaired, not given up)", evs, want)
+	}
+	if c := r.Counters(); c.NAKs < 5 {
+		t.Errorf("got %d NAKs while behind, want it to keep asking", c.NAKs)
+	}
+	// Caught up: the budget runs from the first NAK.
+	r.SetBehind(false)
+	evs = nil
+	now = now.Add(time.Millisecond)
+	evs = append(evs, script(r, &now, 0, g.data(8, 1, rec(1, 7, "7")))...) // 7 is missing
+	detected := now
+	var firstNAK, lostAt time.Time
+	for d := r.Deadline(); !d.IsZero() && lostAt.IsZero(); d = r.Deadline() {
+		r.Tick(d)
+		e, out := r.Ready()
+		if len(out) > 0 && firstNAK.IsZero() {
+			firstNAK = d
+		}
+		if len(e) > 0 {
+			lostAt = d
+			evs = append(evs, evStrings(e)...)
+		}
+	}
+	if want := []string{"gap a 6-6 expired", "msg a 7 7"}; !slices.Equal(evs, want) {
+		t.Errorf("got %q, want %q", evs, want)
+	}
+	if budget := r.t.budget; lostAt.Sub(firstNAK) != budget || firstNAK.Sub(detected) <= 0 {
+		t.Errorf("detected at 0, first NAK at %v, given up at %v; want given up %v after the first NAK",
+			firstNAK.Sub(detected), lostAt.Sub(detected), budget)
+	}
+}
