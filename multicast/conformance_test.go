@@ -357,14 +357,14 @@ func conformanceCases() []confCase {
 		send("CATALOG 101", g.cat(101, 90, a)).
 		send("DATA 102", g.data(102, 90, pxeu(52, "52"))).
 		end(10000, S1, "msg px.eu 52 52"))
-	add(newVec("session-change", "the sender restarts: the old session is silent for the session timeout (3 s), the new one was young when first heard").
+	add(newVec("session-change", "the sender restarts: the new session's datagrams are kept until the old one has been silent for the session timeout (3 s), then handled").
 		send("CATALOG", catAB).
 		send("DATA", g.data(2, 1, pxeu(1, "old"))).
 		send("HEARTBEAT, px.eu at 2 (2 lost)", g.hb(3, 1, StreamSeq{1, 2})).
-		at(300000).send("new session CATALOG (ignored: the old one is live)", g2.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
-		at(3500000).send("new session DATA 2 (old silent for 3 s: switch)", g2.data(2, 1, pxeu(1, "new"))).
-		at(3510000).send("RDATA CATALOG 1 of the new session", g2.enc(&Packet{PacketHeader: PacketHeader{Type: TypeCatalog, Flags: FlagRepair, Seq: 1, Trailing: 1},
-		Catalog: []CatalogEntry{{1, 1, "px.eu"}}})).
+		at(300000).send("new session CATALOG (kept: the old one is live)", g2.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("new session DATA 2 (kept)", g2.data(2, 1, pxeu(1, "new"))).
+		at(3500000).send("new session HEARTBEAT (old silent for 3 s: switch)", g2.hb(2, 1, StreamSeq{1, 1})).
+		send("old session DATA, late: a retired session", g.data(4, 1, pxeu(3, "late"))).
 		end(4000000, S1, "msg px.eu 1 old", "gap px.eu 2-2 expired", S12, "msg px.eu 1 new"))
 	add(newVec("forged-session", "one datagram of another session while the current one is live does not retire it").
 		send("CATALOG", catAB).

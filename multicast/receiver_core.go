@@ -29,8 +29,12 @@ const (
 	MaxStreams = 1 << 16
 	// RetiredSessions is how many sessions a receiver remembers having left.
 	RetiredSessions = 8
-	heldOverhead    = 64  // accounted per held record, besides its payload
-	streamOverhead  = 160 // accounted per stream, besides its topic
+	// CandidateBytes: the datagrams of a session waiting to take over (without a key, while the
+	// current one is live) are kept up to this many bytes and handled when it does, so a
+	// restarted sender's first messages need no repair.
+	CandidateBytes = 4 << 20
+	heldOverhead   = 64  // accounted per held record, besides its payload
+	streamOverhead = 160 // accounted per stream, besides its topic
 )
 
 // Errors Handle returns for datagrams it drops (besides ErrAuth and the decode errors).
@@ -147,6 +151,9 @@ type ReceiverCore struct {
 	cand struct { // the latest other session heard while the current one was live
 		session uint64
 		young   bool // first heard at sequence <= youngSession with trailing edge <= 1
+		from    netip.AddrPort
+		kept    [][]byte // its datagrams, replayed when it takes over (at most CandidateBytes)
+		bytes   int
 	}
 
 	lossPassed bool // the frontier moved past a lost sequence: look for stream gaps
@@ -211,7 +218,11 @@ func (r *ReceiverCore) reset() {
 	r.nextDue, r.catDue = time.Time{}, time.Time{}
 	r.lossPassed, r.lossEver = false, false
 	r.firstLost = 0
-	r.cand.session = 0
+	r.dropCandidate()
+}
+
+func (r *ReceiverCore) dropCandidate() {
+	r.cand.session, r.cand.young, r.cand.kept, r.cand.bytes = 0, false, nil, 0
 }
 
 // ID is the receiver id sent in NAKs.
@@ -319,8 +330,24 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 		return ErrStale
 	}
 	if !r.joined || p.Session != r.session {
-		if err := r.otherSession(now, from, p); err != nil {
+		kept, keptFrom, err := r.otherSession(now, from, p, b)
+		if err != nil {
 			return err
+		}
+		if len(kept) > 0 {
+			// The new session's datagrams heard while the old one was live come first.
+			b = append([]byte(nil), b...)
+			for _, d := range kept {
+				r.Handle(now, keptFrom, d)
+			}
+			if err := Decode(b, p); err != nil {
+				return err
+			}
+			r.now = now
+			if p.Seq <= r.leading && r.miss[p.Seq] == nil && p.Type.Sequenced() {
+				r.c.Duplicates++
+				return nil
+			}
 		}
 	} else if from != r.src {
 		r.c.ForeignSource++
@@ -420,31 +447,48 @@ func later(a, b time.Time) time.Time {
 // otherSession decides what a datagram of a session other than the current one does: start it
 // (the first session heard; with a key, a session not older than the current one; without a key,
 // once the current session has been silent for the session timeout), or nothing.
-func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packet) error {
+// It returns the datagrams of the new session kept while it waited, to be handled first.
+func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packet, b []byte) ([][]byte, netip.AddrPort, error) {
 	if p.Flags&FlagRepair != 0 {
 		r.c.Replays++
-		return ErrStale // a repair for others is no place to start a session
+		return nil, from, ErrStale // a repair for others is no place to start a session
 	}
 	if slices.Contains(r.retired, p.Session) ||
 		(r.joined && r.cfg.Auth != nil && p.Session>>32 < r.session>>32) {
 		r.c.Replays++
-		return ErrStale
+		return nil, from, ErrStale
 	}
 	young := p.Trailing <= 1 && p.Seq <= youngSession
 	if r.joined && r.cfg.Auth == nil && now.Sub(r.heard) < r.cfg.SessionTimeout {
-		// The current session is live: one unauthenticated datagram does not retire it. Remember
-		// whether the candidate was young when first heard, so a restart loses nothing.
-		if r.cand.session != p.Session {
-			r.cand.session, r.cand.young = p.Session, young
+		// The current session is live: one unauthenticated datagram does not retire it. Keep
+		// the candidate's datagrams (bounded) and whether it was young when first heard, so a
+		// restarted sender loses nothing.
+		if r.cand.session != p.Session || r.cand.from != from {
+			r.dropCandidate()
+			r.cand.session, r.cand.young, r.cand.from = p.Session, young, from
+		}
+		if r.cand.bytes+len(b) <= CandidateBytes {
+			r.cand.kept = append(r.cand.kept, append([]byte(nil), b...))
+			r.cand.bytes += len(b)
 		}
 		r.c.OtherSession++
-		return ErrOtherSession
+		return nil, from, ErrOtherSession
 	}
-	if r.cand.session == p.Session && r.cand.young {
-		young = true
+	var kept [][]byte
+	keptFrom := from
+	if r.cand.session == p.Session && r.cand.from == from {
+		young = young || r.cand.young
+		kept = r.cand.kept
+		if len(kept) > 0 {
+			// Start the session from its earliest datagram we kept.
+			var first Packet
+			if Decode(kept[0], &first) == nil {
+				p = &first
+			}
+		}
 	}
 	r.switchSession(p, from, young)
-	return nil
+	return kept, keptFrom, nil
 }
 
 // eachMissing calls f for the missing sequences in rg, in order.
