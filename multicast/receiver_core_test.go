@@ -529,3 +529,32 @@ func TestReceiverCore_GiveUpFromFirstNAKNotWhileBehind(t *testing.T) {
 			firstNAK.Sub(detected), lostAt.Sub(detected), budget)
 	}
 }
+
+// The window rule for control datagrams (issue 11, found 10: an off-by-one): their seq is the
+// leading edge, and an empty window has trailing = leading + 1, which is valid; beyond that, or a
+// sequenced datagram with trailing > seq, is not.
+func TestReceiverCore_ControlWindowEdge(t *testing.T) {
+	g := dgb{session: tsess}
+	r := mustReceiverCore(t, ReceiverCoreConfig{})
+	now := t0
+	live(t, r, g, &now) // leading edge 4
+	for _, tc := range []struct {
+		name string
+		d    []byte
+		want error
+	}{
+		{"heartbeat, empty window (trailing = leading + 1)", g.hb(4, 5, StreamSeq{1, 3}), nil},
+		{"ncf, empty window", g.ncf(4, 5, NCFGone, Range{4, 4}), nil},
+		{"heartbeat, trailing = leading + 2", g.hb(4, 6), ErrStale},
+		{"data, trailing = seq + 1", g.data(5, 6, rec(1, 4, "x")), ErrStale},
+		{"data, seq 0", g.data(0, 0, rec(1, 4, "x")), ErrStale},
+		{"heartbeat, trailing 2^24 + 2 behind", g.hb(1<<24+10, 8), ErrStale},
+	} {
+		if err := r.Handle(now, sndAddr, tc.d); err != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if got := script(r, &now, time.Millisecond, g.data(5, 5, rec(1, 4, "4"))); !slices.Equal(got, []string{"msg a 4 4"}) {
+		t.Errorf("after: got %q, want message 4", got)
+	}
+}
