@@ -181,7 +181,7 @@ func (s *sim) run(until time.Time, every time.Duration, pub func(now time.Time))
 					}
 					continue
 				}
-				if err := r.Handle(s.now, simSenderAddr, f.b); err != nil && !errors.Is(err, ErrOtherSession) {
+				if err := r.Handle(s.now, simSenderAddr, f.b); err != nil && !errors.Is(err, ErrOtherSession) && !errors.Is(err, ErrStale) {
 					s.t.Fatalf("receiver %d: %v", i, err)
 				}
 				s.fromReceiver(i)
