@@ -372,11 +372,18 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			r.c.Duplicates++
 			return nil
 		}
-		r.learn(now, seq)
-		if r.miss[seq] != nil && p.Flags&FlagRepair != 0 {
-			r.c.Repairs++
+		if seq > r.leading {
+			r.learn(now, seq-1)
+			if seq-r.next >= MaxHole {
+				r.trail(seq-MaxHole+1, ReasonExpired)
+			}
+			r.leading = seq
+		} else if r.miss[seq] != nil {
+			delete(r.miss, seq)
+			if p.Flags&FlagRepair != 0 {
+				r.c.Repairs++
+			}
 		}
-		delete(r.miss, seq)
 		if seq == r.next && len(r.done) == 0 {
 			r.next++
 		} else {
