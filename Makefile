@@ -42,6 +42,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./appliance/stomp
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./multicast
 	$(GO) test -run '^$$' -fuzz '^FuzzSenderStep$$' -fuzztime $(FUZZTIME) ./multicast
+	$(GO) test -run '^$$' -fuzz '^FuzzReceiverCore$$' -fuzztime $(FUZZTIME) ./multicast
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeaders$$' -fuzztime $(FUZZTIME) ./journal
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/queuecore

@@ -21,6 +21,9 @@
 //     its events to the application in order.
 //  4. Sender only: Publish each message, then Flush when no more are queued right now (natural
 //     batching: a datagram fills up under load and leaves at once when the queue drains).
+//  5. Receiver only: SetBehind(true) while datagrams are known to wait unread in the socket, so
+//     that give-ups wait for repairs that may be among them. Handle's error says why a datagram
+//     was dropped (ErrAuth, ErrAhead, ErrOtherSession, ...): the shell logs them, rate-limited.
 //
 // Guarantee (README.md, guarantee 6): a receiver that keeps up within the sender's retransmit
 // window gets every message of every stream exactly once and in order; one that falls behind gets

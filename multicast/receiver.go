@@ -26,7 +26,25 @@ type ReceiverConfig struct {
 	Logger    *slog.Logger
 	RcvBuf    int // socket receive buffer to ask for, default DefaultRcvBuf (16 MiB)
 	EventsLen int // capacity of the Events channel, default 65536
+	// SessionTimeout: without a key, how long the current session must be silent before another
+	// session takes over; default DefaultSessionTimeout (3 s).
+	SessionTimeout time.Duration
+	// MaxBytes bounds the records the receiver holds (behind a hole or waiting for a catalog) and
+	// its stream table; default DefaultReceiverMaxBytes (64 MiB).
+	MaxBytes int
+	// SlowConsumerWait is how long delivery waits for room in a full Events channel before it
+	// drops messages as a slow-consumer gap; default DefaultSlowConsumerWait (1 s).
+	SlowConsumerWait time.Duration
 }
+
+// DefaultSlowConsumerWait: a full Events channel makes delivery wait this long (the socket buffer
+// absorbs what arrives meanwhile) before messages are dropped as a slow-consumer gap.
+const DefaultSlowConsumerWait = time.Second
+
+// WarnInterval is the most often the receiver logs each kind of rejected datagram (authentication
+// failures, datagrams ahead of the window, other sessions, foreign sources), with the count since
+// the last warning.
+const WarnInterval = 10 * time.Second
 
 // ReceiverStats are the receiver's counters.
 type ReceiverStats struct {
@@ -43,6 +61,10 @@ type ReceiverStats struct {
 	AuthFailures      uint64
 	Malformed         uint64
 	Replays           uint64
+	Ahead             uint64 // datagrams too far ahead of the receive window: not believed
+	ForeignSource     uint64 // datagrams of the current session from another address
+	OtherSession      uint64 // datagrams of another session while the current one was live
+	Overflow          uint64 // records dropped for MaxBytes or MaxStreams (reported as gaps)
 	SlowConsumerDrops uint64 // messages dropped because Events was full
 	Sessions          uint64
 	RcvBuf            int // receive buffer granted by the kernel
@@ -73,6 +95,8 @@ type Receiver struct {
 
 	kernelDrops atomic.Uint64
 	lastOvfl    uint32
+	stalled     bool // the application took nothing for SlowConsumerWait: drop without waiting
+	warn        map[error]*warnLimiter
 	slowDrops   atomic.Uint64
 	sendErrors  atomic.Uint64
 }
@@ -92,11 +116,18 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.EventsLen == 0 {
 		cfg.EventsLen = 1 << 16
 	}
+	if cfg.SlowConsumerWait == 0 {
+		cfg.SlowConsumerWait = DefaultSlowConsumerWait
+	}
+	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 || cfg.SlowConsumerWait < 0 {
+		return nil, fmt.Errorf("receiver: negative session timeout, max bytes or slow-consumer wait: %w", ErrBadConfig)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	return &Receiver{cfg: cfg, group: g, log: cfg.Logger.With(logGroup, g.String()),
-		events: make(chan Event, cfg.EventsLen), wake: make(chan struct{}, 1), pend: map[uint32]*Gap{}}, nil
+		events: make(chan Event, cfg.EventsLen), wake: make(chan struct{}, 1), pend: map[uint32]*Gap{},
+		warn: map[error]*warnLimiter{}}, nil
 }
 
 // Events delivers messages, gaps and session changes in order. It is closed by Close.
@@ -109,7 +140,8 @@ func (r *Receiver) Open(ctx context.Context) error {
 		return ErrAlreadyOpen
 	}
 	core, err := NewReceiverCore(ReceiverCoreConfig{Profile: r.cfg.Profile, Mode: r.cfg.Mode,
-		Filter: topicFilter(r.cfg.Topics), Auth: NewAuth(r.cfg.Key, r.cfg.KeyID), Rand: newRand()})
+		Filter: topicFilter(r.cfg.Topics), Auth: NewAuth(r.cfg.Key, r.cfg.KeyID), Rand: newRand(),
+		SessionTimeout: r.cfg.SessionTimeout, MaxBytes: r.cfg.MaxBytes})
 	if err != nil {
 		return err
 	}
@@ -191,6 +223,7 @@ func (r *Receiver) readLoop(ctx context.Context) {
 		r.mu.Lock()
 		now := time.Now()
 		before := r.core.Deadline()
+		r.core.SetBehind(n == len(ms)) // a full batch: more may wait in the socket
 		for _, m := range ms[:n] {
 			if v, ok := rxqOverflow(m.OOB[:m.NN]); ok && v != r.lastOvfl {
 				r.kernelDrops.Add(uint64(v - r.lastOvfl))
@@ -200,7 +233,9 @@ func (r *Receiver) readLoop(ctx context.Context) {
 			if from == nil {
 				continue
 			}
-			r.core.Handle(now, from.AddrPort(), m.Buffers[0][:m.N])
+			if err := r.core.Handle(now, from.AddrPort(), m.Buffers[0][:m.N]); err != nil {
+				r.rejected(now, from.AddrPort(), err)
+			}
 		}
 		after := r.core.Deadline()
 		r.flushLocked(ctx)
@@ -238,6 +273,52 @@ func (r *Receiver) tickLoop(ctx context.Context) {
 			r.mu.Unlock()
 		}
 		timer.Stop()
+	}
+}
+
+// warnLimiter lets one warning through per interval, with the count since the last one.
+type warnLimiter struct {
+	last time.Time
+	n    uint64
+}
+
+// note counts one occurrence at now and reports whether to log, with the count to log.
+func (w *warnLimiter) note(now time.Time, every time.Duration) (uint64, bool) {
+	w.n++
+	if !w.last.IsZero() && now.Sub(w.last) < every {
+		return 0, false
+	}
+	n := w.n
+	w.last, w.n = now, 0
+	return n, true
+}
+
+// rejected logs a rejected datagram, at most once per WarnInterval per kind. Call with r.mu held.
+func (r *Receiver) rejected(now time.Time, from netip.AddrPort, err error) {
+	var msg string
+	switch {
+	case errors.Is(err, ErrAuth):
+		msg = "multicast datagrams failed authentication (wrong key or key id, or forged): check the key and key id match the channel's"
+	case errors.Is(err, ErrAhead):
+		msg = "multicast datagrams far ahead of the receive window ignored (a forger, or a sender restarted with the same session id)"
+	case errors.Is(err, ErrOtherSession):
+		msg = "multicast datagrams of another session ignored while the current one is live (a forger, or a second sender on the group: use a key)"
+	case errors.Is(err, ErrForeignSource):
+		msg = "multicast datagrams of the current session from another address ignored (a forger: use a key)"
+	default:
+		return // malformed or stale: counted only
+	}
+	key := errors.Unwrap(err)
+	if key == nil {
+		key = err
+	}
+	w := r.warn[key]
+	if w == nil {
+		w = &warnLimiter{}
+		r.warn[key] = w
+	}
+	if n, ok := w.note(now, WarnInterval); ok {
+		r.log.Warn(msg, "count", n, "since", WarnInterval.String(), "last_from", from.String())
 	}
 }
 
@@ -279,18 +360,41 @@ func (r *Receiver) emit(ctx context.Context, e Event) {
 		stream = e.Stream
 	}
 	if g := r.pend[stream]; g != nil {
-		select {
-		case r.events <- *g:
-			delete(r.pend, stream)
-		default:
+		if !r.send(ctx, *g) {
 			r.drop(e)
 			return
 		}
+		delete(r.pend, stream)
 	}
+	if !r.send(ctx, e) {
+		r.drop(e)
+	}
+}
+
+// send hands e to the application. When Events is full it waits up to SlowConsumerWait (what
+// arrives meanwhile waits in the socket buffer, and repairs cover what overflows it): a reader
+// that is slower than a burst loses nothing. Only one that takes nothing for that long is a slow
+// consumer: then nothing waits until it takes an event again.
+func (r *Receiver) send(ctx context.Context, e Event) bool {
 	select {
 	case r.events <- e:
+		r.stalled = false
+		return true
 	default:
-		r.drop(e)
+	}
+	if r.stalled {
+		return false
+	}
+	t := time.NewTimer(r.cfg.SlowConsumerWait)
+	defer t.Stop()
+	select {
+	case r.events <- e:
+		return true
+	case <-t.C:
+		r.stalled = true
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -322,7 +426,8 @@ func (r *Receiver) Stats() ReceiverStats {
 	return ReceiverStats{Session: r.core.Session(), Datagrams: c.Datagrams, Bytes: c.Bytes, Messages: c.Messages,
 		NAKs: c.NAKs, NAKedSeqs: c.NAKedSeqs, Repairs: c.Repairs, Gaps: c.Gaps, GapMessages: c.GapMessages,
 		Duplicates: c.Duplicates, KernelDrops: r.kernelDrops.Load(), AuthFailures: c.AuthFailures,
-		Malformed: c.Malformed, Replays: c.Replays, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
+		Malformed: c.Malformed, Replays: c.Replays, Ahead: c.Ahead, ForeignSource: c.ForeignSource,
+		OtherSession: c.OtherSession, Overflow: c.Overflow, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
 		RcvBuf: r.rcvBuf}
 }
 

@@ -1,12 +1,48 @@
 package multicast
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"time"
+)
+
+// Receiver bounds (docs/multicast-protocol.md, section 4). They are protocol constants: a receiver
+// in another language must apply the same ones for the conformance vectors to pass.
+const (
+	// MaxHole is the receive window in datagrams: the receiver tracks sequences from its frontier
+	// (every lower one resolved) to at most MaxHole-1 above it. A sequence or leading edge further
+	// ahead than MaxHole above the highest believed one is not believed (see SessionTimeout); one
+	// that moves the window gives up the oldest sequences still missing (reason expired).
+	MaxHole = 1 << 14
+	// DefaultSessionTimeout: without a key, the receiver leaves its session for another, or
+	// believes a jump of more than MaxHole, only when the current session has sent nothing for
+	// this long (three times the longest heartbeat interval).
+	DefaultSessionTimeout = 3 * MaxHeartbeatInterval
+	// DefaultReceiverMaxBytes bounds what the receiver holds: records waiting for a hole or a
+	// catalog, and its stream table (topics included).
+	DefaultReceiverMaxBytes = 64 << 20
+	// MaxStreams is the most streams a receiver tracks per session.
+	MaxStreams = 1 << 16
+	// RetiredSessions is how many sessions a receiver remembers having left.
+	RetiredSessions = 8
+	// CandidateBytes: the datagrams of a session waiting to take over (without a key, while the
+	// current one is live) are kept up to this many bytes and handled when it does, so a
+	// restarted sender's first messages need no repair.
+	CandidateBytes = 4 << 20
+	heldOverhead   = 64  // accounted per held record, besides its payload
+	streamOverhead = 160 // accounted per stream, besides its topic
+)
+
+// Errors Handle returns for datagrams it drops (besides ErrAuth and the decode errors).
+var (
+	ErrAhead         = errors.New("multicast: sequence too far ahead of the receive window (not believed)")
+	ErrForeignSource = errors.New("multicast: datagram of the current session from another source address")
+	ErrOtherSession  = errors.New("multicast: datagram of another session while the current one is live")
+	ErrStale         = errors.New("multicast: datagram of a retired session or outside the window")
 )
 
 // ReceiverCoreConfig configures a ReceiverCore.
@@ -17,6 +53,11 @@ type ReceiverCoreConfig struct {
 	Auth    *Auth                   // nil: no HMAC
 	Rand    *rand.Rand              // required: NAK back-off and receiver id
 	ID      uint64                  // receiver id carried in NAKs; 0 = random
+	// SessionTimeout: see DefaultSessionTimeout (the default when 0).
+	SessionTimeout time.Duration
+	// MaxBytes bounds held records and the stream table; DefaultReceiverMaxBytes when 0. Records
+	// that do not fit are dropped and reported as gaps.
+	MaxBytes int
 }
 
 // ReceiverCounters are the ReceiverCore's counts.
@@ -25,7 +66,11 @@ type ReceiverCounters struct {
 	Duplicates       uint64
 	Malformed        uint64
 	AuthFailures     uint64
-	Replays          uint64 // out-of-window sequences and datagrams of superseded sessions
+	Replays          uint64 // out-of-window sequences and datagrams of retired or older sessions
+	Ahead            uint64 // datagrams further than MaxHole ahead of the window: not believed
+	ForeignSource    uint64 // datagrams of the current session from another address than its sender's
+	OtherSession     uint64 // datagrams of another session while the current one was live
+	Overflow         uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
 	NAKs             uint64 // NAK datagrams sent
 	NAKedSeqs        uint64 // sequences asked for (counting repeats)
 	CatalogRequests  uint64 // NAKs for sequence 0: records of an unknown stream arrived
@@ -61,43 +106,71 @@ type rstream struct {
 	held     map[uint64]held
 	tail     uint64 // last stream sequence announced by a HEARTBEAT...
 	tailAt   uint64 // ...whose leading edge was this
+	base     uint64 // stream sequences up to base were sent before the join point (HEARTBEAT)
+	dropMin  uint64 // lowest record dropped for want of room before the stream started (0: none)
+	queued   bool   // in ReceiverCore.gapq
+}
+
+// hole is the receiver's state for one missing datagram.
+type hole struct {
+	due    time.Time // next NAK
+	giveUp time.Time // zero until the first NAK is sent; then first NAK + budget
+	tries  int
 }
 
 // ReceiverCore is the sans-IO receiver: datagrams in (Handle), time in (Tick), events and NAKs out
 // (Ready). It detects gaps, NAKs after a random back-off unless an NCF or repair is heard, gives up
-// after the profile's retries or budget, and turns every loss into an in-order Gap. Not safe for
-// concurrent use.
+// after the profile's budget, and turns every loss into an in-order Gap. Not safe for concurrent
+// use.
 //
 // The caller's duties:
 //  1. Call Handle with every datagram received on the group, with the source address.
 //  2. Call Tick at Deadline (or earlier; a zero Deadline means none is due).
 //  3. After each call, take Ready: hand the events to the application in order and send each
 //     Outgoing datagram by unicast UDP.
+//  4. Call SetBehind(true) while datagrams are known to wait unread in the socket (a full batch
+//     read), SetBehind(false) once caught up: give-ups wait while the repair may still be queued.
 type ReceiverCore struct {
 	cfg ReceiverCoreConfig
 	t   timing
 	id  uint64
 
-	session uint64
-	joined  bool
-	join    uint64
-	next    uint64          // every sequence below next is resolved (received or lost)
-	leading uint64          // highest sequence known to exist
-	done    map[uint64]bool // resolved sequences >= next: false received, true lost
-	miss    map[uint64]*missing
-	nextDue time.Time
-	src     netip.AddrPort
+	session   uint64
+	joined    bool
+	join      uint64
+	next      uint64          // every sequence below next is resolved (received or lost)
+	leading   uint64          // highest sequence known to exist
+	done      map[uint64]bool // resolved sequences >= next: false received, true lost
+	miss      map[uint64]*hole
+	nextDue   time.Time
+	src       netip.AddrPort // the current session's sender: NAKs go there, others are foreign
+	heard     time.Time      // when the current session last sent a datagram we believed
+	firstLost uint64         // lowest datagram of the session given up (0: none)
+	behind    bool
+
+	cand struct { // the latest other session heard while the current one was live
+		session uint64
+		young   bool // first heard at sequence <= youngSession with trailing edge <= 1
+		from    netip.AddrPort
+		kept    [][]byte // its datagrams, replayed when it takes over (at most CandidateBytes)
+		bytes   int
+	}
 
 	lossPassed bool // the frontier moved past a lost sequence: look for stream gaps
 	lossEver   bool
 	lossReason Reason
 
-	streams map[uint32]*rstream
-	slist   []*rstream
-	retired []uint64
-	nakSeq  uint64
-	now     time.Time // of the call in progress
-	catDue  time.Time // when to ask for the catalog (records of unknown streams are held)
+	streams  map[uint32]*rstream
+	slist    []*rstream
+	waiting  []*rstream // known, wanted, not started: the start is decided by the frontier
+	tried    uint64     // the frontier when waiting streams were last tried
+	gapq     []*rstream // streams with a hole or tail the frontier has not reached yet
+	resolved uint64     // the frontier when gapq was last looked at
+	bytes    int        // held payloads, topics and overheads
+	retired  []uint64
+	nakSeq   uint64
+	now      time.Time // of the call in progress
+	catDue   time.Time // when to ask for the catalog (records of unknown streams are held)
 
 	events []Event
 	out    []Outgoing
@@ -118,6 +191,15 @@ func NewReceiverCore(cfg ReceiverCoreConfig) (*ReceiverCore, error) {
 	if err := cfg.Profile.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 {
+		return nil, fmt.Errorf("receiver core: negative session timeout or max bytes: %w", ErrBadConfig)
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultReceiverMaxBytes
+	}
 	r := &ReceiverCore{cfg: cfg, t: cfg.Profile.timing(), id: cfg.ID}
 	for r.id == 0 {
 		r.id = cfg.Rand.Uint64()
@@ -129,11 +211,18 @@ func NewReceiverCore(cfg ReceiverCoreConfig) (*ReceiverCore, error) {
 func (r *ReceiverCore) reset() {
 	r.joined = false
 	r.done = make(map[uint64]bool)
-	r.miss = make(map[uint64]*missing)
+	r.miss = make(map[uint64]*hole)
 	r.streams = make(map[uint32]*rstream)
-	r.slist = nil
-	r.nextDue = time.Time{}
+	r.slist, r.waiting, r.gapq = nil, nil, nil
+	r.bytes = 0
+	r.nextDue, r.catDue = time.Time{}, time.Time{}
 	r.lossPassed, r.lossEver = false, false
+	r.firstLost = 0
+	r.dropCandidate()
+}
+
+func (r *ReceiverCore) dropCandidate() {
+	r.cand.session, r.cand.young, r.cand.kept, r.cand.bytes = 0, false, nil, 0
 }
 
 // ID is the receiver id sent in NAKs.
@@ -144,6 +233,27 @@ func (r *ReceiverCore) Session() uint64 { return r.session }
 
 // Counters returns the counts so far.
 func (r *ReceiverCore) Counters() ReceiverCounters { return r.c }
+
+// ReceiverState is the size of a ReceiverCore's state, for tests and stats.
+type ReceiverState struct {
+	Tracked int // resolved-above-frontier plus missing sequences: at most MaxHole
+	Streams int // at most MaxStreams
+	Bytes   int // held records and stream table, accounted: at most MaxBytes
+	Held    int // records held
+}
+
+// State returns the size of the core's state.
+func (r *ReceiverCore) State() ReceiverState {
+	s := ReceiverState{Tracked: len(r.done) + len(r.miss), Streams: len(r.streams), Bytes: r.bytes}
+	for _, st := range r.slist {
+		s.Held += len(st.held)
+	}
+	return s
+}
+
+// SetBehind tells the core whether datagrams wait unread in the socket. While behind, a missing
+// sequence is not given up for its budget: its repair may be among the unread datagrams.
+func (r *ReceiverCore) SetBehind(b bool) { r.behind = b }
 
 // Ready returns the events for the application, in order, and the datagrams to send. Both slices
 // are valid until the next call on the core.
@@ -184,6 +294,22 @@ func (r *ReceiverCore) sendNAK(rs []Range) {
 	r.out = append(r.out, Outgoing{To: r.src, B: r.cfg.Auth.Sign(b)})
 }
 
+// edges checks a datagram's sequence and trailing edge against each other: the window rule of
+// section 4. Sequenced: 0 < trailing <= seq and seq - trailing <= 2^24. Control (seq is the
+// leading edge, trailing may be leading + 1 when the window is empty): trailing <= seq + 1 and
+// seq + 1 - trailing <= 2^24.
+func edges(p *Packet) bool {
+	top := p.Seq
+	if p.Type.Sequenced() {
+		if p.Seq == 0 {
+			return false
+		}
+	} else {
+		top++
+	}
+	return p.Trailing <= top && top-p.Trailing <= 1<<24
+}
+
 // Handle processes one datagram from the group (or a unicast from the sender).
 func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) error {
 	if !r.cfg.Auth.Verify(b) {
@@ -198,26 +324,47 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 	if p.Type == TypeNAK {
 		return nil // another receiver's NAK: not for us
 	}
-	r.c.Datagrams++
-	r.c.Bytes += uint64(len(b))
 	r.now = now
-	if p.Type.Sequenced() && (p.Seq < p.Trailing || p.Seq-p.Trailing > 1<<24 || p.Seq == 0) {
+	if !edges(p) || p.Seq == math.MaxUint64 {
 		r.c.Replays++
-		return nil
+		return ErrStale
 	}
 	if !r.joined || p.Session != r.session {
-		if p.Flags&FlagRepair != 0 {
-			return nil // a repair for others is no place to start a session
+		kept, keptFrom, err := r.otherSession(now, from, p, b)
+		if err != nil {
+			return err
 		}
-		if slices.Contains(r.retired, p.Session) ||
-			(r.joined && r.cfg.Auth != nil && p.Session>>32 < r.session>>32) {
-			r.c.Replays++
-			return nil
+		if len(kept) > 0 {
+			// The new session's datagrams heard while the old one was live come first.
+			b = append([]byte(nil), b...)
+			for _, d := range kept {
+				r.Handle(now, keptFrom, d)
+			}
+			if err := Decode(b, p); err != nil {
+				return err
+			}
+			r.now = now
+			if p.Seq <= r.leading && r.miss[p.Seq] == nil && p.Type.Sequenced() {
+				r.c.Duplicates++
+				return nil
+			}
 		}
-		r.switchSession(p)
+	} else if from != r.src {
+		r.c.ForeignSource++
+		return ErrForeignSource
 	}
-	r.src = from
-	r.trail(p.Trailing)
+	if p.Seq > r.leading && p.Seq-r.leading > MaxHole {
+		if now.Sub(r.heard) < r.cfg.SessionTimeout {
+			r.c.Ahead++
+			return ErrAhead
+		}
+		// The session was silent for the timeout: we were cut off, the jump is real. What the
+		// window leaves behind is lost.
+	}
+	r.c.Datagrams++
+	r.c.Bytes += uint64(len(b))
+	r.heard = now
+	r.trail(p.Trailing, ReasonGone)
 	switch p.Type {
 	case TypeData, TypeRData, TypeCatalog:
 		seq := p.Seq
@@ -225,13 +372,17 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			r.c.Duplicates++
 			return nil
 		}
-		r.learn(now, seq-1)
-		if m := r.miss[seq]; m != nil {
-			delete(r.miss, seq)
-			r.c.Repairs++
-		}
 		if seq > r.leading {
+			r.learn(now, seq-1)
+			if seq-r.next >= MaxHole {
+				r.trail(seq-MaxHole+1, ReasonExpired)
+			}
 			r.leading = seq
+		} else if r.miss[seq] != nil {
+			delete(r.miss, seq)
+			if p.Flags&FlagRepair != 0 {
+				r.c.Repairs++
+			}
 		}
 		if seq == r.next && len(r.done) == 0 {
 			r.next++
@@ -247,24 +398,33 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			}
 		}
 	case TypeHeartbeat:
-		r.learn(now, p.Leading)
+		r.learn(now, p.Seq)
 		for _, s := range p.Streams {
 			st := r.stream(s.Stream)
+			if st == nil {
+				continue
+			}
+			if p.Seq < r.join && s.Seq > st.base {
+				st.base = s.Seq // sent before we joined: not ours to recover
+			}
 			if s.Seq >= st.tail {
-				st.tail, st.tailAt = s.Seq, p.Leading
+				st.tail, st.tailAt = s.Seq, p.Seq
 			}
 		}
-		r.lossPassed = r.lossPassed || r.lossEver
+		r.lossPassed = true // tails may be resolved now
 	case TypeNCF:
 		r.c.NCFs++
 		r.learn(now, p.Seq)
+		bo := r.backoff() // one draw per NCF: the sequences it names stay together
 		for _, rg := range p.Ranges {
-			r.eachMissing(rg, func(q uint64, m *missing) {
+			r.eachMissing(rg, func(q uint64, m *hole) {
 				switch p.Status {
 				case NCFWillSend:
-					m.ncf, m.due = true, now.Add(r.t.ncfWait+r.backoff())
+					m.due = now.Add(r.t.ncfWait + bo)
 				case NCFDelayed:
-					m.ncf, m.due = true, now.Add(4*r.t.ncfWait+r.backoff())
+					m.due = now.Add(4*r.t.ncfWait + bo)
+					// The sender promised it: the budget runs again from now.
+					m.giveUp = later(m.giveUp, now.Add(r.t.budget))
 				case NCFGone:
 					r.lose(q, ReasonGone)
 				}
@@ -277,15 +437,69 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			reason = ReasonGone
 		}
 		for _, rg := range p.Ranges {
-			r.eachMissing(rg, func(q uint64, _ *missing) { r.lose(q, reason) })
+			r.eachMissing(rg, func(q uint64, _ *hole) { r.lose(q, reason) })
 		}
 	}
 	r.advance()
 	return nil
 }
 
+func later(a, b time.Time) time.Time {
+	if a.IsZero() || b.After(a) {
+		return b
+	}
+	return a
+}
+
+// otherSession decides what a datagram of a session other than the current one does: start it
+// (the first session heard; with a key, a session not older than the current one; without a key,
+// once the current session has been silent for the session timeout), or nothing.
+// It returns the datagrams of the new session kept while it waited, to be handled first.
+func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packet, b []byte) ([][]byte, netip.AddrPort, error) {
+	if p.Flags&FlagRepair != 0 {
+		r.c.Replays++
+		return nil, from, ErrStale // a repair for others is no place to start a session
+	}
+	if slices.Contains(r.retired, p.Session) ||
+		(r.joined && r.cfg.Auth != nil && p.Session>>32 < r.session>>32) {
+		r.c.Replays++
+		return nil, from, ErrStale
+	}
+	young := p.Trailing <= 1 && p.Seq <= youngSession
+	if r.joined && r.cfg.Auth == nil && now.Sub(r.heard) < r.cfg.SessionTimeout {
+		// The current session is live: one unauthenticated datagram does not retire it. Keep
+		// the candidate's datagrams (bounded) and whether it was young when first heard, so a
+		// restarted sender loses nothing.
+		if r.cand.session != p.Session || r.cand.from != from {
+			r.dropCandidate()
+			r.cand.session, r.cand.young, r.cand.from = p.Session, young, from
+		}
+		if r.cand.bytes+len(b) <= CandidateBytes {
+			r.cand.kept = append(r.cand.kept, append([]byte(nil), b...))
+			r.cand.bytes += len(b)
+		}
+		r.c.OtherSession++
+		return nil, from, ErrOtherSession
+	}
+	var kept [][]byte
+	keptFrom := from
+	if r.cand.session == p.Session && r.cand.from == from {
+		young = young || r.cand.young
+		kept = r.cand.kept
+		if len(kept) > 0 {
+			// Start the session from its earliest datagram we kept.
+			var first Packet
+			if Decode(kept[0], &first) == nil {
+				p = &first
+			}
+		}
+	}
+	r.switchSession(p, from, young)
+	return kept, keptFrom, nil
+}
+
 // eachMissing calls f for the missing sequences in rg, in order.
-func (r *ReceiverCore) eachMissing(rg Range, f func(uint64, *missing)) {
+func (r *ReceiverCore) eachMissing(rg Range, f func(uint64, *hole)) {
 	if rg.To-rg.From < uint64(len(r.miss)) {
 		for q := rg.From; ; q++ {
 			if m := r.miss[q]; m != nil {
@@ -307,24 +521,24 @@ func (r *ReceiverCore) eachMissing(rg Range, f func(uint64, *missing)) {
 	}
 }
 
-func (r *ReceiverCore) switchSession(p *Packet) {
+func (r *ReceiverCore) switchSession(p *Packet, from netip.AddrPort, young bool) {
 	old := r.session
 	if r.joined {
 		r.flushSession()
 		r.retired = append(r.retired, old)
-		if len(r.retired) > 8 {
+		if len(r.retired) > RetiredSessions {
 			r.retired = r.retired[1:]
 		}
 	}
 	r.reset()
-	r.session, r.joined = p.Session, true
+	r.session, r.joined, r.src = p.Session, true, from
 	r.c.Sessions++
 	r.events = append(r.events, SessionChange{Old: old, New: p.Session})
 	first := p.Seq // a sequenced datagram: start with it
 	if !p.Type.Sequenced() {
 		first = p.Seq + 1 // control datagrams carry the leading edge: start after it
 	}
-	if p.Trailing <= 1 && first <= youngSession {
+	if young {
 		first = 1 // we were there (or nearly) when it began: recover the session from its start
 	}
 	r.join, r.next, r.leading = first, first, first-1
@@ -333,8 +547,20 @@ func (r *ReceiverCore) switchSession(p *Packet) {
 // flushSession delivers what the old session left, with gaps for its holes.
 func (r *ReceiverCore) flushSession() {
 	for _, st := range r.slist {
-		if !st.known || !st.wanted || !st.started {
+		if !st.known || !st.wanted {
 			continue
+		}
+		if !st.started {
+			if len(st.held) == 0 {
+				continue
+			}
+			// Its start was never decided: what it held comes with a gap before it when a
+			// datagram between the join and its first record was lost.
+			m := minKey(st.held)
+			st.started, st.expected = true, m
+			if r.firstLost != 0 && r.firstLost < st.held[m].dg {
+				st.expected = min(st.base+1, m)
+			}
 		}
 		for len(st.held) > 0 {
 			m := minKey(st.held)
@@ -351,8 +577,8 @@ func (r *ReceiverCore) flushSession() {
 	}
 }
 
-// trail applies the sender's trailing edge: anything older that is still missing is gone.
-func (r *ReceiverCore) trail(t uint64) {
+// trail moves the frontier to t: anything older that is still missing is lost for reason.
+func (r *ReceiverCore) trail(t uint64, reason Reason) {
 	if t <= r.next {
 		return
 	}
@@ -384,7 +610,10 @@ func (r *ReceiverCore) trail(t uint64) {
 	}
 	if lost > 0 {
 		r.c.LostDatagrams += lost
-		r.lossReason, r.lossEver, r.lossPassed = ReasonGone, true, true
+		r.lossReason, r.lossEver, r.lossPassed = reason, true, true
+		if r.firstLost == 0 {
+			r.firstLost = r.next
+		}
 	}
 	r.next = t
 	if r.leading < t-1 {
@@ -392,30 +621,23 @@ func (r *ReceiverCore) trail(t uint64) {
 	}
 }
 
-// learn records that every sequence up to l exists: the unseen ones are missing.
+// learn records that every sequence up to l exists: the unseen ones are missing. The window
+// keeps at most MaxHole sequences above the frontier: older ones still missing are given up.
 func (r *ReceiverCore) learn(now time.Time, l uint64) {
 	if l <= r.leading {
 		return
 	}
+	if l-r.next >= MaxHole {
+		r.trail(l-MaxHole+1, ReasonExpired)
+	}
 	from := r.leading + 1
 	r.leading = l
-	if l-from > 1<<18 { // far too many to NAK: give the oldest up at once
-		cut := l - 1<<18
-		for q := from; q < cut; q++ {
-			r.done[q] = true
-		}
-		r.c.LostDatagrams += cut - from
-		r.lossReason, r.lossEver = ReasonExpired, true
-		from = cut
-	}
 	// One back-off for the whole hole found at once, so a burst costs one NAK with one range.
 	due := now.Add(r.backoff())
 	for q := from; q <= l; q++ {
-		r.miss[q] = &missing{detected: now, due: due}
+		r.miss[q] = &hole{due: due}
 	}
-	if r.nextDue.IsZero() || due.Before(r.nextDue) {
-		r.nextDue = due
-	}
+	r.setDue(due)
 }
 
 // backoff draws the wait before a first NAK from the truncated exponential distribution of
@@ -433,9 +655,13 @@ func (r *ReceiverCore) lose(q uint64, reason Reason) {
 	r.done[q] = true
 	r.c.LostDatagrams++
 	r.lossReason, r.lossEver = reason, true
+	if r.firstLost == 0 || q < r.firstLost {
+		r.firstLost = q
+	}
 }
 
-// advance moves the frontier over resolved sequences and reports stream gaps it uncovers.
+// advance moves the frontier over resolved sequences, decides the start of streams that wait
+// for it and reports the stream gaps it uncovers.
 func (r *ReceiverCore) advance() {
 	for len(r.done) > 0 {
 		lost, ok := r.done[r.next]
@@ -448,12 +674,81 @@ func (r *ReceiverCore) advance() {
 		delete(r.done, r.next)
 		r.next++
 	}
+	if (r.next != r.tried || r.lossPassed) && len(r.waiting) > 0 {
+		r.tried = r.next
+		w := r.waiting[:0]
+		for _, st := range r.waiting {
+			if !r.tryStart(st) {
+				w = append(w, st)
+			}
+		}
+		clear(r.waiting[len(w):])
+		r.waiting = w
+	}
 	if r.lossPassed {
 		r.lossPassed = false
 		for _, st := range r.slist {
 			r.resolve(st)
 		}
+	} else if r.next != r.resolved && len(r.gapq) > 0 {
+		q := r.gapq
+		r.gapq = nil
+		for _, st := range q {
+			st.queued = false
+			r.resolve(st)
+		}
 	}
+	r.resolved = r.next
+}
+
+// await queues st to be resolved again when the frontier moves.
+func (r *ReceiverCore) await(st *rstream) {
+	if !st.queued {
+		st.queued = true
+		r.gapq = append(r.gapq, st)
+	}
+}
+
+// tryStart decides where a stream that began before the join starts: at the first record in the
+// datagrams from the join point on, once every datagram up to that record's is resolved. If one
+// of them was lost, it may have carried earlier records: the stream starts after the last
+// sequence a HEARTBEAT announced before the join (or at 1), and the difference is a gap. It
+// reports whether the stream started.
+func (r *ReceiverCore) tryStart(st *rstream) bool {
+	if st.started || !st.known || !st.wanted {
+		return true
+	}
+	if len(st.held) == 0 && st.dropMin == 0 {
+		if st.tail <= st.base || st.tailAt >= r.next {
+			return false
+		}
+		if r.firstLost == 0 || r.firstLost > st.tailAt {
+			st.base = st.tail // every record up to the tail came before the join
+			return false
+		}
+		st.started, st.expected = true, st.base+1
+		r.lossPassed = true
+		return true
+	}
+	m := st.dropMin
+	var dg uint64
+	if len(st.held) > 0 {
+		k := minKey(st.held)
+		dg = st.held[k].dg
+		if m == 0 || k < m {
+			m = k
+		}
+	}
+	if dg >= r.next {
+		return false // a datagram before it is still missing: it may hold earlier records
+	}
+	st.started, st.expected = true, m
+	if r.firstLost != 0 && r.firstLost < dg {
+		st.expected = min(st.base+1, m)
+	}
+	r.drain(st)
+	r.lossPassed = true
+	return true
 }
 
 // resolve reports the holes of st that the frontier proves lost.
@@ -461,19 +756,26 @@ func (r *ReceiverCore) resolve(st *rstream) {
 	if !st.known || !st.wanted || !st.started {
 		return
 	}
+	reason := r.lossReason
+	if reason == 0 {
+		reason = ReasonExpired // records dropped for room: the only loss without a lost datagram
+	}
 	for len(st.held) > 0 {
 		m := minKey(st.held)
 		h := st.held[m]
 		if m <= st.expected || h.dg >= r.next {
 			break
 		}
-		r.gap(st, st.expected, m-1, r.lossReason)
+		r.gap(st, st.expected, m-1, reason)
 		st.expected = m
 		r.drain(st)
 	}
 	if len(st.held) == 0 && st.tail >= st.expected && st.tailAt < r.next {
-		r.gap(st, st.expected, st.tail, r.lossReason)
+		r.gap(st, st.expected, st.tail, reason)
 		st.expected = st.tail + 1
+	}
+	if len(st.held) > 0 || st.tail >= st.expected {
+		r.await(st) // a hole whose datagrams are not all resolved yet
 	}
 }
 
@@ -483,12 +785,17 @@ func (r *ReceiverCore) gap(st *rstream, from, to uint64, reason Reason) {
 	r.events = append(r.events, Gap{Topic: st.topic, Stream: st.id, From: from, To: to, Reason: reason, Session: r.session})
 }
 
+// stream returns the stream with id, creating it; nil when the stream table is full.
 func (r *ReceiverCore) stream(id uint32) *rstream {
 	st := r.streams[id]
 	if st == nil {
+		if len(r.streams) >= MaxStreams || r.bytes+streamOverhead > r.cfg.MaxBytes {
+			return nil
+		}
 		st = &rstream{id: id, held: make(map[uint64]held)}
 		r.streams[id] = st
 		r.slist = append(r.slist, st)
+		r.bytes += streamOverhead
 	}
 	return st
 }
@@ -496,46 +803,84 @@ func (r *ReceiverCore) stream(id uint32) *rstream {
 func (r *ReceiverCore) catalog(entries []CatalogEntry) {
 	for _, e := range entries {
 		st := r.stream(e.Stream)
+		if st == nil {
+			r.c.Overflow++
+			continue
+		}
 		if st.known {
 			continue
 		}
+		if r.bytes+len(e.Topic) > r.cfg.MaxBytes {
+			r.c.Overflow++
+			continue
+		}
+		r.bytes += len(e.Topic)
 		st.known, st.topic = true, e.Topic
 		st.wanted = r.cfg.Filter == nil || r.cfg.Filter(e.Topic)
 		if !st.wanted {
-			clear(st.held)
+			r.unhold(st)
 			continue
 		}
-		switch {
-		case e.First >= r.join:
+		if e.First >= r.join {
 			st.started, st.expected = true, 1 // we were there when it began
-		case len(st.held) > 0:
-			st.started, st.expected = true, minKey(st.held) // late join
-		}
-		if st.started {
-			// Held records were kept raw; turn them into deliveries in order.
-			r.drain(st)
+			if st.dropMin != 0 {
+				r.lossPassed = true
+			}
+			r.drain(st) // held records were kept raw; turn them into deliveries in order
 			r.lossPassed = r.lossPassed || r.lossEver
+			continue
+		}
+		if !r.tryStart(st) {
+			r.waiting = append(r.waiting, st)
 		}
 	}
 }
 
+// unhold drops every record st holds.
+func (r *ReceiverCore) unhold(st *rstream) {
+	for _, h := range st.held {
+		r.bytes -= len(h.payload) + heldOverhead
+	}
+	clear(st.held)
+}
+
+// hold keeps a record for later; when it does not fit in MaxBytes it is dropped: a hole in the
+// stream that resolve reports as a gap.
+func (r *ReceiverCore) hold(st *rstream, seq uint64, h held) {
+	cost := len(h.payload) + heldOverhead
+	if r.bytes+cost > r.cfg.MaxBytes {
+		r.c.Overflow++
+		if !st.started && (st.dropMin == 0 || seq < st.dropMin) {
+			st.dropMin = seq
+		}
+		r.lossPassed, r.lossEver = true, true
+		if r.lossReason == 0 {
+			r.lossReason = ReasonExpired
+		}
+		return
+	}
+	r.bytes += cost
+	st.held[seq] = h
+}
+
 // record handles one record of datagram dg.
 func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repaired bool) {
-	if !st.known {
-		if r.catDue.IsZero() {
+	if st == nil {
+		r.c.Overflow++ // the stream table is full
+		return
+	}
+	if !st.known || (st.wanted && !st.started) {
+		if !st.known && r.catDue.IsZero() {
 			r.catDue = r.now.Add(r.backoff())
 			r.setDue(r.catDue)
 		}
-		if _, ok := st.held[seq]; !ok && len(st.held) < 1<<14 {
-			st.held[seq] = held{dg: dg, payload: clone(payload), repaired: repaired}
+		if _, ok := st.held[seq]; !ok {
+			r.hold(st, seq, held{dg: dg, payload: clone(payload), repaired: repaired})
 		}
 		return
 	}
 	if !st.wanted {
 		return
-	}
-	if !st.started {
-		st.started, st.expected = true, seq
 	}
 	if seq < st.expected {
 		r.c.Duplicates++
@@ -552,11 +897,17 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 		return
 	}
 	if r.cfg.Mode == Skip {
+		if r.bytes+heldOverhead > r.cfg.MaxBytes {
+			r.hold(st, seq, held{dg: dg, delivered: true}) // no room: dropped, a gap later
+			return
+		}
 		r.deliver(st, seq, payload, repaired)
-		st.held[seq] = held{dg: dg, delivered: true}
+		r.hold(st, seq, held{dg: dg, delivered: true})
+		r.await(st)
 		return
 	}
-	st.held[seq] = held{dg: dg, payload: clone(payload), repaired: repaired}
+	r.hold(st, seq, held{dg: dg, payload: clone(payload), repaired: repaired})
+	r.await(st)
 }
 
 // drain delivers held records from st.expected on.
@@ -567,6 +918,7 @@ func (r *ReceiverCore) drain(st *rstream) {
 			return
 		}
 		delete(st.held, st.expected)
+		r.bytes -= len(h.payload) + heldOverhead
 		if !h.delivered {
 			r.deliver(st, st.expected, h.payload, h.repaired)
 		}
@@ -586,32 +938,42 @@ func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired
 		Body: clone(body), Repaired: repaired, Session: r.session})
 }
 
-// Tick sends due NAKs and gives up on what has run out of retries or time.
+// Tick sends due NAKs and gives up on what has run out of time. A missing sequence is given up
+// once the profile's budget has passed since its first NAK (while the receiver is not behind
+// its socket); retries back off from the profile's retry interval, doubling, capped at a
+// quarter of the budget.
 func (r *ReceiverCore) Tick(now time.Time) {
 	if r.nextDue.IsZero() || now.Before(r.nextDue) {
 		return
 	}
+	r.now = now
 	r.keys = sortedKeys(r.miss, r.keys)
 	var ask []uint64
 	r.nextDue = time.Time{}
+	bo := r.backoff() // one draw per Tick: what is NAKed together stays together
 	for _, q := range r.keys {
 		m := r.miss[q]
 		if now.Before(m.due) {
-			if r.nextDue.IsZero() || m.due.Before(r.nextDue) {
-				r.nextDue = m.due
-			}
+			r.setDue(m.due)
 			continue
 		}
-		if m.tries >= r.t.nakTries || now.Sub(m.detected) >= r.t.budget {
-			r.lose(q, ReasonExpired)
-			continue
+		if !m.giveUp.IsZero() && !now.Before(m.giveUp) {
+			if !r.behind {
+				r.lose(q, ReasonExpired)
+				continue
+			}
+			m.giveUp = now.Add(4 * r.t.nakRetry) // the repair may wait unread in the socket
 		}
 		ask = append(ask, q)
-		m.tries++
-		m.due = now.Add(r.t.nakRetry<<min(m.tries-1, 6) + r.backoff()) // 4, 8, 16 ms...: a busy sender is not flooded
-		if r.nextDue.IsZero() || m.due.Before(r.nextDue) {
-			r.nextDue = m.due
+		if m.giveUp.IsZero() {
+			m.giveUp = now.Add(r.t.budget)
 		}
+		m.tries++
+		m.due = now.Add(min(r.t.nakRetry<<min(m.tries-1, 16), r.t.budget/4) + bo)
+		if m.due.After(m.giveUp) {
+			m.due = m.giveUp
+		}
+		r.setDue(m.due)
 	}
 	if len(ask) > 0 && r.src.IsValid() {
 		rs := toRanges(nil, ask)

@@ -1,9 +1,11 @@
 package multicast
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 )
@@ -25,8 +27,9 @@ type sim struct {
 	lost    map[uint64]bool // original DATA sequences some receiver lost
 	naks    int             // NAK datagrams that reached the sender
 	onNAK   func(b []byte)
-	shared  lossModel // loss on the sender's side: every receiver loses the datagram
-	losses  int       // DATA datagrams lost, counted per receiver
+	onSend  func(b []byte) // sees every datagram the sender multicasts
+	shared  lossModel      // loss on the sender's side: every receiver loses the datagram
+	losses  int            // DATA datagrams lost, counted per receiver
 }
 
 type flight struct {
@@ -98,6 +101,9 @@ func (s *sim) restartSender(seed uint64) {
 
 func (s *sim) fromSender() {
 	for _, b := range s.snd.Ready() {
+		if s.onSend != nil {
+			s.onSend(b)
+		}
 		s.q = append(s.q, flight{at: s.now.Add(s.latency), to: -2, b: append([]byte(nil), b...)})
 	}
 }
@@ -123,7 +129,13 @@ func (s *sim) publish(topic string, body string) {
 // run advances the clock to until, calling pub at each step (it may publish and must Flush).
 func (s *sim) run(until time.Time, every time.Duration, pub func(now time.Time)) {
 	nextPub := s.now
-	for {
+	for iter := 0; ; iter++ {
+		if iter > 1000000 {
+			for i, r := range s.rcv {
+				s.t.Logf("rcv %d deadline %v now %v miss %d catDue %v", i, r.Deadline(), s.now, len(r.miss), r.catDue)
+			}
+			s.t.Fatalf("stuck: q %d snd %v", len(s.q), s.snd.Deadline())
+		}
 		t := until
 		if len(s.q) > 0 && s.q[0].at.Before(t) {
 			t = s.q[0].at
@@ -142,7 +154,7 @@ func (s *sim) run(until time.Time, every time.Duration, pub func(now time.Time))
 		if t.Before(s.now) {
 			t = s.now
 		}
-		if t.After(until) || t.Equal(until) && len(s.q) == 0 {
+		if t.After(until) || t.Equal(until) && (len(s.q) == 0 || s.q[0].at.After(until)) {
 			s.now = until
 			return
 		}
@@ -169,7 +181,7 @@ func (s *sim) run(until time.Time, every time.Duration, pub func(now time.Time))
 					}
 					continue
 				}
-				if err := r.Handle(s.now, simSenderAddr, f.b); err != nil {
+				if err := r.Handle(s.now, simSenderAddr, f.b); err != nil && !errors.Is(err, ErrOtherSession) && !errors.Is(err, ErrStale) {
 					s.t.Fatalf("receiver %d: %v", i, err)
 				}
 				s.fromReceiver(i)
@@ -385,7 +397,15 @@ func TestSim_SenderRestart(t *testing.T) {
 	s.restartSender(99)
 	count2 := map[string]uint64{}
 	s.run(s.now.Add(50*time.Millisecond), 100*time.Microsecond, s.steady(count2, 300))
+	// Without a key, receivers leave the old session only once it has been silent for the session
+	// timeout; the new one was young when first heard, so they recover it from its start.
 	s.run(s.now.Add(500*time.Millisecond), 0, nil)
+	for i, r := range s.rcv {
+		if r.Session() != old || r.Counters().OtherSession == 0 {
+			t.Fatalf("receiver %d: session %x after 0.5 s (%d datagrams of the new one); want still %x", i, r.Session(), r.Counters().OtherSession, old)
+		}
+	}
+	s.run(s.now.Add(DefaultSessionTimeout+time.Second), 0, nil)
 	for i := range s.rcv {
 		var changes []SessionChange
 		split := 0
@@ -441,6 +461,89 @@ func TestSim_LateJoin(t *testing.T) {
 	for _, topic := range simTopics {
 		if first[topic] != count[topic] {
 			t.Errorf("late joiner: %s last seq %d, want %d", topic, first[topic], count[topic])
+		}
+	}
+}
+
+// TestSim_LateJoinLossy: receivers join a busy session late, behind heavy loss at the join (issue
+// 11, found 1). Each stream must start at or before its first record in the datagrams from the
+// join point on, and from there every message is delivered or reported: nothing is dropped as a
+// duplicate of something never delivered.
+func TestSim_LateJoinLossy(t *testing.T) {
+	for seed := uint64(20); seed < 30; seed++ {
+		s := newSim(t, seed, 4, SenderCoreConfig{Profile: ProfileLowLatency}, ReceiverCoreConfig{Profile: ProfileLowLatency})
+		records := map[uint64][]Record{} // original DATA datagram -> its records
+		topic := map[uint32]string{}
+		s.onSend = func(b []byte) {
+			var p Packet
+			if Decode(b, &p) != nil {
+				return
+			}
+			switch p.Type {
+			case TypeData:
+				records[p.Seq] = slices.Clone(p.Records)
+			case TypeCatalog:
+				for _, e := range p.Catalog {
+					topic[e.Stream] = e.Topic
+				}
+			}
+		}
+		for i := range s.loss {
+			s.loss[i].off = true
+		}
+		count := map[string]uint64{}
+		pub := s.steady(count, 4000)
+		s.run(s.now.Add(50*time.Millisecond), 100*time.Microsecond, pub)
+		for i := range s.rcv { // they start now, behind 40% loss for the first 5 ms
+			s.rcv[i], _ = NewReceiverCore(ReceiverCoreConfig{Profile: ProfileLowLatency, Rand: rand.New(rand.NewPCG(seed, uint64(200+i)))})
+			s.loss[i] = lossModel{p: 0.4}
+		}
+		s.run(s.now.Add(5*time.Millisecond), 100*time.Microsecond, pub)
+		for i := range s.loss {
+			s.loss[i] = lossModel{p: 0.05}
+		}
+		s.run(s.now.Add(300*time.Millisecond), 100*time.Microsecond, pub)
+		s.run(s.now.Add(time.Second), 0, nil)
+		for i, r := range s.rcv {
+			first := map[string]uint64{}
+			for dg, rs := range records {
+				if dg < r.join {
+					continue
+				}
+				for _, rc := range rs {
+					if tp := topic[rc.Stream]; first[tp] == 0 || rc.Seq < first[tp] {
+						first[tp] = rc.Seq
+					}
+				}
+			}
+			next := map[string]uint64{}
+			for _, e := range s.events[i] {
+				var tp string
+				var from, to uint64
+				switch e := e.(type) {
+				case Message:
+					tp, from, to = e.Topic, e.StreamSeq, e.StreamSeq
+				case Gap:
+					tp, from, to = e.Topic, e.From, e.To
+					t.Errorf("seed %d receiver %d: %v, want none (all repairable)", seed, i, e)
+				default:
+					continue
+				}
+				if next[tp] == 0 {
+					if from > first[tp] {
+						t.Fatalf("seed %d receiver %d (joined at %d): %s starts at %d, but %d came after the join: silently lost",
+							seed, i, r.join, tp, from, first[tp])
+					}
+				} else if from != next[tp] {
+					t.Fatalf("seed %d receiver %d: %s seq %d after %d", seed, i, tp, from, next[tp]-1)
+				}
+				next[tp] = to + 1
+			}
+			for tp, n := range count {
+				if next[tp] != n+1 {
+					t.Errorf("seed %d receiver %d: %s ends at %d, want %d", seed, i, tp, next[tp]-1, n)
+				}
+			}
 		}
 	}
 }

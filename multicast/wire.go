@@ -18,6 +18,9 @@ const (
 const (
 	FlagAuth   = 1 << 0 // a truncated HMAC-SHA256 tag of TagSize bytes ends the datagram
 	FlagRepair = 1 << 1 // the datagram is a retransmission (always set on RDATA, also on repaired CATALOG)
+	// KnownFlags are the flags this version defines. Decode rejects a datagram with any other
+	// bit set: a flag may change the meaning of the body, so it is never guessed at.
+	KnownFlags = FlagAuth | FlagRepair
 )
 
 // Type is the datagram type (header byte 3).
@@ -236,6 +239,9 @@ func DecodeHeader(b []byte) (PacketHeader, error) {
 	if b[6] != 0 || b[7] != 0 {
 		return h, fmt.Errorf("reserved header bytes: %w", ErrMalformed)
 	}
+	if h.Flags&^KnownFlags != 0 {
+		return h, fmt.Errorf("unknown flags %#02x: %w", h.Flags&^KnownFlags, ErrMalformed)
+	}
 	h.Session = binary.LittleEndian.Uint64(b[8:])
 	h.Seq = binary.LittleEndian.Uint64(b[16:])
 	h.Trailing = binary.LittleEndian.Uint64(b[24:])
@@ -281,6 +287,9 @@ func Decode(b []byte, p *Packet) error {
 		}
 		for i := 0; i < n; i++ {
 			p.Streams = append(p.Streams, StreamSeq{Stream: d.u32(), Seq: d.u64()})
+		}
+		if !d.bad && p.Leading != h.Seq {
+			return fmt.Errorf("HEARTBEAT leading edge %d in the body, %d in the header: %w", p.Leading, h.Seq, ErrMalformed)
 		}
 	case TypeNAK:
 		p.Receiver = d.u64()

@@ -34,8 +34,13 @@ line is one JSON object: {"topic","stream","seq","headers","body"} for a message
 gap and {"session":{...}} for a restart. The formats are specified in
 docs/multicast-protocol.md.
 
-With --key-file, every datagram must carry a valid HMAC made with that key (the file's
-bytes, a trailing newline removed); others are dropped and counted.`,
+With --key-file, every datagram must carry a valid HMAC made with that key: the file's
+bytes with every trailing CR and LF byte removed (nothing else: spaces count), as heraldd
+reads key_file. Others are dropped, counted (--stats) and logged at most every 10 s.
+
+Without a key, a host on the LAN can inject messages, but not take the channel away:
+datagrams far ahead of the window, of another session while the current one is live, or
+of the current session from another address are ignored, counted and logged.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "group", Required: true, Usage: "multicast `ADDR:PORT` of the channel, e.g. 239.255.0.1:7400"},
 			&cli.StringFlag{Name: "interface", Aliases: []string{"i"}, Usage: "`IFACE` to join on (default: the interface of the route to the group)"},
@@ -47,6 +52,8 @@ bytes, a trailing newline removed); others are dropped and counted.`,
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line"},
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Usage: "exit after `N` messages (0: never)"},
 			&cli.BoolFlag{Name: "stats", Usage: "print the receiver's counters to stderr on exit"},
+			&cli.DurationFlag{Name: "session-timeout", Value: multicast.DefaultSessionTimeout,
+				Usage: "without a key, follow a new sender session only after the current one has been silent this long"},
 		},
 		Action: runListen,
 	}
@@ -80,15 +87,17 @@ func runListen(cCtx *cli.Context) error {
 	if count < 0 {
 		return usageErrorf("--count must not be negative")
 	}
+	if d := cCtx.Duration("session-timeout"); d <= 0 {
+		return usageErrorf("--session-timeout %v: want a positive duration, e.g. 3s", d)
+	} else {
+		cfg.SessionTimeout = d
+	}
 	if f := cCtx.String("key-file"); f != "" {
-		key, err := os.ReadFile(f)
+		key, err := readKeyFile(f)
 		if err != nil {
-			return fmt.Errorf("read key: %w", err)
+			return err
 		}
-		cfg.Key = bytes.TrimRight(key, "\r\n")
-		if len(cfg.Key) == 0 {
-			return usageErrorf("--key-file %s is empty", f)
-		}
+		cfg.Key = key
 	}
 	r, err := multicast.NewReceiver(cfg)
 	if err != nil {
@@ -111,10 +120,26 @@ func runListen(cCtx *cli.Context) error {
 	}
 	if cCtx.Bool("stats") {
 		st := r.Stats()
-		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d\n",
-			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf)
+		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d"+
+			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d\n",
+			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf,
+			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops)
 	}
 	return err
+}
+
+// readKeyFile reads an HMAC key as docs/multicast-protocol.md section 6 says: the file's bytes
+// with every trailing CR and LF byte removed.
+func readKeyFile(f string) ([]byte, error) {
+	key, err := os.ReadFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("read key: %w", err)
+	}
+	key = bytes.TrimRight(key, "\r\n")
+	if len(key) == 0 {
+		return nil, usageErrorf("--key-file %s is empty (or only line ends)", f)
+	}
+	return key, nil
 }
 
 type listenPrinter struct {

@@ -157,7 +157,7 @@ func runListenNS(t *testing.T, ns, group string, args ...string) (int, string, s
 	go func() {
 		code := -1
 		err := inNS(ns, func() {
-			argv := append([]string{"herald", "listen", "--group", group, "--interface", "lo"}, args...)
+			argv := append([]string{"herald", "listen", "--group", group, "--interface", "lo", "--session-timeout", "100ms"}, args...)
 			err := newApp(strings.NewReader(""), &stdout, &stderr).RunContext(ctx, argv)
 			code = exitOK
 			if err != nil {
@@ -201,7 +201,15 @@ func runListenNS(t *testing.T, ns, group string, args ...string) (int, string, s
 		t.Fatalf("sender socket: %v", err)
 	}
 	defer sc.Close()
+	var session uint64
 	for _, d := range listenScript(t) {
+		h, _ := multicast.DecodeHeader(d)
+		if session != 0 && h.Session != session {
+			// The sender restarts: without a key, receivers follow the new session once the
+			// old one has been silent for --session-timeout (the tests pass 100ms).
+			time.Sleep(300 * time.Millisecond)
+		}
+		session = h.Session
 		if _, err := sc.WriteToUDPAddrPort(d, g); err != nil {
 			t.Fatal(err)
 		}
