@@ -117,6 +117,7 @@ var (
 	dRefused      = desc("herald_connections_refused_total", "STOMP connections refused.")
 	dSlowDrops    = desc("herald_slow_subscriber_drops_total", "Topic messages dropped for slow subscribers, all topics.")
 	dOutputWaits  = desc("herald_output_backpressure_total", "Times a connection was not read because its unwritten frames exceeded stomp.max_output_bytes.")
+	dQueuesForgot = desc("herald_queues_forgotten_total", "Empty queues forgotten after topics.idle_forget without use.")
 	dMemWaits     = desc("herald_memory_backpressure_total", "Times a connection was not read because the memory budget (memory.budget_bytes) was spent.")
 	dMemBudget    = desc("herald_memory_budget_bytes", "The memory budget in force (memory.budget_bytes).")
 	dMemUsed      = desc("herald_memory_used_bytes", "Bytes clients hold of the memory budget: frames to write, bodies being read, transactions, queue messages in memory, last values.")
@@ -167,7 +168,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dQueueMessages, dQueueBytes, dQueueReady, dQueueInFlight, dQueueDelayed, dQueueConsumers, dQueueOldest, dQueueDLQ,
 		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
 		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
-		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dLVEvicted, dLVBytes, dDiskLow, dStart,
+		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dQueuesForgot, dLVEvicted, dLVBytes, dDiskLow, dStart,
 		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJCkpt, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
 		dChRepairBytes, dChNAKsDropped, dChSources, dChSrcNAKs, dChSrcRepBytes, dChSrcRefused,
@@ -232,6 +233,7 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dTopicInAll, float64(st.TopicIn))
 	counter(dTopicOutAll, float64(st.TopicOut))
 	counter(dTopicsForgot, float64(st.TopicsForgotten))
+	counter(dQueuesForgot, float64(st.QueuesForgotten))
 	counter(dLVEvicted, float64(st.LastValueEvicted))
 	gauge(dLVBytes, float64(st.LastValueBytes))
 	low := 0.0

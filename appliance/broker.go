@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -96,6 +97,7 @@ type Broker struct {
 	// fdReserve descriptors are kept for the admin socket, the journal,
 	// metrics and multicast (0: unknown, no cap).
 	fdCap, fdReserve int
+	queuesForgotten  atomic.Uint64 // idle empty queues forgotten
 	seed             atomic.Uint64 // per-queue seeds of the cores' random choices
 	journalFailed    atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
 }
@@ -429,6 +431,35 @@ func (b *Broker) openQueue(name string) (*queue, error) {
 	q := newQueue(b, name)
 	b.queues[name] = q
 	return q, nil
+}
+
+// forgetIdleQueues forgets the queues that hold nothing (no message, no
+// consumer, no work in progress) and took no input since cutoff (ms), as
+// idle topics are forgotten: an empty queue costs nothing to make again,
+// so a client cannot hold queues.max_queues slots with empty names. Temporary
+// queues end with their connection instead. It returns how many it forgot.
+func (b *Broker) forgetIdleQueues(cutoff int64) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for name, q := range b.queues {
+		if strings.HasPrefix(name, tempPrefix) {
+			continue
+		}
+		q.mu.Lock()
+		idle := q.lastStep < cutoff && q.core.Idle() && len(q.outbox) == 0 && !q.flushing && q.timerAt == 0
+		if idle {
+			q.deleted = true // a SEND or SUBSCRIBE holding it finds the name's new queue
+			delete(b.queues, name)
+			n++
+		}
+		q.mu.Unlock()
+		if idle {
+			q.stop()
+		}
+	}
+	b.queuesForgotten.Add(uint64(n))
+	return n
 }
 
 func (b *Broker) lookupQueue(name string) *queue {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,5 +227,47 @@ func TestBudget_ConnectionsPerAddress(t *testing.T) {
 	again := dialRaw(t, tb)
 	if f := again.connect("1.2"); f.Command != "CONNECTED" {
 		t.Fatalf("after a slot was freed: got %s", f.Command)
+	}
+}
+
+// Queues that hold nothing are forgotten once idle (topics.idle_forget), so
+// a client cannot hold every queues.max_queues slot with empty names; a
+// queue holding a message or a consumer is kept, and a forgotten name works
+// again as a new queue.
+func TestBudget_EmptyQueuesForgotten(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Queues.MaxQueues = 20
+		c.Topics.IdleForget = appliance.Duration{Duration: 100 * time.Millisecond}
+	})
+	c := tb.Dial(t)
+	if _, err := c.SendReceipt(ctxT(t), "/queue/kept-msg", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubscribeReceipt(ctxT(t), "/queue/kept-sub", "auto"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 18 {
+		s, err := c.SubscribeReceipt(ctxT(t), "/queue/empty"+strconv.Itoa(i), "auto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Unsubscribe(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tb.Dial(t).SendReceipt(ctxT(t), "/queue/one-more", []byte("x")); err == nil || !strings.Contains(err.Error(), "max_queues") {
+		t.Fatalf("queue 21 of 20: %v, want an ERROR naming queues.max_queues", err)
+	}
+	waitFor(t, 5*time.Second, "the empty queues forgotten", func() bool { return len(tb.B.Queues()) == 2 })
+	for _, name := range []string{"kept-msg", "kept-sub"} {
+		if _, ok := tb.B.Queue(name); !ok {
+			t.Fatalf("queue %s forgotten although it holds a message or a consumer", name)
+		}
+	}
+	if _, err := tb.Dial(t).SendReceipt(ctxT(t), "/queue/empty3", []byte("again")); err != nil {
+		t.Fatalf("a forgotten name as a new queue: %v", err)
+	}
+	if v, _ := tb.B.Queue("empty3"); v.Messages != 1 {
+		t.Fatalf("empty3 holds %d messages, want 1", v.Messages)
 	}
 }

@@ -48,6 +48,8 @@ type queue struct {
 	// memCharged is what the queue holds of the broker's memory budget:
 	// the core's MemBytes as of its last step. Under mu.
 	memCharged int64
+	// lastStep is when the core last took an input (ms); under mu.
+	lastStep int64
 }
 
 // delivery is one delivery attempt, as the core tracks it.
@@ -110,6 +112,7 @@ func (q *queue) stepLocked(fn func(now int64)) (moved []queuecore.Moved, work bo
 	defer q.mu.Unlock()
 	now := q.nowMs()
 	fn(now)
+	q.lastStep = now
 	q.accountLocked(now)
 	moved = q.applyLocked()
 	return moved, len(q.outbox) > 0

@@ -166,7 +166,9 @@ func (b *Broker) forgetTopics() {
 	for {
 		select {
 		case <-t.C:
-			b.topics.forgetIdle(b.now().Add(-idle).UnixMilli())
+			cutoff := b.now().Add(-idle).UnixMilli()
+			b.topics.forgetIdle(cutoff)
+			b.forgetIdleQueues(cutoff)
 		case <-b.stop:
 			return
 		}

@@ -82,6 +82,7 @@ type StatsView struct {
 	MemoryUsed       int64    `json:"memory_used_bytes"`               // what clients hold of it
 	MemoryWaits      uint64   `json:"memory_backpressure_total"`       // readers held while it was spent
 	TopicsForgotten  uint64   `json:"topics_forgotten_total"`          // idle topics forgotten (topics.idle_forget)
+	QueuesForgotten  uint64   `json:"queues_forgotten_total"`          // idle empty queues forgotten (topics.idle_forget)
 	LastValueEvicted uint64   `json:"topic_last_values_evicted_total"` // over topics.last_value_max_bytes
 	LastValueBytes   int64    `json:"topic_last_value_bytes"`          // weight of the last values kept
 	DiskLow          bool     `json:"disk_low"`
@@ -116,6 +117,7 @@ func (b *Broker) Stats() StatsView {
 		MemoryUsed:       b.mem.used.Load(),
 		MemoryWaits:      b.mem.waits.Load(),
 		TopicsForgotten:  b.topics.forgotten.Load(),
+		QueuesForgotten:  b.queuesForgotten.Load(),
 		LastValueEvicted: b.topics.lvEvicted.Load(),
 		LastValueBytes:   lvBytes,
 		DiskLow:          b.diskLow.Load(),

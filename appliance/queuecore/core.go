@@ -261,6 +261,14 @@ func (c *Core) unhold(id uint64) {
 	}
 }
 
+// Idle reports whether the queue holds nothing at all: no message (in the
+// journal or on its way in), no consumer, no journal work outstanding, no
+// page-in. Such a queue can be forgotten and made again from nothing.
+func (c *Core) Idle() bool {
+	return c.count == 0 && c.pendingN == 0 && len(c.pending) == 0 && len(c.consumers) == 0 &&
+		len(c.byID) == 0 && !c.paging && len(c.work.ops) == 0
+}
+
 // MemBytes is the size of every message the core holds in memory (ready,
 // delayed, in flight or leaving): what the queue weighs in the broker's
 // memory budget.
