@@ -57,13 +57,9 @@ func connectionsCommand() *cli.Command {
 				if cCtx.Bool("json") {
 					return printJSON(cCtx.App.Writer, cl)
 				}
-				t := newTable(cCtx.App.Writer, "ID", "PEER", "LOGIN", "VERSION", "AGE", "SUBS", "MSGS-IN", "MSGS-OUT", "BYTES-IN", "DROPS")
+				t := newTable(cCtx.App.Writer, "ID", "PEER", "USER", "AUTH", "TLS", "VERSION", "AGE", "SUBS", "MSGS-IN", "MSGS-OUT", "BYTES-IN", "DROPS")
 				for _, v := range cl.Connections {
-					login := v.Login
-					if login == "" {
-						login = "-"
-					}
-					t.row(v.ID, v.Peer, login, v.Version, humanAge(time.Since(v.Connected).Seconds()), v.Subscriptions, v.MessagesIn, v.MessagesOut, humanBytes(int64(v.BytesIn)), v.SlowDrops)
+					t.row(v.ID, v.Peer, dash(v.User), dash(v.Auth), dash(v.TLS), v.Version, humanAge(time.Since(v.Connected).Seconds()), v.Subscriptions, v.MessagesIn, v.MessagesOut, humanBytes(int64(v.BytesIn)), v.SlowDrops)
 				}
 				if len(cl.Connections) == 0 {
 					t.row("(no connections)")
@@ -72,4 +68,12 @@ func connectionsCommand() *cli.Command {
 			})
 		},
 	}
+}
+
+// dash is s, or "-" when it is empty.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

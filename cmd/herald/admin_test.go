@@ -113,7 +113,7 @@ func TestAdminCLI_Commands(t *testing.T) {
 	}
 
 	out, _ = runAdmin(t, s, exitOK, "connections")
-	mustContain(t, "connections", out, "ID", "PEER", "127.0.0.1:", "1.2")
+	mustContain(t, "connections", out, "ID", "PEER", "USER", "AUTH", "TLS", "127.0.0.1:", "1.2", "open")
 	cl := decode[admin.ConnList](t, first(runAdmin(t, s, exitOK, "connections", "--json")))
 	if len(cl.Connections) != 1 || cl.Connections[0].MessagesIn != 5 {
 		t.Fatalf("connections --json: got %+v", cl)
