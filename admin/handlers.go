@@ -419,6 +419,9 @@ func (s *Server) config(w http.ResponseWriter, r *http.Request) {
 	// Channel keys carry json:"-"; nothing else in Config is secret. Empty
 	// lists are [] rather than null.
 	cfg := s.o.Config
+	if s.o.CurrentConfig != nil {
+		cfg = s.o.CurrentConfig()
+	}
 	if cfg.Queues.Policies == nil {
 		cfg.Queues.Policies = []appliance.QueuePolicy{}
 	}

@@ -30,7 +30,10 @@ type Options struct {
 	Broker        Broker // required
 	Journal       Journal
 	Config        appliance.Config // effective configuration, served by GET /v1/config
-	Level         *slog.LevelVar   // the daemon's log level; nil: PUT /v1/log-level is refused
+	// CurrentConfig, when set, is served instead of Config: the
+	// configuration in force after reloads (SIGHUP).
+	CurrentConfig func() appliance.Config
+	Level         *slog.LevelVar // the daemon's log level; nil: PUT /v1/log-level is refused
 	Version       string
 	Started       time.Time
 	Logger        *slog.Logger

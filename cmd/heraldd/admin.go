@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/admin"
+	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/journal"
 )
 
@@ -45,6 +46,12 @@ func (d *daemon) startAdmin(ctx context.Context) error {
 		Broker:        d.broker,
 		Journal:       storeAdmin{d.store},
 		Config:        d.cfg,
+		CurrentConfig: func() appliance.Config {
+			if d.broker == nil {
+				return d.cfg
+			}
+			return *d.broker.Config()
+		},
 		Level:         &d.level,
 		Version:       version,
 		Started:       processStart,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/herald-mq/herald/admin"
 	"net"
 	"os"
 	"os/exec"
@@ -151,6 +152,17 @@ func TestReload_SIGHUP(t *testing.T) {
 		}
 	}
 	log.waitLog(t, at, `need a restart (systemctl restart herald); until then they keep their old values" keys=journal.sync`)
+	// The admin API serves the configuration in force: reloaded keys new,
+	// restart-only keys old.
+	ac := admin.NewClient(filepath.Join(dir, "admin.sock"))
+	defer ac.Close()
+	cur, err := ac.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Stomp.MaxBodyBytes != 100 || cur.Journal.Sync != "full" {
+		t.Errorf("GET /v1/config after the reload: max_body_bytes %d (want 100, reloaded), journal.sync %q (want the old \"full\": restart-only)", cur.Stomp.MaxBodyBytes, cur.Journal.Sync)
+	}
 
 	if _, err := c.SendReceipt(ctx, "/queue/lim", []byte("two")); err != nil {
 		t.Errorf("SEND to /queue/lim after max_messages was raised to 5 by SIGHUP: %v", err)
@@ -177,7 +189,7 @@ func TestReload_SIGHUP(t *testing.T) {
 	}
 	// And the lower max_body_bytes holds for the connection opened before
 	// the first reload: ERROR naming the setting.
-	_, err := c.SendReceipt(ctx, "/queue/r", []byte(strings.Repeat("x", 500)))
+	_, err = c.SendReceipt(ctx, "/queue/r", []byte(strings.Repeat("x", 500)))
 	if err == nil || !strings.Contains(err.Error(), "stomp.max_body_bytes") {
 		t.Errorf("SEND of 500 bytes after max_body_bytes=100: %v, want an ERROR naming stomp.max_body_bytes", err)
 	}
