@@ -59,7 +59,19 @@ func TestAuth_RefusesExposedListenerWithoutUsers(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("--check-config with allow_anonymous: exit %d %s", code, out)
 	}
-	code, out = runChild(t, "--check-config", "--stomp-listen", "0.0.0.0:61613", "--users-file", "/etc/herald/users.toml")
+	code, out = checkConfig(t, "", "[stomp]\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"/nonexistent/server.crt\"\ntls_key = \"/nonexistent/server.key\"\n")
+	if code != 78 || !strings.Contains(out, "stomp.tls_cert") || !strings.Contains(out, "/nonexistent/server.crt") {
+		t.Fatalf("--check-config with a certificate that does not exist: exit %d %s; want 78 naming it", code, out)
+	}
+	users := filepath.Join(dir, "users.toml")
+	code, out = runChild(t, "--check-config", "--stomp-listen", "0.0.0.0:61613", "--users-file", users)
+	if code != 78 || !strings.Contains(out, "users.toml: no such file") {
+		t.Fatalf("--check-config with a users file that does not exist: exit %d %s; want 78 naming it (the start would fail)", code, out)
+	}
+	if err := os.WriteFile(users, []byte("[users.alice]\nread = [\"/topic/>\"]\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runChild(t, "--check-config", "--stomp-listen", "0.0.0.0:61613", "--users-file", users)
 	if code != 0 {
 		t.Fatalf("--check-config with --users-file: exit %d %s", code, out)
 	}

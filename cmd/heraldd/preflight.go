@@ -75,6 +75,12 @@ func preflight(cfg appliance.Config) []problem {
 	}
 	if cfg.Stomp.TLSListen != "" {
 		add(checkListen("stomp.tls_listen", cfg.Stomp.TLSListen, running, cfg.DataDir))
+		if _, err := appliance.TLSConfig(cfg.Stomp); err != nil {
+			ps = append(ps, problem{sev: sevConfig, key: "stomp.tls_cert", msg: err.Error()})
+		}
+	}
+	if _, _, err := appliance.LoadAuth(cfg); err != nil {
+		ps = append(ps, problem{sev: sevConfig, key: "auth.users_file", msg: err.Error()})
 	}
 	if cfg.Admin.MetricsListen != "" {
 		add(checkListen("admin.metrics_listen", cfg.Admin.MetricsListen, running, cfg.DataDir))
