@@ -25,8 +25,11 @@ type NAKSourceStats struct {
 	NAKs        uint64 // NAK datagrams accepted
 	NAKsDropped uint64 // over the NAK rate, or replayed
 	Refused     uint64 // sequences not answered: over the source's byte budget or past MaxNAKSequences
-	Repairs     uint64 // repair datagrams sent because of this source
-	RepairBytes uint64
+	// CatalogRefused counts catalog requests (range 0-0) not answered: a
+	// second within the catalog interval, or over the byte budget.
+	CatalogRefused uint64
+	Repairs        uint64 // repair datagrams sent because of this source
+	RepairBytes    uint64
 }
 
 // nakSource is one NAK source: an IP address (the port and the NAK's receiver id are not part

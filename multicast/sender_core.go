@@ -621,7 +621,7 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 // per source and ten times per catalog interval in all, charged to the source's repair budget.
 func (s *SenderCore) catalogRequest(now time.Time, src *nakSource) {
 	if !src.catalogAt.IsZero() && now.Sub(src.catalogAt) < s.cfg.CatalogInterval {
-		src.st.Refused++
+		src.st.CatalogRefused++
 		return
 	}
 	if s.cur != nil || (!s.lastCatalog.IsZero() && now.Sub(s.lastCatalog) < s.cfg.CatalogInterval/10) {
@@ -629,7 +629,7 @@ func (s *SenderCore) catalogRequest(now time.Time, src *nakSource) {
 	}
 	size := s.catalogBytes()
 	if !src.bytes.take(now, float64(size)) {
-		src.st.Refused++
+		src.st.CatalogRefused++
 		return
 	}
 	src.catalogAt = now
