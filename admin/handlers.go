@@ -140,6 +140,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		out.Listeners = []string{}
 		out.Totals.Listeners = []string{}
 	}
+	out.RestartNeeded = []string{}
+	if s.o.RestartNeeded != nil {
+		out.RestartNeeded = append(out.RestartNeeded, s.o.RestartNeeded()...)
+	}
 	for _, q := range s.o.Broker.Queues() {
 		out.Queues++
 		out.Messages += q.Messages

@@ -33,6 +33,9 @@ type Options struct {
 	// CurrentConfig, when set, is served instead of Config: the
 	// configuration in force after reloads (SIGHUP).
 	CurrentConfig func() appliance.Config
+	// RestartNeeded, when set, lists the changed keys a reload could not
+	// apply (they keep their old values until a restart).
+	RestartNeeded func() []string
 	Level         *slog.LevelVar // the daemon's log level; nil: PUT /v1/log-level is refused
 	Version       string
 	Started       time.Time

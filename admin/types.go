@@ -123,6 +123,9 @@ type Status struct {
 	MessageBytes  int64               `json:"message_bytes"`
 	Journal       *JournalStatus      `json:"journal"` // null when the daemon runs without one
 	Totals        appliance.StatsView `json:"totals"`
+	// RestartNeeded lists the keys changed in the configuration file that
+	// SIGHUP could not apply: they take effect at the next restart.
+	RestartNeeded []string `json:"restart_needed"`
 }
 
 // QueueList is GET /v1/queues.

@@ -69,6 +69,9 @@ func printStatus(cCtx *cli.Context, st *admin.Status) error {
 	tot := st.Totals
 	t.row("topics:", fmt.Sprintf("%d messages in, %d out, %d dropped for slow subscribers", tot.TopicIn, tot.TopicOut, tot.SlowDrops))
 	t.row("backpressure:", fmt.Sprintf("%d times a connection was not read until it read its frames (stomp.max_output_bytes)", tot.OutputWaits))
+	if len(st.RestartNeeded) > 0 {
+		t.row("restart needed:", strings.Join(st.RestartNeeded, ", ")+" changed in the file; SIGHUP could not apply them (systemctl restart herald)")
+	}
 	t.row("memory:", fmt.Sprintf("%s of %s budget used (memory.budget_bytes); producers held %d times", humanBytes(tot.MemoryUsed), humanBytes(tot.MemoryBudget), tot.MemoryWaits))
 	t.row("journal intake:", fmt.Sprintf("producers held %d times behind their uncommitted writes (stomp.max_journal_pending_bytes)", tot.JournalWaits))
 	t.row("dead-lettered:", tot.DeadLettered)

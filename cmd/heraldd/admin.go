@@ -46,17 +46,23 @@ func (d *daemon) startAdmin(ctx context.Context) error {
 		Broker:        d.broker,
 		Journal:       storeAdmin{d.store},
 		Config:        d.cfg,
+		RestartNeeded: func() []string {
+			if k := d.restartKeys.Load(); k != nil {
+				return *k
+			}
+			return nil
+		},
 		CurrentConfig: func() appliance.Config {
 			if d.broker == nil {
 				return d.cfg
 			}
 			return *d.broker.Config()
 		},
-		Level:         &d.level,
-		Version:       version,
-		Started:       processStart,
-		Logger:        d.log.With("component", "admin"),
-		Metrics:       d.adminMetrics(),
+		Level:   &d.level,
+		Version: version,
+		Started: processStart,
+		Logger:  d.log.With("component", "admin"),
+		Metrics: d.adminMetrics(),
 	})
 	if err := srv.Start(ctx); err != nil {
 		return fmt.Errorf("admin API: %w", err)

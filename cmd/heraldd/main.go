@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,6 +114,8 @@ type daemon struct {
 	broker     *appliance.Broker
 	adm        adminState // admin.go
 	channels   []*channel // multicast.go
+	// restartKeys are the changed keys the last reload could not apply.
+	restartKeys atomic.Pointer[[]string]
 }
 
 func (d *daemon) run() int {

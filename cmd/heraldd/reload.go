@@ -39,6 +39,8 @@ func (d *daemon) reload() {
 	// Logged before the new level applies, so that it shows however the
 	// level changes.
 	d.log.Info("SIGHUP: configuration reloaded", "applied", applied, "log_level", level)
+	keys := append([]string(nil), ch.Restart...)
+	d.restartKeys.Store(&keys)
 	if len(ch.Restart) > 0 {
 		d.log.Warn("SIGHUP: changed keys need a restart (systemctl restart herald); until then they keep their old values", "keys", strings.Join(ch.Restart, ", "))
 	}

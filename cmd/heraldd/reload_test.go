@@ -160,6 +160,11 @@ func TestReload_SIGHUP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if st, err := ac.Status(ctx); err != nil {
+		t.Error(err)
+	} else if len(st.RestartNeeded) != 1 || st.RestartNeeded[0] != "journal.sync" {
+		t.Errorf("status after the reload: restart_needed %v, want [journal.sync]", st.RestartNeeded)
+	}
 	if cur.Stomp.MaxBodyBytes != 100 || cur.Journal.Sync != "full" {
 		t.Errorf("GET /v1/config after the reload: max_body_bytes %d (want 100, reloaded), journal.sync %q (want the old \"full\": restart-only)", cur.Stomp.MaxBodyBytes, cur.Journal.Sync)
 	}
