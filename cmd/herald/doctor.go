@@ -12,6 +12,7 @@ import (
 
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/internal/mcdoctor"
+	"github.com/herald-mq/herald/multicast"
 )
 
 // DefaultConfigFile is the packaged daemon's configuration, read by doctor
@@ -34,7 +35,8 @@ named by --channel, or the group given by --group):
   firewall   nftables (nft -j list ruleset) or iptables rules dropping the channel's UDP port
   ttl        the TTL against the route (TTL 1 with the group routed via a gateway)
   loopback   joins the group, sends one datagram with TTL 0 and multicast loop (it never
-             leaves the host; Herald receivers here count it as malformed) and receives it
+             leaves the host; herald listen on this host counts it as malformed, or as an
+             authentication failure with a key) and receives it
 
 Each line is OK, INFO (not verified: the text says why), WARN (works here, fails under load
 or for some receivers) or FAIL, followed by the fix. Exit 0 when nothing failed, 1 when a
@@ -46,7 +48,7 @@ querier wait). With --json, one object per check:
 			&cli.StringFlag{Name: "channel", Usage: "check only the channel `NAME` of the config file"},
 			&cli.StringFlag{Name: "group", Usage: "check multicast `ADDR:PORT` instead of the config file's channels"},
 			&cli.StringFlag{Name: "interface", Aliases: []string{"i"}, Usage: "`IFACE` of the channel (default: the config's, else the interface of the route to the group)"},
-			&cli.IntFlag{Name: "ttl", Usage: "TTL the sender uses with --group (default 1)"},
+			&cli.IntFlag{Name: "ttl", Value: multicast.DefaultTTL, Usage: "TTL the channel's sender uses (with a config file: overrides the channel's ttl when given)"},
 			&cli.StringFlag{Name: "sender", Usage: "IPv4 `ADDR` the channel's datagrams come from: checks rp_filter against the route back to it"},
 			&cli.DurationFlag{Name: "querier-wait", Usage: "listen this long for an IGMP query (queries come every 125s by default; 0: do not listen)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Second, Usage: "how long the loopback check waits for its datagram"},

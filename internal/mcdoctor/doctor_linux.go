@@ -382,7 +382,8 @@ func checkTTL(ch Channel, rt route, ifName string) Result {
 
 // checkLoopback joins the group on the interface, sends one datagram to it with TTL 0 and
 // IP_MULTICAST_LOOP (so it never leaves the host) and waits for it. The datagram starts with
-// "herald-doctor", which Herald receivers on this host drop and count as malformed.
+// "herald-doctor", which Herald receivers on this host drop and count as malformed (or, with a
+// key, as an authentication failure).
 func checkLoopback(ctx context.Context, ch Channel, ifi *net.Interface, o Options) Result {
 	r := Result{Check: CheckLoopback}
 	if ifi == nil {
