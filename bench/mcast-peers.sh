@@ -86,6 +86,7 @@ import json, os, sys, time, select
 n, wait = int(sys.argv[1]), float(sys.argv[2])
 fd = sys.stdin.fileno()
 msgs = gaps = 0
+gap_lines = []
 first = last = None
 rest = b""
 while msgs < n:
@@ -103,11 +104,13 @@ while msgs < n:
     lines = b.count(b"\n")
     g = b.count(b"#GAP") + b.count(b"#SESSION")
     gaps += b.count(b"#GAP")
+    if b"#GAP" in b and len(gap_lines) < 5:
+        gap_lines += [l.decode(errors="replace") for l in b.split(b"\n") if l.startswith(b"#GAP")][:5 - len(gap_lines)]
     if lines - g > 0:
         last = now
     msgs += lines - g
-el = (last - first) if first and last and last > first else float("nan")
-print(json.dumps({"received": msgs, "gaps": gaps, "seconds": el, "rate": msgs / el if el == el and el > 0 else 0}))
+el = (last - first) if first and last and last > first else 0.0
+print(json.dumps({"received": msgs, "gaps": gaps, "gap_lines": gap_lines, "seconds": el, "rate": msgs / el if el > 0 else 0}))
 PY
 # epgm_peer.py: epgm publisher (pub N SIZE) or subscriber (sub N WAIT), RATE 1 Gbit/s.
 cat >"$WORK/epgm_peer.py" <<'PY'
@@ -143,8 +146,8 @@ else:
         first = first or now
         last = now
         msgs += 1
-    el = (last - first) if first and last and last > first else float("nan")
-    print(json.dumps({"received": msgs, "gaps": 0, "seconds": el, "rate": msgs / el if el == el and el > 0 else 0}))
+    el = (last - first) if first and last and last > first else 0.0
+    print(json.dumps({"received": msgs, "gaps": 0, "seconds": el, "rate": msgs / el if el > 0 else 0}))
 PY
 "$PY" -c "import sys; l=b'x'*$SIZE+b'\n'; sys.stdout.buffer.write(l*$N)" >"$WORK/body.txt"
 
