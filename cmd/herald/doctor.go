@@ -26,7 +26,7 @@ func doctorCommand() *cli.Command {
 		Description: `Checks, on the host where it runs, each channel of the config file (or the one
 named by --channel, or the group given by --group):
 
-  interface  exists, is up, has MULTICAST, a carrier and an IPv4 address
+  interface  exists, is up, has a carrier, an IPv4 address and the MULTICAST flag
   route      which interface the kernel picks for the group, and whether it is the configured one
   rmem_max   net.core.rmem_max against the receive buffer herald listen asks for (16 MiB)
   rp_filter  strict reverse-path filtering drops multicast from senders on other subnets

@@ -110,27 +110,27 @@ func checkInterface(ch Channel, name string, rt route) (*net.Interface, Result) 
 		r.Fix = "name an existing interface (see: ip -br link) in the channel's interface setting or --interface"
 		return nil, r
 	}
+	addr := ifaceAddr(ifi)
 	switch {
 	case ifi.Flags&net.FlagUp == 0:
 		r.Status = Fail
 		r.Detail = fmt.Sprintf("interface %s is down", name)
 		r.Fix = fmt.Sprintf("bring it up: ip link set dev %s up (and make it persistent in the host's network configuration)", name)
-	case ifi.Flags&net.FlagMulticast == 0:
-		r.Status = Fail
-		r.Detail = fmt.Sprintf("interface %s has no MULTICAST flag: the kernel neither sends nor joins groups on it", name)
-		r.Fix = fmt.Sprintf("ip link set dev %s multicast on", name)
 	case ifi.Flags&net.FlagRunning == 0:
 		r.Status = Fail
 		r.Detail = fmt.Sprintf("interface %s is up but has no carrier (cable, switch port or peer down)", name)
 		r.Fix = fmt.Sprintf("check the link: ip link show %s; ethtool %s", name, name)
+	case !addr.IsValid():
+		r.Status = Warn
+		r.Detail = fmt.Sprintf("interface %s is up but has no IPv4 address: datagrams leave with source 0.0.0.0 and receivers cannot NAK back", name)
+		r.Fix = fmt.Sprintf("give it an address: ip addr add ADDR/PREFIX dev %s", name)
+	case ifi.Flags&net.FlagMulticast == 0:
+		// Linux still sends and joins on such an interface when a socket names it (Herald's do,
+		// and the loopback check below works), but the flag says the link cannot do multicast.
+		r.Status = Warn
+		r.Detail = fmt.Sprintf("interface %s has no MULTICAST flag: Herald still sends and joins there because it names the interface, but programs that choose interfaces by this flag skip it (OpenPGM, routing daemons), and the link may really not carry multicast (tunnels, some virtual interfaces)", name)
+		r.Fix = fmt.Sprintf("ip link set dev %s multicast on (if the link does carry multicast), or use an interface that has it", name)
 	default:
-		addr := ifaceAddr(ifi)
-		if !addr.IsValid() {
-			r.Status = Warn
-			r.Detail = fmt.Sprintf("interface %s is up with MULTICAST but has no IPv4 address: datagrams leave with source 0.0.0.0 and receivers cannot NAK back", name)
-			r.Fix = fmt.Sprintf("give it an address: ip addr add ADDR/PREFIX dev %s", name)
-			return ifi, r
-		}
 		r.Status = OK
 		r.Detail = fmt.Sprintf("interface %s is up, has MULTICAST and address %s", name, addr)
 	}
@@ -289,6 +289,9 @@ func checkIGMP(ctx context.Context, ch Channel, ifi *net.Interface, o Options) (
 	g := ch.Group.Addr()
 	st := parseIGMP(b)[ifi.Name]
 	switch {
+	case st == nil && ifi.Flags&net.FlagUp == 0:
+		m.Status = Info
+		m.Detail = fmt.Sprintf("not checked: %s is down (see the interface check)", ifi.Name)
 	case st == nil:
 		m.Status = Fail
 		m.Detail = fmt.Sprintf("%s has no IGMP state: the kernel does not do multicast on it", ifi.Name)

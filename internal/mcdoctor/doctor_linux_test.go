@@ -179,7 +179,8 @@ func TestInterfaceDown(t *testing.T) {
 	if !strings.Contains(rs[CheckInterface].Fix, "ip link set dev eth0 up") {
 		t.Errorf("fix %q does not say how to bring it up", rs[CheckInterface].Fix)
 	}
-	expect(t, rs, CheckLoopback, Fail)
+	expect(t, rs, CheckLoopback, Fail, "network is unreachable")
+	expect(t, rs, CheckIGMP, Info, "eth0 is down")
 	if got := Failed(rsSlice(rs)); len(got) == 0 {
 		t.Error("Failed is empty")
 	}
@@ -190,10 +191,13 @@ func TestNoMulticastFlag(t *testing.T) {
 	healthy(t, n, "a")
 	testenv.Sh(t, "ip", "-n", n.NS["a"], "link", "set", "dev", "eth0", "multicast", "off")
 	rs := runIn(t, n, "a", Channel{Group: group, Interface: "eth0"}, Options{})
-	expect(t, rs, CheckInterface, Fail, "no MULTICAST flag")
-	if !strings.Contains(rs[CheckInterface].Fix, "multicast on") {
+	// A warning, not a failure: Linux still sends and joins on the interface when a socket
+	// names it, as the loopback check shows.
+	expect(t, rs, CheckInterface, Warn, "no MULTICAST flag", "programs that choose interfaces by this flag skip it")
+	if !strings.Contains(rs[CheckInterface].Fix, "ip link set dev eth0 multicast on") {
 		t.Errorf("fix %q", rs[CheckInterface].Fix)
 	}
+	expect(t, rs, CheckLoopback, OK)
 }
 
 func TestNoRoute(t *testing.T) {
