@@ -385,3 +385,12 @@ func TestNoQuerier(t *testing.T) {
 	expect(t, rs, CheckQuerier, Info, "cannot tell")
 	expect(t, rs, CheckIGMP, Info, "nothing on this host has joined")
 }
+
+// TestNoCarrier: the switch side of the link (the bridge's end of the veth pair) goes down.
+func TestNoCarrier(t *testing.T) {
+	n := testenv.NewNet(t, nsPrefix, 103, "a")
+	healthy(t, n, "a")
+	testenv.Sh(t, "ip", "-n", n.Bridge, "link", "set", "v0", "down")
+	rs := runIn(t, n, "a", Channel{Group: group, Interface: "eth0"}, Options{})
+	expect(t, rs, CheckInterface, Fail, "interface eth0 is up but has no carrier")
+}
