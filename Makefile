@@ -48,6 +48,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/queuecore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeUsers$$' -fuzztime $(FUZZTIME) ./appliance/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePattern$$' -fuzztime $(FUZZTIME) ./appliance/auth
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNft$$' -fuzztime $(FUZZTIME) ./internal/mcdoctor
+	$(GO) test -run '^$$' -fuzz '^FuzzParseIGMP$$' -fuzztime $(FUZZTIME) ./internal/mcdoctor
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

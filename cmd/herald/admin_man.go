@@ -24,7 +24,9 @@ func manCommand() *cli.Command {
 
 const manDescription = `herald talks to a Herald message appliance: it sends and receives messages
 over STOMP (--server, HERALD_SERVER), prints the messages of a multicast channel
-(listen), measures a server (bench), and administers the local daemon through
+(listen), checks what makes multicast fail on this host (doctor, which reads the
+channels from /etc/herald/herald.toml), measures a server (bench), and
+administers the local daemon through
 its admin socket (--socket, HERALD_SOCKET). Every admin command takes --json,
 whose output is the admin API's JSON (docs/admin-api.md, in /usr/share/doc/herald
 when packaged).
@@ -33,7 +35,7 @@ Flags may come before or after the arguments, global ones included; after --
 everything is an argument. --timeout 0 means no limit.`
 
 const manExit = `0 success
-1 other error
+1 other error; for doctor, a check failed (the error names which)
 64 usage error (bad flags or arguments, a destination the server refuses)
 66 no such queue or connection; a --file that cannot be read
 69 the daemon is unavailable (not running, connection refused or lost)
@@ -103,7 +105,7 @@ the packaged daemon's admin socket (0660, group herald), used when
 does not exist.
 .TP
 .I /etc/herald/herald.toml
-the packaged daemon's configuration; see
+the packaged daemon's configuration, where doctor reads the channels (\-\-config); see
 .BR heraldd (8).
 .TP
 .I /usr/share/doc/herald

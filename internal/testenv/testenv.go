@@ -55,6 +55,7 @@ var debPackage = map[string]string{
 	"ip": "iproute2", "bridge": "iproute2", "nft": "nftables", "mount": "mount", "umount": "mount",
 	"setpriv": "util-linux", "unshare": "util-linux", "useradd": "passwd",
 	"userdel": "passwd", "groupadd": "passwd", "groupdel": "passwd", "tmux": "tmux",
+	"sysctl": "procps", "stat": "coreutils",
 }
 
 // toolsHint is "; TOOL... (apt-get install PACKAGE...)" for the tools not on
