@@ -76,6 +76,9 @@ func preflight(cfg appliance.Config) []problem {
 	if cfg.Stomp.TLSListen != "" {
 		add(checkListen("stomp.tls_listen", cfg.Stomp.TLSListen, running, cfg.DataDir))
 	}
+	if cfg.Web.Listen != "" {
+		add(checkListen("web.listen", cfg.Web.Listen, running, cfg.DataDir))
+	}
 	if cfg.Admin.MetricsListen != "" {
 		add(checkListen("admin.metrics_listen", cfg.Admin.MetricsListen, running, cfg.DataDir))
 	}

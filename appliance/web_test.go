@@ -1,0 +1,239 @@
+package appliance_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+// startWeb starts the web listener of tb's broker on 127.0.0.1:0 and
+// returns its host:port.
+func startWeb(t testing.TB, tb *testBroker, handler http.Handler) string {
+	t.Helper()
+	addr, err := tb.B.ListenWeb("127.0.0.1:0", nil, handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr.String()
+}
+
+// dialWS opens a WebSocket to /stomp offering the STOMP subprotocols.
+func dialWS(ctx context.Context, addr string, h http.Header) (*websocket.Conn, *http.Response, error) {
+	return websocket.Dial(ctx, "ws://"+addr+"/stomp", &websocket.DialOptions{Subprotocols: appliance.WebSubprotocols, HTTPHeader: h})
+}
+
+// wsClient is Herald's Go client over a WebSocket.
+func wsClient(t testing.TB, addr string, opts client.Options) (*client.Conn, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := dialWS(ctx, addr, nil)
+	if err != nil {
+		t.Fatalf("websocket dial: %v", err)
+	}
+	if ws.Subprotocol() != "v12.stomp" {
+		t.Fatalf("subprotocol %q, want v12.stomp", ws.Subprotocol())
+	}
+	ws.SetReadLimit(-1)
+	nc := appliance.NewWebSocketConn(ws, &net.TCPAddr{}, &net.TCPAddr{})
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	c, err := client.Handshake(context.Background(), nc, "127.0.0.1", opts)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, nil
+}
+
+func TestWeb_StompOverWebSocket_QueueAndTopic(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	addr := startWeb(t, tb, nil)
+	c, err := wsClient(t, addr, client.Options{AcceptVersion: "1.2", HeartBeat: [2]time.Duration{time.Second, time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	sub, err := c.SubscribeReceipt(ctx, "/queue/web.q", "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"one", "two", strings.Repeat("x", 100<<10)} {
+		if _, err := c.SendReceipt(ctx, "/queue/web.q", []byte(body)); err != nil {
+			t.Fatalf("SEND with receipt over WebSocket: %v", err)
+		}
+	}
+	for i, want := range []string{"one", "two", strings.Repeat("x", 100<<10)} {
+		m := recv(t, sub)
+		if string(m.Body) != want {
+			t.Fatalf("message %d: body of %d bytes, want %d", i, len(m.Body), len(want))
+		}
+		if _, err := c.Request(ctx, &stomp.Frame{Command: stomp.CmdAck, Headers: stomp.Headers{hdr("id", m.Get("ack"))}}); err != nil {
+			t.Fatalf("ACK with receipt: %v", err)
+		}
+	}
+	waitQueue(t, tb, "web.q", "empty after the ACKs", func(v appliance.QueueView) bool { return v.Messages == 0 && v.InFlight == 0 })
+
+	// A topic: a TCP publisher, the WebSocket subscriber.
+	tsub, err := c.SubscribeReceipt(ctx, "/topic/web.t.>", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tb.Dial(t)
+	if _, err := p.SendReceipt(ctx, "/topic/web.t.a", []byte("42")); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, tsub); string(m.Body) != "42" || m.Get("destination") != "/topic/web.t.a" {
+		t.Fatalf("topic message %q to %s", m.Body, m.Get("destination"))
+	}
+	// Heart-beats both ways keep it up past several intervals.
+	time.Sleep(3 * time.Second)
+	if _, err := c.SendReceipt(ctx, "/topic/web.t.b", []byte("43")); err != nil {
+		t.Fatalf("after 3 s of heart-beats: %v", err)
+	}
+	if m := recv(t, tsub); string(m.Body) != "43" {
+		t.Fatalf("topic message %q", m.Body)
+	}
+}
+
+// Frames are a byte stream across messages: several frames in one
+// message, a frame split over a text and a binary message.
+func TestWeb_FramesAcrossMessages(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	addr := startWeb(t, tb, nil)
+	ctx := ctxT(t)
+	ws, _, err := dialWS(ctx, addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(-1)
+	msgs := []struct {
+		typ websocket.MessageType
+		s   string
+	}{
+		{websocket.MessageText, "CONNECT\naccept-version:1.2\nhost:x\n\n\x00SUBSCRIBE\nid:1\ndestination:/queue/split\nreceipt:r1\n\n\x00SEN"},
+		{websocket.MessageBinary, "D\ndestination:/queue/split\ncontent-length:3\n\na\x00b\x00"},
+	}
+	for _, m := range msgs {
+		if err := ws.Write(ctx, m.typ, []byte(m.s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc := appliance.NewWebSocketConn(ws, &net.TCPAddr{}, &net.TCPAddr{})
+	r := stomp.NewReader(nc, stomp.Limits{})
+	want := []string{stomp.CmdConnected, stomp.CmdReceipt, stomp.CmdMessage}
+	for _, cmd := range want {
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := r.ReadFrame()
+		for err == nil && f == nil { // heart-beat
+			f, err = r.ReadFrame()
+		}
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", cmd, err)
+		}
+		if f.Command != cmd {
+			t.Fatalf("got %s (%s), want %s", f.Command, f.Get("message"), cmd)
+		}
+		if cmd == stomp.CmdMessage && string(f.Body) != "a\x00b" {
+			t.Fatalf("body %q, want a NUL b (sent in a binary message)", f.Body)
+		}
+	}
+}
+
+func TestWeb_Origin(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Web.AllowedOrigins = []string{"https://dash.example:8443"}
+	})
+	addr := startWeb(t, tb, nil)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		origin string
+		ok     bool
+	}{
+		{"", true},                           // not a browser
+		{"http://" + addr, true},             // same origin
+		{"https://dash.example:8443", true},  // listed
+		{"https://DASH.example:8443/", true}, // listed, other spelling
+		{"https://evil.example", false},
+		{"http://dash.example:8443", false}, // other scheme
+		{"null", false},
+	} {
+		h := http.Header{}
+		if tc.origin != "" {
+			h.Set("Origin", tc.origin)
+		}
+		ws, resp, err := dialWS(ctx, addr, h)
+		if tc.ok {
+			if err != nil {
+				t.Fatalf("origin %q refused: %v", tc.origin, err)
+			}
+			ws.CloseNow()
+			continue
+		}
+		if err == nil {
+			ws.CloseNow()
+			t.Fatalf("origin %q accepted", tc.origin)
+		}
+		if resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("origin %q: %v, want 403", tc.origin, err)
+		}
+	}
+	// Allowed at once after a reload that lists it.
+	cfg := *tb.B.Config()
+	cfg.Web.AllowedOrigins = append([]string{"https://evil.example"}, cfg.Web.AllowedOrigins...)
+	if _, err := tb.B.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{"Origin": {"https://evil.example"}}
+	ws, _, err := dialWS(ctx, addr, h)
+	if err != nil {
+		t.Fatalf("origin listed by reload refused: %v", err)
+	}
+	ws.CloseNow()
+}
+
+func TestWeb_LoginAndPermissions(t *testing.T) {
+	tb := authBroker(t, "[users.alice]\npassword = \"{pw:right}\"\nread = [\"/topic/ok.>\"]\nwrite = [\"/topic/ok.>\"]\n", nil)
+	addr := startWeb(t, tb, nil)
+	_, err := wsClient(t, addr, client.Options{Login: "alice", Passcode: "wrong"})
+	var se *client.ServerError
+	if !errors.As(err, &se) || se.Frame.Get("message") != "authentication failed" {
+		t.Fatalf("wrong password over WebSocket: %v, want ERROR authentication failed", err)
+	}
+	c, err := wsClient(t, addr, client.Options{Login: "alice", Passcode: "right", AcceptVersion: "1.2"})
+	if err != nil {
+		t.Fatalf("right password refused: %v", err)
+	}
+	ctx := ctxT(t)
+	if _, err := c.SubscribeReceipt(ctx, "/topic/ok.x", "auto"); err != nil {
+		t.Fatalf("permitted SUBSCRIBE: %v", err)
+	}
+	if _, err := c.SubscribeReceipt(ctx, "/topic/secret", "auto"); !errors.As(err, &se) || !strings.Contains(se.Frame.Get("message"), "denied") {
+		t.Fatalf("SUBSCRIBE without read permission: %v, want an ERROR", err)
+	}
+}
+
+// A WebSocket counts against the connection limits like a TCP client.
+func TestWeb_ConnectionLimits(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Stomp.MaxConnectionsPerAddress = 1 })
+	addr := startWeb(t, tb, nil)
+	tb.Dial(t) // 127.0.0.1 holds its one connection over TCP
+	_, err := wsClient(t, addr, client.Options{})
+	var se *client.ServerError
+	if !errors.As(err, &se) || !strings.Contains(se.Frame.Get("message"), "stomp.max_connections_per_address") {
+		t.Fatalf("second connection from 127.0.0.1 over WebSocket: %v, want refused naming stomp.max_connections_per_address", err)
+	}
+}
