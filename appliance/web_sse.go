@@ -233,7 +233,9 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			ev := b.formatEvent(f, asJSON)
 			mu.Lock()
-			if queued+int64(len(ev)) > limit {
+			// One event is always taken, however large (the STOMP
+			// limits bound it).
+			if queued > 0 && queued+int64(len(ev)) > limit {
 				over = true
 				mu.Unlock()
 				return
