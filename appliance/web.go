@@ -118,18 +118,20 @@ func refuseOrigin(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, fmt.Sprintf("origin %q is not allowed: add it to web.allowed_origins (the listener's own origin is always allowed)", r.Header.Get("Origin")), http.StatusForbidden)
 }
 
-// WebHandler serves /stomp (STOMP over WebSocket) and /events (SSE).
+// WebHandler serves /stomp (STOMP over WebSocket), /events (SSE) and the
+// built-in dashboard at / (web_dashboard.go).
 func (b *Broker) WebHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stomp", b.serveWebSocket)
 	mux.HandleFunc("/events", b.serveEvents)
+	mux.HandleFunc("/", serveDashboard)
 	return mux
 }
 
 // ListenWeb starts the web listener on addr (HTTPS when tc is set; every
 // handshake then takes the STOMP TLS configuration in force, see SetTLS)
-// and returns the bound address. handler is served with /stomp and
-// /events taking precedence (nil: those two only). Broker.Close stops it.
+// and returns the bound address. handler, when not nil, serves every path
+// but /stomp and /events in place of the dashboard. Broker.Close stops it.
 func (b *Broker) ListenWeb(addr string, tc *tls.Config, handler http.Handler) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -211,3 +211,51 @@ func splitLines(s string) []string {
 	}
 	return append(out, s[start:])
 }
+
+// The built-in dashboard at / in headless Chromium: it lists the live
+// topic and shows the latest value of a Graphite plaintext series and of
+// a JSON field published from Go. With HERALD_TEST_ARTIFACTS set, a
+// screenshot is saved there.
+func TestWeb_BrowserDashboard(t *testing.T) {
+	ctx := chromium(t)
+	tb := mustStartBroker(t, nil)
+	addr := startWeb(t, tb, nil)
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/?topic=metrics.>")); err != nil {
+		t.Fatal(err)
+	}
+	evalUntil(t, ctx, 20*time.Second, "its event stream open", `document.body.dataset.state === "live"`)
+	p := tb.Dial(t)
+	cctx := ctxT(t)
+	for i, body := range []string{
+		"servers.web1.cpu 41.5 1700000000\nservers.web1.mem 2048 1700000000",
+		"servers.web1.cpu 42.5 1700000010",
+		`{"temp": 21.25, "label": "hall"}`,
+	} {
+		topic := "/topic/metrics.web1"
+		if i == 2 {
+			topic = "/topic/metrics.room"
+		}
+		if _, err := p.SendReceipt(cctx, topic, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cell := func(series string) string {
+		return fmt.Sprintf(`(document.querySelector('tr[data-series="%s"] td.value') || {}).textContent`, series)
+	}
+	evalUntil(t, ctx, 10*time.Second, "the latest values in its table",
+		cell("servers.web1.cpu")+` === "42.5" && `+cell("servers.web1.mem")+` === "2048" && `+cell("metrics.room.temp")+` === "21.25"`)
+	evalUntil(t, ctx, 10*time.Second, "the live topics listed",
+		`!!document.querySelector('tr[data-topic="metrics.web1"]') && !!document.querySelector('tr[data-topic="metrics.room"]')`)
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#values tbody tr").length`)); err != nil || n != 3 {
+		t.Fatalf("%d rows in the values table (%v), want 3 (the non-numeric label field is not a series)", n, err)
+	}
+	if dir := os.Getenv("HERALD_TEST_ARTIFACTS"); dir != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "dashboard.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -19,10 +19,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/herald-mq/herald/appliance/auth"
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
 )
@@ -113,6 +115,15 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, fmt.Sprintf("format %q: want text (the body as data, the default) or json", f), http.StatusBadRequest)
 		return
+	}
+	var topicsEvery time.Duration
+	if v := r.URL.Query().Get("topics"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > 10*time.Minute {
+			http.Error(w, fmt.Sprintf("topics %q: want a duration from 1s to 10m (how often to send the list of live topics)", v), http.StatusBadRequest)
+			return
+		}
+		topicsEvery = d
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -255,10 +266,28 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	beat := time.NewTicker(b.cfg().Web.SSEHeartbeat.Duration)
 	defer beat.Stop()
 	writeTimeout := b.cfg().Stomp.WriteTimeout.Duration
+	var topicsTick <-chan time.Time
+	sessionID := strings.TrimPrefix(conn.Session(), "herald-")
+	if topicsEvery > 0 {
+		t := time.NewTicker(topicsEvery)
+		defer t.Stop()
+		topicsTick = t.C
+		w.Write(b.topicsEvent(sessionID, pattern))
+		flusher.Flush()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-topicsTick:
+			rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if _, err := w.Write(b.topicsEvent(sessionID, pattern)); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+			continue
 		case <-beat.C:
 			rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if _, err := w.Write([]byte(":\n\n")); err != nil {
@@ -370,4 +399,40 @@ func (b *Broker) httpSTOMPError(w http.ResponseWriter, err error, connecting boo
 		code = http.StatusServiceUnavailable
 	}
 	http.Error(w, text, code)
+}
+
+// maxTopicsEvent bounds the topics listed in one "topics" event.
+const maxTopicsEvent = 1000
+
+// topicsEvent is a "topics" event: the live topics (the admin topics view)
+// that match pattern and that the stream's user may read, at most
+// maxTopicsEvent of them, by name.
+func (b *Broker) topicsEvent(sessionID, pattern string) []byte {
+	id := auth.Identity{Anonymous: true}
+	if n, err := strconv.ParseUint(sessionID, 10, 64); err == nil {
+		b.mu.Lock()
+		s := b.sessions[n]
+		b.mu.Unlock()
+		if s != nil {
+			if i := s.ident.Load(); i != nil {
+				id = *i
+			}
+		}
+	}
+	p := b.authz.policy.Load()
+	out := []TopicView{}
+	for _, v := range b.Topics() {
+		if len(out) >= maxTopicsEvent {
+			break
+		}
+		if strings.ContainsAny(v.Name, "*>") || (v.Name != pattern && !MatchTopic(pattern, v.Name)) {
+			continue // a subscription pattern, or not this stream's
+		}
+		if p != nil && !p.Allowed(id, auth.Read, auth.KindTopic, v.Name) {
+			continue
+		}
+		out = append(out, v)
+	}
+	data, _ := json.Marshal(out)
+	return sseEvent("", "topics", data)
 }

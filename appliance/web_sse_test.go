@@ -340,3 +340,36 @@ func TestWeb_SSE_Curl(t *testing.T) {
 		t.Fatalf("curl got %+v", ev)
 	}
 }
+
+// topics=DURATION adds "topics" events: the live topics matching the
+// stream's pattern (the admin topics view), never subscription patterns.
+func TestWeb_SSE_TopicsEvent(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	addr := startWeb(t, tb, nil)
+	p := tb.Dial(t)
+	ctx := ctxT(t)
+	for _, d := range []string{"/topic/m.a", "/topic/m.b", "/topic/other"} {
+		if _, err := p.SendReceipt(ctx, d, []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, s := openSSE(t, addr, "topic=m.*&topics=1s", nil, nil)
+	ev := s.next(t)
+	if ev.event != "topics" {
+		t.Fatalf("first event %+v, want topics", ev)
+	}
+	var list []appliance.TopicView
+	if err := json.Unmarshal([]byte(ev.data), &list); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range list {
+		names = append(names, v.Name)
+	}
+	if strings.Join(names, ",") != "m.a,m.b" || list[0].In != 1 {
+		t.Fatalf("topics %v (%+v), want m.a,m.b with in_total 1", names, list)
+	}
+	if resp, _ := openSSE(t, addr, "topic=m.*&topics=1ms", nil, nil); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("topics=1ms: %d, want 400", resp.StatusCode)
+	}
+}

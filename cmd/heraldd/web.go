@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"flag"
-	"net/http"
 
 	"github.com/herald-mq/herald/appliance"
 )
@@ -38,7 +37,7 @@ func (d *daemon) listenWeb() error {
 			return err
 		}
 	}
-	addr, err := d.broker.ListenWeb(d.cfg.Web.Listen, tc, webPages(d.broker))
+	addr, err := d.broker.ListenWeb(d.cfg.Web.Listen, tc, nil)
 	if err != nil {
 		return err
 	}
@@ -46,10 +45,6 @@ func (d *daemon) listenWeb() error {
 	if tc != nil {
 		scheme = "https"
 	}
-	d.log.Info("web listener", "listen", addr.String(), "stomp_websocket", scheme+"://"+addr.String()+"/stomp", "events", scheme+"://"+addr.String()+"/events")
+	d.log.Info("web listener", "listen", addr.String(), "stomp_websocket", scheme+"://"+addr.String()+"/stomp", "events", scheme+"://"+addr.String()+"/events", "dashboard", scheme+"://"+addr.String()+"/")
 	return nil
 }
-
-// webPages is what the web listener serves besides /stomp and /events
-// (nil: nothing).
-func webPages(b *appliance.Broker) http.Handler { return nil }

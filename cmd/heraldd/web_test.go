@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +84,23 @@ func TestWebListen(t *testing.T) {
 				}
 			case <-ctx.Done():
 				t.Fatal("no message")
+			}
+			// The dashboard is served at /.
+			hs := "http"
+			if useTLS {
+				hs = "https"
+			}
+			if hc == nil {
+				hc = http.DefaultClient
+			}
+			resp, err := hc.Get(hs + "://" + web + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(page), "new EventSource(") {
+				t.Fatalf("GET /: %d, %d bytes without the dashboard's script", resp.StatusCode, len(page))
 			}
 		})
 	}
