@@ -70,7 +70,7 @@ func parseOrigin(s string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" || u.User != nil {
 		return "", errors.New("want scheme://host[:port] with scheme http or https and no path")
 	}
 	host := strings.ToLower(u.Host)

@@ -211,9 +211,11 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		ended   error
 		wakeup  = make(chan struct{}, 1)
 		charged int64
+		done    bool // the handler is returning: the pump charges no more
 	)
 	defer func() {
 		mu.Lock()
+		done = true
 		b.mem.release(charged)
 		charged = 0
 		mu.Unlock()
@@ -244,6 +246,10 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			ev := b.formatEvent(f, asJSON)
 			mu.Lock()
+			if done {
+				mu.Unlock()
+				return
+			}
 			// One event is always taken, however large (the STOMP
 			// limits bound it).
 			if queued > 0 && queued+int64(len(ev)) > limit {

@@ -237,3 +237,82 @@ func TestWeb_ConnectionLimits(t *testing.T) {
 		t.Fatalf("second connection from 127.0.0.1 over WebSocket: %v, want refused naming stomp.max_connections_per_address", err)
 	}
 }
+
+func TestWeb_ConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		mutate func(*appliance.Config)
+		want   string // "" = valid
+	}{
+		{func(c *appliance.Config) { c.Web.Listen = "127.0.0.1:15674" }, ""},
+		{func(c *appliance.Config) { c.Web.Listen = "15674" }, "web.listen"},
+		{func(c *appliance.Config) { c.Web.TLS = true }, "web.tls = true: set stomp.tls_cert"},
+		{func(c *appliance.Config) {
+			c.Web.TLS, c.Stomp.TLSCert, c.Stomp.TLSKey = true, "/c.pem", "/k.pem"
+		}, ""},
+		{func(c *appliance.Config) { c.Web.AllowedOrigins = []string{"*", "https://a.example:8443"} }, ""},
+		{func(c *appliance.Config) { c.Web.AllowedOrigins = []string{"a.example"} }, "web.allowed_origins"},
+		{func(c *appliance.Config) { c.Web.AllowedOrigins = []string{"https://a.example/path"} }, "web.allowed_origins"},
+		{func(c *appliance.Config) { c.Web.SSEBufferBytes = 100 }, "web.sse_buffer_bytes"},
+		{func(c *appliance.Config) { c.Web.SSEHeartbeat = appliance.Duration{Duration: time.Hour} }, "web.sse_heartbeat"},
+	} {
+		c := appliance.DefaultConfig()
+		tc.mutate(&c)
+		err := c.Validate()
+		if tc.want == "" && err != nil {
+			t.Errorf("%+v: %v", c.Web, err)
+		}
+		if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v: %v, want an error naming %s", c.Web, err, tc.want)
+		}
+	}
+	// A web listener other hosts reach needs users, as stomp.listen does.
+	c := appliance.DefaultConfig()
+	c.Web.Listen = "0.0.0.0:15674"
+	if err := c.CheckExposure(); err == nil || !strings.Contains(err.Error(), "web.listen") {
+		t.Fatalf("web.listen on every interface without users: %v, want refused", err)
+	}
+	c.Web.Listen = "127.0.0.1:15674"
+	if err := c.CheckExposure(); err != nil {
+		t.Fatalf("web.listen on loopback: %v", err)
+	}
+}
+
+// A WebSocket subscriber that stops reading is bounded like a TCP one:
+// past topics.subscriber_buffer it is disconnected and counted, and the
+// publisher is not held.
+func TestWeb_SlowWebSocketSubscriber(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Topics.SubscriberBuffer = 100
+		c.Stomp.MaxOutputBytes = 64 << 10
+	})
+	addr := startWeb(t, tb, nil)
+	ctx := ctxT(t)
+	ws, _, err := dialWS(ctx, addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	// CONNECT and SUBSCRIBE, then never read again.
+	if err := ws.Write(ctx, websocket.MessageText, []byte("CONNECT\naccept-version:1.2\nhost:x\n\n\x00SUBSCRIBE\nid:1\ndestination:/topic/fast\n\n\x00")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the subscription", func() bool {
+		for _, v := range tb.B.Topics() {
+			if v.Name == "fast" && v.Subscribers == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	p := tb.Dial(t)
+	body := []byte(strings.Repeat("y", 8<<10))
+	for i := 0; tb.B.Stats().SlowDrops == 0; i++ {
+		if i > 20000 {
+			t.Fatal("160 MiB published and the WebSocket subscriber that does not read was never dropped")
+		}
+		if _, err := p.SendReceipt(ctx, "/topic/fast", body); err != nil {
+			t.Fatalf("publisher held or refused by a slow WebSocket subscriber: %v", err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the slow connection gone", func() bool { return tb.B.Stats().Connections == 1 })
+}
