@@ -227,6 +227,7 @@ type wsConn struct {
 	closeOnce     sync.Once
 	mu            sync.Mutex
 	rdl, wdl      time.Time
+	wtimer        *time.Timer   // cancels the write in progress at wdl
 	rdlChanged    chan struct{} // closed and replaced by SetReadDeadline
 	closed        chan struct{}
 }
@@ -374,24 +375,39 @@ func (w *wsConn) wsErr(err error) error {
 }
 
 func (w *wsConn) Write(p []byte) (int, error) {
+	// The deadline may change while the write waits (a session being
+	// dropped shortens it): the timer is reset by SetWriteDeadline.
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
 	w.mu.Lock()
 	dl := w.wdl
-	w.mu.Unlock()
-	ctx := w.ctx
-	if !dl.IsZero() {
-		if time.Until(dl) <= 0 {
-			return 0, timeoutError{}
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
+	if !dl.IsZero() && time.Until(dl) <= 0 {
+		w.mu.Unlock()
+		return 0, timeoutError{}
 	}
+	w.wtimer = time.AfterFunc(time.Hour, cancel)
+	if dl.IsZero() {
+		w.wtimer.Stop()
+	} else {
+		w.wtimer.Reset(time.Until(dl))
+	}
+	timer := w.wtimer
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		timer.Stop()
+		w.wtimer = nil
+		w.mu.Unlock()
+	}()
 	typ := websocket.MessageText
 	if !utf8.Valid(p) {
 		typ = websocket.MessageBinary
 	}
 	if err := w.c.Write(ctx, typ, p); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
+		w.mu.Lock()
+		dl := w.wdl
+		w.mu.Unlock()
+		if !dl.IsZero() && !time.Now().Before(dl) {
 			return 0, timeoutError{}
 		}
 		return 0, err
@@ -432,6 +448,13 @@ func (w *wsConn) SetReadDeadline(t time.Time) error {
 func (w *wsConn) SetWriteDeadline(t time.Time) error {
 	w.mu.Lock()
 	w.wdl = t
+	if w.wtimer != nil { // a write in progress takes the new deadline
+		if t.IsZero() {
+			w.wtimer.Stop()
+		} else {
+			w.wtimer.Reset(time.Until(t))
+		}
+	}
 	w.mu.Unlock()
 	return nil
 }
