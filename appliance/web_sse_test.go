@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp/client"
 )
 
 // sseEvent is one parsed server-sent event, or a comment.
@@ -371,5 +372,54 @@ func TestWeb_SSE_TopicsEvent(t *testing.T) {
 	}
 	if resp, _ := openSSE(t, addr, "topic=m.*&topics=1ms", nil, nil); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("topics=1ms: %d, want 400", resp.StatusCode)
+	}
+}
+
+// 20 WebSocket and 20 SSE clients on one topic: every message, in order,
+// to each.
+func TestWeb_Fanout20And20(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	addr := startWeb(t, tb, nil)
+	ctx := ctxT(t)
+	const clients, n = 20, 200
+	var wsSubs []*client.Subscription
+	for range clients {
+		c, err := wsClient(t, addr, client.Options{AcceptVersion: "1.2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := c.SubscribeReceipt(ctx, "/topic/fan", "auto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wsSubs = append(wsSubs, sub)
+	}
+	var streams []*sseStream
+	for range clients {
+		_, s := openSSE(t, addr, "topic=fan", nil, nil)
+		streams = append(streams, s)
+	}
+	p := tb.Dial(t)
+	for i := range n {
+		if err := p.Send("/topic/fan", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.SendReceipt(ctx, "/topic/fan.end", nil); err != nil {
+		t.Fatal(err)
+	}
+	for k, sub := range wsSubs {
+		for i := range n {
+			if m := recv(t, sub); string(m.Body) != strconv.Itoa(i) {
+				t.Fatalf("WebSocket client %d: message %d is %q", k, i, m.Body)
+			}
+		}
+	}
+	for k, s := range streams {
+		for i := range n {
+			if ev := s.nextEvent(t); ev.data != strconv.Itoa(i) {
+				t.Fatalf("SSE client %d: event %d is %q", k, i, ev.data)
+			}
+		}
 	}
 }
