@@ -2,9 +2,12 @@ package appliance_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/internal/testcert"
 )
 
 // startWeb starts the web listener of tb's broker on 127.0.0.1:0 and
@@ -315,4 +319,53 @@ func TestWeb_SlowWebSocketSubscriber(t *testing.T) {
 		}
 	}
 	waitFor(t, 20*time.Second, "the slow connection gone (within the 5 s given to the writes of a dropped session)", func() bool { return tb.B.Stats().Connections == 1 })
+}
+
+// web.tls serves the STOMP certificate, and a reload that renews it
+// applies to the next handshake of the web listener.
+func TestWeb_TLSCertificateReload(t *testing.T) {
+	first, second := testcert.New(t), testcert.New(t)
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Web.Listen, c.Web.TLS = "127.0.0.1:0", true
+		c.Stomp.TLSCert, c.Stomp.TLSKey = first.ServerCert, first.ServerKey
+	})
+	tc, err := appliance.TLSConfig(tb.Cfg.Stomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tb.B.ListenWeb("127.0.0.1:0", tc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.String()
+	dialWith := func(ca string) error {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, "wss://"+addr+"/stomp", &websocket.DialOptions{HTTPClient: hc, Subprotocols: appliance.WebSubprotocols})
+		if err == nil {
+			ws.CloseNow()
+		}
+		return err
+	}
+	if err := dialWith(first.CAFile); err != nil {
+		t.Fatalf("wss with the first certificate: %v", err)
+	}
+	cfg := *tb.B.Config()
+	cfg.Stomp.TLSCert, cfg.Stomp.TLSKey = second.ServerCert, second.ServerKey
+	if _, err := tb.B.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := dialWith(second.CAFile); err != nil {
+		t.Fatalf("wss after the reload, trusting the new certificate's CA: %v", err)
+	}
+	if err := dialWith(first.CAFile); err == nil {
+		t.Fatal("the old certificate is still served after the reload")
+	}
 }
