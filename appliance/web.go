@@ -209,21 +209,26 @@ func (b *Broker) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 // wsChunk is the size of the pieces a message is read in.
 const wsChunk = 32 << 10
 
+// wsChunks holds the pieces: a connection takes one only while a message
+// is arriving, so an idle WebSocket holds none.
+var wsChunks = sync.Pool{New: func() any { b := make([]byte, wsChunk); return &b }}
+
 // wsConn is a WebSocket connection as a net.Conn: Read returns the bytes
 // of the messages received, text or binary, as one stream; each Write is
 // sent as one message, text when it is valid UTF-8, binary otherwise.
 // Deadlines behave as on a TCP connection (a read deadline that passes
 // leaves the connection usable). At most two pieces of wsChunk bytes are
-// held per connection.
+// held per connection while it receives, none while it waits for a
+// message.
 type wsConn struct {
 	c             *websocket.Conn
 	ctx           context.Context
 	cancel        context.CancelFunc
 	local, remote net.Addr
-	chunks        chan []byte // filled pieces, from the reader goroutine
-	free          chan []byte // emptied pieces, back to it
-	cur, pending  []byte
-	readErr       error // set before chunks is closed
+	chunks        chan *[]byte // filled pieces, from the reader goroutine
+	cur           *[]byte      // the piece Read takes from
+	pending       []byte       // what is left of it
+	readErr       error        // set before chunks is closed
 	closeOnce     sync.Once
 	mu            sync.Mutex
 	rdl, wdl      time.Time
@@ -248,13 +253,10 @@ func NewWebSocketConn(c *websocket.Conn, local, remote net.Addr) net.Conn {
 	w := &wsConn{
 		c: c, ctx: ctx, cancel: cancel,
 		local: local, remote: remote,
-		chunks:     make(chan []byte),
-		free:       make(chan []byte, 2),
+		chunks:     make(chan *[]byte),
 		rdlChanged: make(chan struct{}),
 		closed:     make(chan struct{}),
 	}
-	w.free <- make([]byte, wsChunk)
-	w.free <- make([]byte, wsChunk)
 	go w.readLoop()
 	return w
 }
@@ -277,23 +279,20 @@ func (w *wsConn) readLoop() {
 			return
 		}
 		for {
-			var buf []byte
-			select {
-			case buf = <-w.free:
-			case <-w.ctx.Done():
-				w.readErr = net.ErrClosed
-				return
-			}
-			n, err := r.Read(buf[:cap(buf)])
+			buf := wsChunks.Get().(*[]byte)
+			*buf = (*buf)[:cap(*buf)]
+			n, err := r.Read(*buf)
 			if n > 0 {
+				*buf = (*buf)[:n]
 				select {
-				case w.chunks <- buf[:n]:
+				case w.chunks <- buf:
 				case <-w.ctx.Done():
+					wsChunks.Put(buf)
 					w.readErr = net.ErrClosed
 					return
 				}
 			} else {
-				w.free <- buf
+				wsChunks.Put(buf)
 			}
 			if err == io.EOF {
 				break
@@ -336,7 +335,7 @@ func (w *wsConn) Read(p []byte) (int, error) {
 			if !ok {
 				return 0, w.wsErr(w.readErr)
 			}
-			w.cur, w.pending = buf, buf
+			w.cur, w.pending = buf, *buf
 		case <-expired:
 			return 0, timeoutError{}
 		case <-changed:
@@ -353,7 +352,7 @@ func (w *wsConn) Read(p []byte) (int, error) {
 	n := copy(p, w.pending)
 	w.pending = w.pending[n:]
 	if len(w.pending) == 0 {
-		w.free <- w.cur[:cap(w.cur)]
+		wsChunks.Put(w.cur)
 		w.cur = nil
 	}
 	return n, nil
