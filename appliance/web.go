@@ -28,6 +28,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
+	"golang.org/x/net/netutil"
 )
 
 // WebSubprotocols are the STOMP WebSocket subprotocols, preferred first.
@@ -137,12 +138,16 @@ func (b *Broker) ListenWeb(addr string, tc *tls.Config, handler http.Handler) (n
 	if err != nil {
 		return nil, fmt.Errorf("web listen %s: %w (choose another with --web-listen or web.listen)", addr, err)
 	}
-	var sln net.Listener = ln
+	// HTTP connections (upgraded or not) are at most stomp.max_connections
+	// at once, as at start: past it accepting waits for one to end. A
+	// connection that sends no request is closed after 10 s
+	// (ReadHeaderTimeout, also the keep-alive idle time).
+	var sln net.Listener = netutil.LimitListener(ln, b.cfg().Stomp.MaxConnections)
 	if tc != nil {
 		if b.authz.tls.Load() == nil {
 			b.authz.tls.Store(tc)
 		}
-		sln = tls.NewListener(ln, &tls.Config{
+		sln = tls.NewListener(sln, &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"http/1.1"}, // WebSocket upgrades need HTTP/1.1
 			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {

@@ -369,3 +369,45 @@ func TestWeb_TLSCertificateReload(t *testing.T) {
 		t.Fatal("the old certificate is still served after the reload")
 	}
 }
+
+// HTTP connections that never upgrade are bounded too: at most
+// stomp.max_connections at once, each closed 10 s after it last sent a
+// request.
+func TestWeb_IdleHTTPConnectionsBounded(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Stomp.MaxConnections = 2 })
+	addr := startWeb(t, tb, nil)
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	// The third waits for a slot: its request is not answered while two
+	// idle connections hold them.
+	resp := make(chan error, 1)
+	go func() {
+		hc := &http.Client{Timeout: 30 * time.Second}
+		r, err := hc.Get("http://" + addr + "/")
+		if err == nil {
+			r.Body.Close()
+		}
+		resp <- err
+	}()
+	select {
+	case err := <-resp:
+		t.Fatalf("answered (%v) while stomp.max_connections = 2 idle connections were open", err)
+	case <-time.After(time.Second):
+	}
+	idle[0].Close()
+	select {
+	case err := <-resp:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not answered once a slot was free")
+	}
+}
