@@ -188,7 +188,10 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	if o := r.Header.Get("Origin"); o != "" {
-		h.Set("Access-Control-Allow-Origin", o) // allowed above
+		// Allowed above: its EventSource may read the stream, with
+		// credentials (withCredentials) for a login.
+		h.Set("Access-Control-Allow-Origin", o)
+		h.Set("Access-Control-Allow-Credentials", "true")
 		h.Set("Vary", "Origin")
 	}
 	w.WriteHeader(http.StatusOK)

@@ -243,7 +243,7 @@ func TestWeb_SSE_AuthAndOrigin(t *testing.T) {
 			t.Fatalf("%s: 401 without a Basic challenge", tc.what)
 		}
 		if tc.code == http.StatusOK {
-			if o := tc.h.Get("Origin"); o != "" && resp.Header.Get("Access-Control-Allow-Origin") != o {
+			if o := tc.h.Get("Origin"); o != "" && (resp.Header.Get("Access-Control-Allow-Origin") != o || resp.Header.Get("Access-Control-Allow-Credentials") != "true") {
 				t.Fatalf("%s: Access-Control-Allow-Origin %q", tc.what, resp.Header.Get("Access-Control-Allow-Origin"))
 			}
 			p, err := dialAs(tb.Addr, "pub", "p")
