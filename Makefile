@@ -45,6 +45,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReceiverCore$$' -fuzztime $(FUZZTIME) ./multicast
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeaders$$' -fuzztime $(FUZZTIME) ./journal
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./appliance
+	$(GO) test -run '^$$' -fuzz '^FuzzParseOrigin$$' -fuzztime $(FUZZTIME) ./appliance
+	$(GO) test -run '^$$' -fuzz '^FuzzWebSocketStream$$' -fuzztime $(FUZZTIME) ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/queuecore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeUsers$$' -fuzztime $(FUZZTIME) ./appliance/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePattern$$' -fuzztime $(FUZZTIME) ./appliance/auth

@@ -49,8 +49,8 @@ func (c *Config) validateAuth() []error {
 	if s.TLSListen != "" && (s.TLSCert == "" || s.TLSKey == "") {
 		bad("stomp.tls_listen is set: set stomp.tls_cert and stomp.tls_key too (PEM files)")
 	}
-	if s.TLSListen == "" && (s.TLSCert != "" || s.TLSKey != "" || s.TLSClientCA != "") {
-		bad("stomp.tls_cert, tls_key and tls_client_ca need stomp.tls_listen (example: \"0.0.0.0:61614\")")
+	if s.TLSListen == "" && !c.Web.TLS && (s.TLSCert != "" || s.TLSKey != "" || s.TLSClientCA != "") {
+		bad("stomp.tls_cert, tls_key and tls_client_ca need stomp.tls_listen (example: \"0.0.0.0:61614\") or web.tls = true")
 	}
 	return errs
 }
@@ -89,7 +89,7 @@ func (c *Config) CheckExposure() error {
 	if c.Auth.UsersFile != "" || c.Auth.AllowAnonymous {
 		return nil
 	}
-	for _, l := range []struct{ key, addr string }{{"stomp.listen", c.Stomp.Listen}, {"stomp.tls_listen", c.Stomp.TLSListen}} {
+	for _, l := range []struct{ key, addr string }{{"stomp.listen", c.Stomp.Listen}, {"stomp.tls_listen", c.Stomp.TLSListen}, {"web.listen", c.Web.Listen}} {
 		if l.addr != "" && !loopbackAddr(l.addr) && !badIPv4(l.addr) {
 			return fmt.Errorf("%s = %q accepts other hosts, but no users are configured, so anyone who can reach it could read and write every queue; "+
 				"set auth.users_file (or --users-file; create it with: herald user add --file /etc/herald/users.toml NAME), "+

@@ -45,6 +45,24 @@ type Config struct {
 	Multicast MulticastConfig `toml:"multicast" json:"multicast"`
 	// Auth: who may connect, and what each user may do (authz.go).
 	Auth AuthConfig `toml:"auth" json:"auth"`
+	// Web: STOMP over WebSocket and server-sent events for browsers (web.go).
+	Web WebConfig `toml:"web" json:"web"`
+}
+
+// WebConfig is the [web] section: the HTTP listener for browsers.
+type WebConfig struct {
+	// Listen is the HTTP address of /stomp (WebSocket) and /events (SSE);
+	// empty: no web listener.
+	Listen string `toml:"listen" json:"listen"`
+	// TLS serves HTTPS with stomp.tls_cert and stomp.tls_key.
+	TLS bool `toml:"tls" json:"tls"`
+	// AllowedOrigins are the Origins ("https://dash.example:8443") other
+	// than the listener's own whose pages may connect; "*" allows any.
+	AllowedOrigins []string `toml:"allowed_origins" json:"allowed_origins"`
+	// SSEBufferBytes bounds the messages waiting for one SSE client.
+	SSEBufferBytes int64 `toml:"sse_buffer_bytes" json:"sse_buffer_bytes"`
+	// SSEHeartbeat is how often an idle SSE stream gets a comment line.
+	SSEHeartbeat Duration `toml:"sse_heartbeat" json:"sse_heartbeat"`
 }
 
 // AuthConfig is the [auth] section: the users file and the anonymous role.
@@ -325,6 +343,7 @@ func DefaultConfig() Config {
 			IdleForget:            Duration{10 * time.Minute},
 		},
 		Log:  LogConfig{Level: "info", Format: "text"},
+		Web:  WebConfig{SSEBufferBytes: 4 << 20, SSEHeartbeat: Duration{15 * time.Second}},
 		Auth: AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}, MaxConnectionsPerUser: 1000},
 	}
 }
@@ -525,6 +544,7 @@ func (c *Config) Validate() error {
 	pos64("stomp.max_output_bytes", c.Stomp.MaxOutputBytes)
 	pos64("stomp.max_transaction_bytes", c.Stomp.MaxTxBytes)
 	pos64("stomp.max_journal_pending_bytes", c.Stomp.MaxJournalPendingBytes)
+	errs = append(errs, c.validateWeb()...)
 	if b := c.Memory.BudgetBytes; b != 0 && (b < 16<<20 || b > 1<<50) {
 		bad("memory.budget_bytes: %d: want 0 (40%% of the memory available) or 16 MiB (16777216) to 1 PiB", b)
 	}

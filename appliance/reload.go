@@ -82,6 +82,14 @@ var reloadKeys = map[string]reloadClass{
 	"auth.command_timeout":          restartOnly,
 	"auth.command_cache":            restartOnly,
 
+	// The web listener is opened once; its certificates are stomp.tls_*.
+	// Origins and SSE bounds apply to new requests.
+	"web.listen":           restartOnly,
+	"web.tls":              restartOnly,
+	"web.allowed_origins":  reloadable,
+	"web.sse_buffer_bytes": reloadable,
+	"web.sse_heartbeat":    reloadable,
+
 	// The journal is opened once with these.
 	"journal.sync":                restartOnly,
 	"journal.compress":            restartOnly,
@@ -247,7 +255,7 @@ func (b *Broker) Reload(c Config) (ConfigChanges, error) {
 		return ConfigChanges{}, fmt.Errorf("nothing changed: %w", err)
 	}
 	var tc *tls.Config
-	if old.Stomp.TLSListen != "" {
+	if old.Stomp.TLSListen != "" || (old.Web.Listen != "" && old.Web.TLS) {
 		if tc, err = TLSConfig(eff.Stomp); err != nil {
 			return ConfigChanges{}, fmt.Errorf("nothing changed: %w", err)
 		}

@@ -34,6 +34,7 @@ func run(args []string) int {
 	adminSocket := fs.String("admin-socket", "", "admin unix socket (overrides admin.socket; default DATA_DIR/admin.sock)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
 	af := authFlags(fs) // auth.go
+	wf := webFlags(fs)  // web.go
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	checkConfig := fs.Bool("check-config", false, "validate the configuration and exit")
 	if err := fs.Parse(args); err != nil {
@@ -73,6 +74,7 @@ func run(args []string) int {
 			cfg.Log.Level = *logLevel
 		}
 		af.apply(cfg)
+		wf.apply(cfg)
 		if cfg.Admin.Socket == "" {
 			cfg.Admin.Socket = filepath.Join(cfg.DataDir, "admin.sock")
 		}
@@ -189,6 +191,11 @@ func (d *daemon) run() int {
 	}
 	if err := d.listenTLS(); err != nil {
 		d.log.Error("cannot start the TLS listener", "err", err)
+		d.shutdown()
+		return 69
+	}
+	if err := d.listenWeb(); err != nil {
+		d.log.Error("cannot start the web listener", "err", err)
 		d.shutdown()
 		return 69
 	}

@@ -82,6 +82,9 @@ func preflight(cfg appliance.Config) []problem {
 	if _, _, err := appliance.LoadAuth(cfg); err != nil {
 		ps = append(ps, problem{sev: sevConfig, key: "auth.users_file", msg: err.Error()})
 	}
+	if cfg.Web.Listen != "" {
+		add(checkListen("web.listen", cfg.Web.Listen, running, cfg.DataDir))
+	}
 	if cfg.Admin.MetricsListen != "" {
 		add(checkListen("admin.metrics_listen", cfg.Admin.MetricsListen, running, cfg.DataDir))
 	}

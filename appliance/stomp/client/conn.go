@@ -126,6 +126,19 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	return c, nil
 }
 
+// Handshake runs STOMP over a connection the caller opened (for example a
+// WebSocket adapted to a net.Conn): it sends CONNECT and waits for
+// CONNECTED, as Dial does. addr is the default CONNECT host. On an error
+// nc is the caller's to close.
+func Handshake(ctx context.Context, nc net.Conn, addr string, opts Options) (*Conn, error) {
+	if opts.DialTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.DialTimeout)
+		defer cancel()
+	}
+	return handshake(ctx, nc, addr, opts)
+}
+
 func handshake(ctx context.Context, nc net.Conn, addr string, opts Options) (*Conn, error) {
 	// Abort the blocking exchange when ctx ends.
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
