@@ -85,6 +85,7 @@ type Store struct {
 	wg       sync.WaitGroup
 
 	qids map[string]int64 // writer-owned cache of queue ids
+	sids map[string]*streamW // writer-owned cache of stream ids and next offsets (stream.go)
 
 	commits, ops, failed, checkpoints atomic.Uint64
 	lastBatch                         atomic.Int64
@@ -132,7 +133,7 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg, log: cfg.Logger, qids: map[string]int64{},
+	return &Store{cfg: cfg, log: cfg.Logger, qids: map[string]int64{}, sids: map[string]*streamW{},
 		closing: make(chan struct{}), abort: make(chan struct{}),
 		flushed: make(chan struct{}), released: make(chan struct{})}
 }
@@ -455,11 +456,13 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 			errs[i] = err
 		}
 		s.qids = map[string]int64{} // rolled back: created queues may be gone
+		s.sids = map[string]*streamW{}
 		return errs, false
 	}
 	rollback := func() {
 		s.wc.ExecContext(ctx, "ROLLBACK")
 		s.qids = map[string]int64{}
+		s.sids = map[string]*streamW{}
 	}
 	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fail(err)
@@ -488,6 +491,7 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 				return fail(rerr)
 			}
 			s.qids = map[string]int64{}
+			s.sids = map[string]*streamW{}
 			if errs == nil {
 				errs = make([]error, len(batches))
 			}
