@@ -1,0 +1,289 @@
+package appliance_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+// appendN appends n messages to stream dest with receipts and checks that
+// each receipt carries the next offset.
+func appendN(t *testing.T, c *client.Conn, dest string, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		r, err := c.SendReceipt(ctxT(t), dest, []byte("m"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		if got := r.Get("x-stream-offset"); got != strconv.Itoa(i) {
+			t.Fatalf("receipt of append %d: x-stream-offset %q", i, got)
+		}
+	}
+}
+
+// wantOffsets receives len(want) messages and checks their offsets and
+// bodies (body "mN" for offset N).
+func wantOffsets(t *testing.T, sub *client.Subscription, want ...int) []*stomp.Frame {
+	t.Helper()
+	var out []*stomp.Frame
+	for _, w := range want {
+		m := recv(t, sub)
+		if m.Get("x-stream-offset") != strconv.Itoa(w) || string(m.Body) != "m"+strconv.Itoa(w) {
+			t.Fatalf("got offset %q body %q, want offset %d", m.Get("x-stream-offset"), m.Body, w)
+		}
+		if ts, err := strconv.ParseInt(m.Get("timestamp"), 10, 64); err != nil || time.Since(time.UnixMilli(ts)) > time.Minute || time.Until(time.UnixMilli(ts)) > time.Second {
+			t.Fatalf("offset %d: timestamp %q is not the append time in ms", w, m.Get("timestamp"))
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func offs(a, b int) []int {
+	var out []int
+	for i := a; i < b; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func TestStream_OffsetsReplayAndLive(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := tb.Dial(t)
+	appendN(t, c, "/stream/s", 0, 10)
+
+	first, err := c.SubscribeReceipt(ctxT(t), "/stream/s", "auto", hdr("x-stream-offset", "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOffsets(t, first, offs(0, 10)...)
+	at5, _ := c.SubscribeReceipt(ctxT(t), "/stream/s", "auto", hdr("x-stream-offset", "offset=5"))
+	wantOffsets(t, at5, offs(5, 10)...)
+	last, _ := c.SubscribeReceipt(ctxT(t), "/stream/s", "auto", hdr("x-stream-offset", "last"))
+	wantOffsets(t, last, 9)
+	next, _ := c.SubscribeReceipt(ctxT(t), "/stream/s", "auto") // default: next
+	expectNone(t, next, 100*time.Millisecond)
+
+	// Live: every subscriber gets the new append, once.
+	appendN(t, c, "/stream/s", 10, 1)
+	for _, s := range []*client.Subscription{first, at5, last, next} {
+		wantOffsets(t, s, 10)
+		expectNone(t, s, 50*time.Millisecond)
+	}
+
+	// timestamp=T (seconds): from the first message at or after T.
+	future := time.Now().Add(2 * time.Second).Unix()
+	ts, _ := c.SubscribeReceipt(ctxT(t), "/stream/s", "auto", hdr("x-stream-offset", "timestamp="+strconv.FormatInt(future, 10)))
+	expectNone(t, ts, 50*time.Millisecond)
+	past, _ := c.SubscribeReceipt(ctxT(t), "/stream/s", "auto", hdr("x-stream-offset", "timestamp=0"))
+	wantOffsets(t, past, offs(0, 11)...)
+
+	// Consumers never remove messages: everything is still there.
+	again, _ := c.SubscribeReceipt(ctxT(t), "/stream/s", "client-individual", hdr("x-stream-offset", "first"))
+	for i := range 11 {
+		ackNow(t, c, "ACK", wantOffsets(t, again, i)[0])
+	}
+	after, _ := c.SubscribeReceipt(ctxT(t), "/stream/s", "auto", hdr("x-stream-offset", "0"))
+	wantOffsets(t, after, offs(0, 11)...)
+
+	if _, err := c.SubscribeReceipt(ctxT(t), "/stream/s", "auto", hdr("x-stream-offset", "yesterday")); err == nil || !strings.Contains(err.Error(), "x-stream-offset") {
+		t.Fatalf("bad x-stream-offset accepted: %v", err)
+	}
+}
+
+func TestStream_DedupAndTransactions(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := tb.Dial(t)
+	if _, err := c.SendReceipt(ctxT(t), "/stream/d", []byte("m0"), hdr("dedup-id", "k1")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.SendReceipt(ctxT(t), "/stream/d", []byte("m0 again"), hdr("dedup-id", "k1"))
+	if err != nil || r.Get("duplicate") != "true" || r.Get("x-stream-offset") != "0" {
+		t.Fatalf("duplicate append: receipt %v, err %v", r, err)
+	}
+	// An aborted transaction appends nothing; a committed one appends all.
+	tx := func(id, end string, bodies ...string) {
+		if _, err := c.Request(ctxT(t), stomp.NewFrame("BEGIN", "transaction", id)); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bodies {
+			f := stomp.NewFrame("SEND", "destination", "/stream/d", "transaction", id)
+			f.Body = []byte(b)
+			if err := c.Write(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Request(ctxT(t), stomp.NewFrame(end, "transaction", id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx("a", "ABORT", "lost1", "lost2")
+	tx("b", "COMMIT", "m1", "m2", "m3")
+	sub, _ := c.SubscribeReceipt(ctxT(t), "/stream/d", "auto", hdr("x-stream-offset", "first"))
+	wantOffsets(t, sub, 0, 1, 2, 3)
+	expectNone(t, sub, 100*time.Millisecond)
+}
+
+func TestStream_PrefetchCredit(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := tb.Dial(t)
+	appendN(t, c, "/stream/p", 0, 6)
+	sub, _ := c.SubscribeReceipt(ctxT(t), "/stream/p", "client-individual", hdr("x-stream-offset", "first"), hdr("prefetch-count", "2"))
+	ms := wantOffsets(t, sub, 0, 1)
+	expectNone(t, sub, 100*time.Millisecond)
+	ackNow(t, c, "ACK", ms[1])
+	wantOffsets(t, sub, 2)
+	expectNone(t, sub, 100*time.Millisecond)
+	ackNow(t, c, "ACK", ms[0])
+	wantOffsets(t, sub, 3)
+}
+
+// Retention removes the head in small batches while appends go on, and a
+// reader whose start was removed is told where the gap began.
+func TestStream_RetentionUnderAppends(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Streams.Policies = []appliance.StreamPolicy{{Match: "ret.>", MaxCount: 100}}
+		c.Streams.RetentionInterval = appliance.Duration{Duration: 20 * time.Millisecond}
+		c.Streams.RetentionBatch = 50
+	})
+	c := tb.Dial(t)
+	// A backlog far beyond the bound, written fast (receipt at the end).
+	for i := 0; i < 3000; i++ {
+		f := stomp.NewFrame("SEND", "destination", "/stream/ret.x")
+		f.Body = []byte("m" + strconv.Itoa(i))
+		if err := c.Write(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendN(t, c, "/stream/ret.x", 3000, 1)
+	// Appends keep succeeding while retention removes the backlog.
+	var appended atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c2 := tb.Dial(t)
+		for i := 0; i < 200; i++ {
+			if _, err := c2.SendReceipt(ctxT(t), "/stream/ret.y", []byte("y")); err != nil {
+				t.Errorf("append during retention: %v", err)
+				return
+			}
+			appended.Add(1)
+		}
+	}()
+	// An early reader (its own connection, read concurrently).
+	early := tb.Dial(t)
+	sub, _ := early.SubscribeReceipt(ctxT(t), "/stream/ret.x", "auto", hdr("x-stream-offset", "first"))
+	gaps := make(chan error, 1)
+	go func() {
+		last := -1
+		for last < 3000 {
+			m, ok := <-sub.C()
+			if !ok {
+				gaps <- fmt.Errorf("early subscription closed at %d", last)
+				return
+			}
+			off, _ := strconv.Atoi(m.Get("x-stream-offset"))
+			if last < 0 && m.Get("x-stream-gap-from") == "" {
+				last = off - 1 // first: whatever was held when it subscribed
+			}
+			if off != last+1 {
+				if from := m.Get("x-stream-gap-from"); from != strconv.Itoa(last+1) {
+					gaps <- fmt.Errorf("offset %d after %d without x-stream-gap-from:%d (got %q)", off, last, last+1, from)
+					return
+				}
+			}
+			last = off
+		}
+		gaps <- nil
+	}()
+	waitFor(t, 10*time.Second, "retention down to 100 messages", func() bool {
+		pc := tb.Dial(t)
+		defer pc.Close()
+		sub2, err := pc.SubscribeReceipt(ctxT(t), "/stream/ret.x", "auto", hdr("x-stream-offset", "first"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := recv(t, sub2)
+		n, _ := strconv.Atoi(m.Get("x-stream-offset"))
+		return n >= 2901
+	})
+	wg.Wait()
+	if appended.Load() != 200 {
+		t.Fatalf("%d of 200 appends succeeded during retention", appended.Load())
+	}
+	// The early subscriber saw contiguous offsets, or a gap announced.
+	select {
+	case err := <-gaps:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the early subscriber did not reach offset 3000")
+	}
+	// A reader asking for a removed offset is told.
+	old, _ := c.SubscribeReceipt(ctxT(t), "/stream/ret.x", "auto", hdr("x-stream-offset", "offset=0"))
+	m := recv(t, old)
+	if m.Get("x-stream-gap-from") != "0" {
+		t.Fatalf("first message for a removed offset 0: offset %s, x-stream-gap-from %q", m.Get("x-stream-offset"), m.Get("x-stream-gap-from"))
+	}
+}
+
+func TestStream_DurableCursor(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := tb.Dial(t)
+	appendN(t, c, "/stream/w", 0, 10)
+	cons := hdr("x-stream-consumer", "stats-volume")
+	sub, _ := c.SubscribeReceipt(ctxT(t), "/stream/w", "client", cons, hdr("x-stream-offset", "first"), hdr("prefetch-count", "100"))
+	ms := wantOffsets(t, sub, offs(0, 5)...)
+	ackNow(t, c, "ACK", ms[2]) // acknowledges 0, 1 and 2
+
+	// One consumer per name.
+	c2 := tb.Dial(t)
+	if _, err := c2.SubscribeReceipt(ctxT(t), "/stream/w", "client", cons); err == nil || !strings.Contains(err.Error(), "consumer name in use") {
+		t.Fatalf("second consumer with the same name: %v, want ERROR consumer name in use", err)
+	}
+	// A cursor needs ack:client.
+	c3 := tb.Dial(t)
+	if _, err := c3.SubscribeReceipt(ctxT(t), "/stream/w", "auto", hdr("x-stream-consumer", "other")); err == nil {
+		t.Fatal("x-stream-consumer with ack:auto accepted")
+	}
+	c.Close()
+
+	resume := func(conn *client.Conn, want ...int) []*stomp.Frame {
+		t.Helper()
+		var sub *client.Subscription
+		waitFor(t, 5*time.Second, "the name is free again", func() bool {
+			var err error
+			sub, err = conn.SubscribeReceipt(ctxT(t), "/stream/w", "client", cons, hdr("x-stream-offset", "first"))
+			if err != nil && !strings.Contains(err.Error(), "in use") {
+				t.Fatal(err)
+			}
+			if err != nil {
+				conn = tb.Dial(t)
+			}
+			return err == nil
+		})
+		return wantOffsets(t, sub, want...)
+	}
+	ms = resume(tb.Dial(t), offs(3, 10)...)
+	// Acknowledging an earlier offset never moves the cursor back.
+	tb.Restart()
+	c5 := tb.Dial(t)
+	ms = resume(c5, offs(3, 10)...)
+	ackNow(t, c5, "ACK", ms[len(ms)-1])
+	c5.Close()
+	tb.Restart()
+	c6 := tb.Dial(t)
+	appendN(t, c6, "/stream/w", 10, 1)
+	resume(c6, 10)
+	_ = fmt.Sprint
+}
