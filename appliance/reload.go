@@ -69,7 +69,7 @@ var reloadKeys = map[string]reloadClass{
 	"streams.max_bytes":          reloadable,
 	"streams.max_count":          reloadable,
 	"streams.max_streams":        reloadable,
-	"streams.page_bytes":         reloadable,
+	"streams.page_bytes":         reloadable, // from the next retention round
 	"streams.page_messages":      reloadable,
 	"streams.retention_interval": reloadable,
 	"streams.retention_batch":    reloadable,

@@ -519,6 +519,8 @@ func (st *stream) retainStep() bool {
 	c := st.b.cfg().Streams
 	pol := c.Retention(st.name)
 	st.mu.Lock()
+	// A reload's paging applies from here (each retention round).
+	st.core.SetConfig(streamcore.Config{PageMessages: c.PageMessages, PageBytes: c.PageBytes})
 	first, count, bytes := st.core.First(), st.core.Count(), st.core.Bytes()
 	st.mu.Unlock()
 	if count == 0 {
