@@ -287,3 +287,57 @@ func TestStream_DurableCursor(t *testing.T) {
 	resume(c6, 10)
 	_ = fmt.Sprint
 }
+
+// Streams need read to subscribe, write to append and create to make a
+// stream that does not exist, as queues do.
+func TestStream_Permissions(t *testing.T) {
+	tb := authBroker(t, `[users.writer]
+password = "{pw:w}"
+write = ["/stream/stats.>"]
+[users.maker]
+password = "{pw:m}"
+write = ["/stream/stats.>"]
+create = ["/stream/stats.>"]
+[users.reader]
+password = "{pw:r}"
+read = ["/stream/stats.>"]
+[users.queuereader]
+password = "{pw:q}"
+read = ["/queue/stats.>"]
+`, nil)
+	try := func(login, pass string, fn func(c *client.Conn) error) error {
+		c, err := dialAs(tb.Addr, login, pass)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return fn(c)
+	}
+	send := func(c *client.Conn) error {
+		_, err := c.SendReceipt(ctxT(t), "/stream/stats.cpu", []byte("m0"))
+		return err
+	}
+	sub := func(c *client.Conn) error {
+		_, err := c.SubscribeReceipt(ctxT(t), "/stream/stats.cpu", "auto", hdr("x-stream-offset", "first"))
+		return err
+	}
+	denied := func(what string, err error, perm string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "permission denied: "+perm+" on /stream/stats.cpu") {
+			t.Fatalf("%s: %v, want permission denied: %s", what, err, perm)
+		}
+	}
+	denied("write without create, new stream", try("writer", "w", send), "create")
+	if err := try("maker", "m", send); err != nil {
+		t.Fatalf("write with create: %v", err)
+	}
+	if err := try("writer", "w", send); err != nil {
+		t.Fatalf("write to an existing stream: %v", err)
+	}
+	denied("subscribe without read", try("writer", "w", sub), "read")
+	denied("read on the queue of the same name", try("queuereader", "q", sub), "read")
+	if err := try("reader", "r", sub); err != nil {
+		t.Fatalf("subscribe with read: %v", err)
+	}
+	denied("append with read only", try("reader", "r", send), "write")
+}
