@@ -84,7 +84,7 @@ type Store struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
-	qids map[string]int64 // writer-owned cache of queue ids
+	qids map[string]int64    // writer-owned cache of queue ids
 	sids map[string]*streamW // writer-owned cache of stream ids and next offsets (stream.go)
 
 	commits, ops, failed, checkpoints atomic.Uint64
@@ -94,9 +94,10 @@ type Store struct {
 	backups                           atomic.Int32                   // backups running
 	commitHook                        func(ops int, d time.Duration) // metrics, optional
 
-	st       *stmts
-	pageSize int
-	zip      *compressor
+	st           *stmts
+	streamInsert *sql.Stmt // prepared at the first stream append (stream.go)
+	pageSize     int
+	zip          *compressor
 }
 
 type completed struct {
@@ -228,6 +229,9 @@ func vnum(v string) int {
 func (s *Store) closeDB() {
 	if s.st != nil {
 		s.st.close()
+	}
+	if s.streamInsert != nil {
+		s.streamInsert.Close()
 	}
 	if s.wc != nil {
 		s.wc.Close()

@@ -85,8 +85,12 @@ func (s *Store) applyStream(ctx context.Context, op *appliance.Op, now int64, hb
 			}
 		}
 		off := w.next
-		if _, err := s.wc.ExecContext(ctx, `INSERT INTO stream_messages(sid, off, ts, flags, size, headers, body) VALUES(?,?,?,?,?,?,?)`,
-			w.id, int64(off), ts, flags, m.Size(), *hbuf, body); err != nil {
+		if s.streamInsert == nil {
+			if s.streamInsert, err = s.wc.PrepareContext(ctx, `INSERT INTO stream_messages(sid, off, ts, flags, size, headers, body) VALUES(?,?,?,?,?,?,?)`); err != nil {
+				return err
+			}
+		}
+		if _, err := s.streamInsert.ExecContext(ctx, w.id, int64(off), ts, flags, m.Size(), *hbuf, body); err != nil {
 			return err
 		}
 		if m.DedupID != "" {
@@ -97,13 +101,28 @@ func (s *Store) applyStream(ctx context.Context, op *appliance.Op, now int64, hb
 		w.next, w.lastTS = off+1, ts
 		m.ID, m.Enqueued = off, ts
 	case appliance.OpTrim:
-		limit := max(so.Limit, 1)
-		where := `sid=? AND off IN (SELECT off FROM stream_messages WHERE sid=? AND off<? ORDER BY off LIMIT ?)`
-		if err := s.wc.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size),0), coalesce(max(off)+1,0) FROM stream_messages WHERE `+where,
-			w.id, w.id, int64(so.Offset), limit).Scan(&op.Affected, &op.Bytes, new(int64)); err != nil {
+		// The oldest Limit offsets below Offset: by the primary key, from
+		// the first held.
+		var head sql.NullInt64
+		if err := s.wc.QueryRowContext(ctx, `SELECT min(off) FROM stream_messages WHERE sid=?`, w.id).Scan(&head); err != nil {
 			return err
 		}
-		if _, err := s.wc.ExecContext(ctx, `DELETE FROM stream_messages WHERE `+where, w.id, w.id, int64(so.Offset), limit); err != nil {
+		hi := min(so.Offset, uint64(head.Int64)+uint64(max(so.Limit, 1)))
+		rows, err := s.wc.QueryContext(ctx, `DELETE FROM stream_messages WHERE sid=? AND off<? RETURNING size`, w.id, int64(hi))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var size int64
+			if err := rows.Scan(&size); err != nil {
+				rows.Close()
+				return err
+			}
+			op.Affected++
+			op.Bytes += size
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return err
 		}
 		var first sql.NullInt64
