@@ -48,7 +48,7 @@ func defaultStreamsConfig() StreamsConfig {
 		PageBytes:         1 << 20,
 		PageMessages:      512,
 		RetentionInterval: Duration{time.Second},
-		RetentionBatch:    1000,
+		RetentionBatch:    256,
 	}
 }
 
