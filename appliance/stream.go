@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -210,32 +209,16 @@ func (s *session) streamMessage(f *stomp.Frame, name string) *Message {
 
 // --- subscriptions ----------------------------------------------------------
 
-// parseStreamStart reads x-stream-offset: first, last, next, offset=N,
-// timestamp=T (seconds since the epoch, as RabbitMQ takes it), or a bare
-// number N (an offset). Absent: next.
+// parseStreamStart reads x-stream-offset (streamcore.ParseStart) and
+// resolves timestamp=T to the first offset at or after T.
 func (s *session) parseStreamStart(v, name string) (streamcore.Start, error) {
-	switch {
-	case v == "" || v == "next":
-		return streamcore.Start{Kind: streamcore.StartNext}, nil
-	case v == "first":
-		return streamcore.Start{Kind: streamcore.StartFirst}, nil
-	case v == "last":
-		return streamcore.Start{Kind: streamcore.StartLast}, nil
-	case strings.HasPrefix(v, "timestamp="):
-		t, err := strconv.ParseInt(v[len("timestamp="):], 10, 64)
-		if err != nil || t < 0 || t > 1<<40 {
-			return streamcore.Start{}, fmt.Errorf("x-stream-offset %q: timestamp=T takes seconds since the epoch", v)
-		}
-		off, err := s.b.streams.j.StreamOffsetAt(s.b.ctx, name, t*1000)
-		if err != nil {
-			return streamcore.Start{}, err
-		}
-		return streamcore.Start{Kind: streamcore.StartOffset, Offset: off}, nil
+	st, ts, isTS, err := streamcore.ParseStart(v)
+	if err != nil || !isTS {
+		return st, err
 	}
-	n := strings.TrimPrefix(v, "offset=")
-	off, err := strconv.ParseUint(n, 10, 63)
+	off, err := s.b.streams.j.StreamOffsetAt(s.b.ctx, name, ts*1000)
 	if err != nil {
-		return streamcore.Start{}, fmt.Errorf("x-stream-offset %q: want first, last, next, offset=N or timestamp=T (seconds)", v)
+		return streamcore.Start{}, err
 	}
 	return streamcore.Start{Kind: streamcore.StartOffset, Offset: off}, nil
 }
@@ -403,7 +386,7 @@ func (s *session) waitOutputRoom() bool {
 // streamFrame is the MESSAGE of stream message m for subscription sub.
 func (sub *subscription) streamFrame(m *Message, d streamcore.Delivery) *stomp.Frame {
 	off := strconv.FormatUint(m.ID, 10)
-	token := "S" + strconv.FormatUint(uint64(sub.sid), 10) + "." + off
+	token := streamcore.AckToken(sub.sid, m.ID)
 	f := stomp.NewFrame(stomp.CmdMessage,
 		"subscription", sub.id,
 		"message-id", token,
@@ -429,29 +412,11 @@ func (sub *subscription) streamFrame(m *Message, d streamcore.Delivery) *stomp.F
 
 // --- acks ------------------------------------------------------------------------
 
-// streamAckToken parses an ack token "S<sub>.<offset>".
-func streamAckToken(token string) (streamcore.SubID, uint64, bool) {
-	rest, ok := strings.CutPrefix(token, "S")
-	if !ok {
-		return 0, 0, false
-	}
-	a, b, ok := strings.Cut(rest, ".")
-	if !ok {
-		return 0, 0, false
-	}
-	id, err1 := strconv.ParseUint(a, 10, 64)
-	off, err2 := strconv.ParseUint(b, 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, 0, false
-	}
-	return streamcore.SubID(id), off, true
-}
-
 // streamAck applies an ACK (or NACK: a stream message is not redelivered,
 // so a NACK acknowledges it as well) of a stream message in memory and
 // returns the journal work of its cursor move.
 func (s *session) streamAck(token string) (ackResult, bool) {
-	id, off, ok := streamAckToken(token)
+	id, off, ok := streamcore.ParseAckToken(token)
 	if !ok {
 		return ackResult{}, false
 	}
