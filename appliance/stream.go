@@ -507,6 +507,7 @@ func (st *stream) retainStep() bool {
 		return false
 	}
 	done := make(chan error, 1)
+	start := time.Now()
 	op := Op{Kind: OpTrim, Stream: &StreamOp{Name: st.name, Offset: upto, Limit: n}}
 	st.b.j.Submit(&Batch{Ops: []Op{op}, Done: func(bt *Batch, err error) {
 		if err == nil {
@@ -531,5 +532,18 @@ func (st *stream) retainStep() bool {
 	case <-st.b.ctx.Done():
 		return false
 	}
-	return n == c.RetentionBatch
+	if n < c.RetentionBatch {
+		return false
+	}
+	// More to remove: pause as long as this trim took, so that retention
+	// takes at most about half of the journal writer's time and appends
+	// get commits of their own between trims.
+	t := time.NewTimer(time.Since(start))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-st.b.ctx.Done():
+		return false
+	}
 }
