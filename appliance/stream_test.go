@@ -346,3 +346,80 @@ read = ["/queue/stats.>"]
 	}
 	denied("append with read only", try("reader", "r", send), "write")
 }
+
+// Retention by age, and a [[streams.policy]] added by a reload applies
+// from the next retention round.
+func TestStream_RetentionByAgeAndReload(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Streams.MaxAge = appliance.Duration{Duration: 300 * time.Millisecond}
+		c.Streams.RetentionInterval = appliance.Duration{Duration: 20 * time.Millisecond}
+		c.Streams.Policies = []appliance.StreamPolicy{{Match: "keep.>", MaxAge: appliance.Duration{Duration: time.Hour}}}
+	})
+	c := tb.Dial(t)
+	appendN(t, c, "/stream/aged", 0, 3)
+	appendN(t, c, "/stream/keep.x", 0, 10)
+	first := func(dest string) string {
+		pc := tb.Dial(t)
+		defer pc.Close()
+		sub, err := pc.SubscribeReceipt(ctxT(t), dest, "auto", hdr("x-stream-offset", "first"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-sub.C():
+			return m.Get("x-stream-offset")
+		case <-time.After(200 * time.Millisecond):
+			return "none"
+		}
+	}
+	waitFor(t, 5*time.Second, "messages older than max_age removed", func() bool { return first("/stream/aged") == "none" })
+	// The next offset survives: a new append gets 3.
+	appendN(t, c, "/stream/aged", 3, 1)
+	if got := first("/stream/keep.x"); got != "0" {
+		t.Fatalf("keep.x (max_age 1h) first offset %s, want 0", got)
+	}
+	cfg := *tb.B.Config()
+	cfg.Streams.Policies = []appliance.StreamPolicy{{Match: "keep.>", MaxAge: appliance.Duration{Duration: time.Hour}, MaxCount: 4}}
+	if _, err := tb.B.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the reloaded max_count applied", func() bool { return first("/stream/keep.x") == "6" })
+}
+
+func TestStream_MaxStreams(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Streams.MaxStreams = 2 })
+	c := tb.Dial(t)
+	appendN(t, c, "/stream/a", 0, 1)
+	appendN(t, c, "/stream/b", 0, 1)
+	_, err := c.SendReceipt(ctxT(t), "/stream/c", []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "streams.max_streams") {
+		t.Fatalf("third stream: %v, want an ERROR naming streams.max_streams", err)
+	}
+}
+
+func TestStream_ConfigValidated(t *testing.T) {
+	for _, c := range []struct {
+		key    string
+		mutate func(*appliance.StreamsConfig)
+	}{
+		{"streams.max_age", func(s *appliance.StreamsConfig) { s.MaxAge.Duration = -time.Second }},
+		{"streams.max_bytes", func(s *appliance.StreamsConfig) { s.MaxBytes = -1 }},
+		{"streams.max_streams", func(s *appliance.StreamsConfig) { s.MaxStreams = 0 }},
+		{"streams.page_bytes", func(s *appliance.StreamsConfig) { s.PageBytes = 10 }},
+		{"streams.page_messages", func(s *appliance.StreamsConfig) { s.PageMessages = 0 }},
+		{"streams.retention_interval", func(s *appliance.StreamsConfig) { s.RetentionInterval.Duration = 0 }},
+		{"streams.retention_batch", func(s *appliance.StreamsConfig) { s.RetentionBatch = 0 }},
+		{"streams.policy[0].match", func(s *appliance.StreamsConfig) { s.Policies = []appliance.StreamPolicy{{}} }},
+		{"streams.policy[0]", func(s *appliance.StreamsConfig) { s.Policies = []appliance.StreamPolicy{{Match: "a", MaxCount: -1}} }},
+	} {
+		cfg := appliance.DefaultConfig()
+		c.mutate(&cfg.Streams)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("%s: Validate = %v, want an error naming it", c.key, err)
+		}
+	}
+	def := appliance.DefaultConfig()
+	if err := def.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+}
