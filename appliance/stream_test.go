@@ -130,6 +130,23 @@ func TestStream_DedupAndTransactions(t *testing.T) {
 	sub, _ := c.SubscribeReceipt(ctxT(t), "/stream/d", "auto", hdr("x-stream-offset", "first"))
 	wantOffsets(t, sub, 0, 1, 2, 3)
 	expectNone(t, sub, 100*time.Millisecond)
+
+	// One COMMIT holding a queue SEND and a stream append: both or neither.
+	if _, err := c.Request(ctxT(t), stomp.NewFrame("BEGIN", "transaction", "mixed")); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"/queue/dq", "/stream/d"} {
+		f := stomp.NewFrame("SEND", "destination", d, "transaction", "mixed")
+		f.Body = []byte("m4")
+		if err := c.Write(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Request(ctxT(t), stomp.NewFrame("COMMIT", "transaction", "mixed")); err != nil {
+		t.Fatal(err)
+	}
+	wantOffsets(t, sub, 4)
+	waitQueue(t, tb, "dq", "one message", func(v appliance.QueueView) bool { return v.Messages == 1 })
 }
 
 func TestStream_PrefetchCredit(t *testing.T) {

@@ -141,6 +141,11 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 					s.fail(f, "transaction not committed", err.Error())
 					return false
 				}
+				if s.b.checkDisk(false) {
+					undo()
+					s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); stream %s accepts no messages until space is freed. The transaction was not committed.", s.b.cfg().DataDir, s.b.diskFloor(), name))
+					return false
+				}
 				m := s.streamMessage(bf, name)
 				apps = append(apps, streamApp{st, m, len(ops)})
 				ops = append(ops, st.appendOp(m))
