@@ -440,3 +440,42 @@ func TestStream_ConfigValidated(t *testing.T) {
 		t.Fatalf("defaults invalid: %v", err)
 	}
 }
+
+// A subscriber replaying a stream far larger than its connection's output
+// bound, and not reading, holds at most about stomp.max_output_bytes plus
+// one page of the memory budget: reads wait for room.
+func TestStream_ReplayToStalledReaderIsBounded(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.MaxOutputBytes = 64 << 10
+		c.Streams.PageBytes = 16 << 10
+	})
+	c := tb.Dial(t)
+	body := make([]byte, 1024)
+	for i := 0; i < 4000; i++ { // 4 MB
+		f := stomp.NewFrame("SEND", "destination", "/stream/big")
+		f.Body = body
+		if err := c.Write(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.SendReceipt(ctxT(t), "/stream/big", body); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, tb)
+	r.connect("1.2")
+	r.write("SUBSCRIBE\ndestination:/stream/big\nid:1\nx-stream-offset:first\n\n\x00")
+	// The reader never reads again: TCP buffers fill, then the output bound.
+	time.Sleep(500 * time.Millisecond)
+	var peak int64
+	for i := 0; i < 20; i++ {
+		peak = max(peak, tb.B.Stats().MemoryUsed)
+		time.Sleep(25 * time.Millisecond)
+	}
+	// Output bound + one page + a frame's overheads; far below the 4 MB.
+	if limit := int64(64<<10 + 16<<10 + 64<<10); peak > limit {
+		t.Fatalf("memory held for a stalled stream reader: %d bytes, want at most %d", peak, limit)
+	}
+	if peak == 0 {
+		t.Fatal("nothing charged to the memory budget while MESSAGEs wait for a stalled reader")
+	}
+}
