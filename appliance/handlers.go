@@ -522,7 +522,7 @@ func (s *session) ackResult(f *stomp.Frame) (ackResult, bool) {
 	if !ok {
 		return ackResult{}, false
 	}
-	if res, ok := s.streamAck(token); ok {
+	if res, ok := s.streamAck(token, f.Command == stomp.CmdNack); ok {
 		return res, true
 	}
 	if sub == nil || sub.kind == destTopic {

@@ -412,10 +412,11 @@ func (sub *subscription) streamFrame(m *Message, d streamcore.Delivery) *stomp.F
 
 // --- acks ------------------------------------------------------------------------
 
-// streamAck applies an ACK (or NACK: a stream message is not redelivered,
-// so a NACK acknowledges it as well) of a stream message in memory and
-// returns the journal work of its cursor move.
-func (s *session) streamAck(token string) (ackResult, bool) {
+// streamAck applies an ACK or NACK of a stream message in memory and
+// returns the journal work of its cursor move. A NACK settles the message
+// for the subscription (its credit comes back; a stream does not
+// redeliver) without moving a durable cursor.
+func (s *session) streamAck(token string, nack bool) (ackResult, bool) {
 	id, off, ok := streamcore.ParseAckToken(token)
 	if !ok {
 		return ackResult{}, false
@@ -433,7 +434,13 @@ func (s *session) streamAck(token string) (ackResult, bool) {
 	}
 	st := sub.st
 	st.mu.Lock()
-	mv, held := st.core.Ack(id, off)
+	var mv *streamcore.CursorMove
+	var held bool
+	if nack {
+		held = st.core.Nack(id, off)
+	} else {
+		mv, held = st.core.Ack(id, off)
+	}
 	reads := st.core.Take()
 	st.mu.Unlock()
 	st.startReads(reads)

@@ -305,8 +305,12 @@ func TestStream_DurableCursor(t *testing.T) {
 	c5.Close()
 	tb.Restart()
 	c6 := tb.Dial(t)
-	appendN(t, c6, "/stream/w", 10, 1)
-	resume(c6, 10)
+	appendN(t, c6, "/stream/w", 10, 2)
+	ms = resume(c6, 10, 11)
+	// A NACK gives credit back but does not move the cursor.
+	ackNow(t, c6, "NACK", ms[1])
+	c6.Close()
+	resume(tb.Dial(t), 10, 11)
 	_ = fmt.Sprint
 }
 

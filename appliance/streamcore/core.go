@@ -333,6 +333,28 @@ func (c *Core) Ack(id SubID, off uint64) (*CursorMove, bool) {
 	return &CursorMove{Name: s.cursor, Offset: pos}, true
 }
 
+// Nack is Ack without the cursor: the offsets are settled for this
+// subscription (its credit comes back; a stream does not redeliver) but a
+// durable cursor does not move past them, so a consumer that stops after a
+// NACK reads them again when it resumes.
+func (c *Core) Nack(id SubID, off uint64) bool {
+	s, ok := c.subs[id]
+	if !ok || s.mode == Auto {
+		return false
+	}
+	i := sort.Search(len(s.unacked), func(i int) bool { return s.unacked[i] >= off })
+	if i == len(s.unacked) || s.unacked[i] != off {
+		return false
+	}
+	if s.mode == Client {
+		s.unacked = s.unacked[i+1:]
+	} else {
+		s.unacked = append(s.unacked[:i], s.unacked[i+1:]...)
+	}
+	c.pump()
+	return true
+}
+
 // CursorCommitted records that cursor name's move to off is durable.
 func (c *Core) CursorCommitted(name string, off uint64) {
 	if cur, ok := c.cursors[name]; !ok || off > cur {

@@ -205,6 +205,13 @@ func (w *world) ack() {
 		} else {
 			s.held = append(s.held[:i], s.held[i+1:]...)
 		}
+		if w.r.Intn(5) == 0 {
+			if !w.c.Nack(id, off) {
+				w.t.Fatalf("sub %d: nack of held offset %d refused", id, off)
+			}
+			w.take()
+			return
+		}
 		mv, ok := w.c.Ack(id, off)
 		if !ok {
 			w.t.Fatalf("sub %d: ack of held offset %d refused", id, off)
