@@ -13,7 +13,8 @@
 // Paged answers with the MESSAGEs to write, in offset order, each with the
 // offset from which retention removed offsets just before it (a gap), if
 // any. Ack returns the durable cursor move to journal, if any; the caller
-// reports its commit with CursorCommitted.
+// reports its commit with CursorCommitted. Nack settles offsets for the
+// subscription (credit) without moving its cursor.
 //
 // The caller's duties (the shell in package appliance):
 //  1. Serialise every call (one lock per stream).
