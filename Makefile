@@ -52,6 +52,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePattern$$' -fuzztime $(FUZZTIME) ./appliance/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNft$$' -fuzztime $(FUZZTIME) ./internal/mcdoctor
 	$(GO) test -run '^$$' -fuzz '^FuzzParseIGMP$$' -fuzztime $(FUZZTIME) ./internal/mcdoctor
+	$(GO) test -run '^$$' -fuzz '^FuzzParseStart$$' -fuzztime $(FUZZTIME) ./appliance/streamcore
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAckToken$$' -fuzztime $(FUZZTIME) ./appliance/streamcore
+	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/streamcore
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -227,6 +227,9 @@ func kindName(k destKind) string {
 	if k == destTopic {
 		return auth.KindTopic
 	}
+	if k == destStream {
+		return auth.KindStream
+	}
 	return auth.KindQueue
 }
 
@@ -360,6 +363,9 @@ func (s *session) authorize(f *stomp.Frame) bool {
 	// A reply to a temporary queue never creates one: the handler drops
 	// it when the owner is gone.
 	if kind == destQueue && !strings.HasPrefix(name, tempPrefix) && s.b.lookupQueue(name) == nil && !p.Allowed(id, auth.Create, k, name) {
+		return s.deny(f, id, d, auth.Create)
+	}
+	if kind == destStream && !s.b.streamExists(name) && !p.Allowed(id, auth.Create, k, name) {
 		return s.deny(f, id, d, auth.Create)
 	}
 	return true

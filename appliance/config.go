@@ -33,14 +33,16 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // Config is the whole daemon configuration, one TOML file. Every key has a
 // default (DefaultConfig) and is documented in packaging/herald.toml.
 type Config struct {
-	DataDir string       `toml:"data_dir" json:"data_dir"`
-	Stomp   StompConfig  `toml:"stomp" json:"stomp"`
-	Journal JournalConf  `toml:"journal" json:"journal"`
-	Queues  QueueConfig  `toml:"queues" json:"queues"`
-	Topics  TopicConfig  `toml:"topics" json:"topics"`
-	Admin   AdminConfig  `toml:"admin" json:"admin"`
-	Log     LogConfig    `toml:"log" json:"log"`
-	Memory  MemoryConfig `toml:"memory" json:"memory"`
+	DataDir string      `toml:"data_dir" json:"data_dir"`
+	Stomp   StompConfig `toml:"stomp" json:"stomp"`
+	Journal JournalConf `toml:"journal" json:"journal"`
+	Queues  QueueConfig `toml:"queues" json:"queues"`
+	Topics  TopicConfig `toml:"topics" json:"topics"`
+	// Streams: retained, ordered logs (stream.go, stream_config.go).
+	Streams StreamsConfig `toml:"streams" json:"streams"`
+	Admin   AdminConfig   `toml:"admin" json:"admin"`
+	Log     LogConfig     `toml:"log" json:"log"`
+	Memory  MemoryConfig  `toml:"memory" json:"memory"`
 	// Multicast holds the channels topics are mapped to.
 	Multicast MulticastConfig `toml:"multicast" json:"multicast"`
 	// Auth: who may connect, and what each user may do (authz.go).
@@ -342,9 +344,10 @@ func DefaultConfig() Config {
 			LastValueMaxBytes:     64 << 20,
 			IdleForget:            Duration{10 * time.Minute},
 		},
-		Log:  LogConfig{Level: "info", Format: "text"},
-		Web:  WebConfig{SSEBufferBytes: 4 << 20, SSEHeartbeat: Duration{15 * time.Second}},
-		Auth: AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}, MaxConnectionsPerUser: 1000},
+		Streams: defaultStreamsConfig(),
+		Log:     LogConfig{Level: "info", Format: "text"},
+		Web:     WebConfig{SSEBufferBytes: 4 << 20, SSEHeartbeat: Duration{15 * time.Second}},
+		Auth:    AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}, MaxConnectionsPerUser: 1000},
 	}
 }
 
@@ -670,6 +673,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, c.validateStreams()...)
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {
 		where := fmt.Sprintf("multicast.channel[%d]", i)

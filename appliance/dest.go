@@ -9,6 +9,8 @@ import (
 const (
 	prefixQueue = "/queue/"
 	prefixTopic = "/topic/"
+	// prefixStream: retained, ordered logs with offsets (stream.go).
+	prefixStream = "/stream/"
 )
 
 type destKind int
@@ -16,6 +18,7 @@ type destKind int
 const (
 	destQueue destKind = iota + 1
 	destTopic
+	destStream
 )
 
 // parseDest splits a STOMP destination into its kind and name, and checks
@@ -30,8 +33,10 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 		kind, name = destQueue, d[len(prefixQueue):]
 	case strings.HasPrefix(d, prefixTopic):
 		kind, name = destTopic, d[len(prefixTopic):]
+	case strings.HasPrefix(d, prefixStream):
+		kind, name = destStream, d[len(prefixStream):]
 	default:
-		return 0, "", fmt.Errorf("%w %q: use /queue/NAME or /topic/NAME", ErrBadDest, d)
+		return 0, "", fmt.Errorf("%w %q: use /queue/NAME, /topic/NAME or /stream/NAME", ErrBadDest, d)
 	}
 	if name == "" || len(name) > 255 {
 		return 0, "", fmt.Errorf("%w %q: the name must be 1 to 255 bytes", ErrBadDest, d)
@@ -41,7 +46,7 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 			return 0, "", fmt.Errorf("%w %q: control characters are not allowed", ErrBadDest, d)
 		}
 	}
-	if kind == destQueue && strings.ContainsAny(name, "*>") {
+	if kind != destTopic && strings.ContainsAny(name, "*>") {
 		return 0, "", fmt.Errorf("%w %q: wildcards are for topics only", ErrBadDest, d)
 	}
 	if kind == destTopic {

@@ -156,6 +156,9 @@ func (s *session) onSend(f *stomp.Frame) bool {
 		return false
 	}
 	s.msgsIn.Add(1)
+	if kind == destStream {
+		return s.onStreamSend(f, name)
+	}
 	if kind == destTopic {
 		h := userHeaders(f)
 		s.rewriteReplyTo(h)
@@ -354,6 +357,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.fail(f, "invalid ack mode", fmt.Sprintf("ack must be auto, client or client-individual; got %q.", a))
 		return false
 	}
+	if kind == destStream {
+		return s.subscribeStream(f, sub)
+	}
 	if kind == destTopic {
 		s.subsMu.Lock()
 		s.subs[id] = sub
@@ -432,6 +438,10 @@ func (s *session) onUnsubscribe(f *stomp.Frame) bool {
 }
 
 func (s *session) endSubscription(sub *subscription) {
+	if sub.kind == destStream {
+		sub.st.unsubscribe(sub)
+		return
+	}
 	if sub.kind == destTopic {
 		s.b.topics.remove(sub)
 		s.forgetDrops(sub)
@@ -511,6 +521,9 @@ func (s *session) ackResult(f *stomp.Frame) (ackResult, bool) {
 	sub, token, byID, ok := s.resolveAck(f)
 	if !ok {
 		return ackResult{}, false
+	}
+	if res, ok := s.streamAck(token, f.Command == stomp.CmdNack); ok {
+		return res, true
 	}
 	if sub == nil || sub.kind == destTopic {
 		if sub == nil && !strings.HasPrefix(token, "t") {

@@ -52,6 +52,8 @@ type Op struct {
 	Keep      []uint64 // OpPurge
 	Affected  int      // out, OpPurge
 	Bytes     int64    // out, OpPurge
+
+	Stream *StreamOp // OpAppend, OpTrim, OpCursor (stream_journal.go)
 }
 
 // Batch is a set of operations applied atomically, in order.

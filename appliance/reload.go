@@ -64,6 +64,17 @@ var reloadKeys = map[string]reloadClass{
 	"stomp.max_transaction_bytes":       reloadable,
 	"stomp.max_journal_pending_bytes":   reloadable,
 
+	// Retention applies from its next round; paging from the next read.
+	"streams.max_age":            reloadable,
+	"streams.max_bytes":          reloadable,
+	"streams.max_count":          reloadable,
+	"streams.max_streams":        reloadable,
+	"streams.page_bytes":         reloadable, // from the next retention round
+	"streams.page_messages":      reloadable,
+	"streams.retention_interval": reloadable,
+	"streams.retention_batch":    reloadable,
+	"streams.policy":             reloadable,
+
 	"memory.budget_bytes": restartOnly, // the budget's halves are set at start
 
 	// The users file and the certificates are read again on every

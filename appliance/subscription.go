@@ -1,6 +1,9 @@
 package appliance
 
-import "github.com/herald-mq/herald/appliance/queuecore"
+import (
+	"github.com/herald-mq/herald/appliance/queuecore"
+	"github.com/herald-mq/herald/appliance/streamcore"
+)
 
 type ackMode int
 
@@ -34,4 +37,10 @@ type subscription struct {
 	// subscribed)
 	q   *queue
 	con *queuecore.Consumer
+
+	// stream subscriptions (stream.go): the stream, the core's id for the
+	// subscription and its durable cursor name ("" none).
+	st     *stream
+	sid    streamcore.SubID
+	cursor string
 }

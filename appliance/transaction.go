@@ -118,6 +118,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		topics []topicMsg
 		enqs   []enq
 		acks   []ackPart
+		apps   []streamApp // stream appends (stream.go)
 	)
 	undo := func() {
 		for _, e := range enqs {
@@ -133,6 +134,23 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		switch bf.Command {
 		case stomp.CmdSend:
 			kind, name, _ := s.dest(bf.Get("destination"), false)
+			if kind == destStream {
+				st, err := s.b.openStream(name)
+				if err != nil {
+					undo()
+					s.fail(f, "transaction not committed", err.Error())
+					return false
+				}
+				if s.b.checkDisk(false) {
+					undo()
+					s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); stream %s accepts no messages until space is freed. The transaction was not committed.", s.b.cfg().DataDir, s.b.diskFloor(), name))
+					return false
+				}
+				m := s.streamMessage(bf, name)
+				apps = append(apps, streamApp{st, m, len(ops)})
+				ops = append(ops, st.appendOp(m))
+				continue
+			}
 			if kind == destTopic {
 				h := userHeaders(bf)
 				s.rewriteReplyTo(h)
@@ -201,6 +219,13 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		for _, a := range acks {
 			if a.res.done != nil {
 				a.res.done(b.Ops[a.off:a.off+a.cnt], err)
+			}
+		}
+		for _, a := range apps {
+			if op := &b.Ops[a.idx]; err == nil && !op.Duplicate {
+				a.st.appended(a.m)
+			} else if err == nil {
+				s.b.stats.dedupHits.Add(1)
 			}
 		}
 		if err != nil {

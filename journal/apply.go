@@ -125,6 +125,10 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 				return err
 			}
 		case appliance.OpBarrier:
+		case appliance.OpAppend, appliance.OpTrim, appliance.OpCursor:
+			if err := s.applyStream(ctx, op, now, &hbuf); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("journal: unknown op kind %d", op.Kind)
 		}

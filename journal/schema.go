@@ -6,7 +6,9 @@ import (
 	"fmt"
 )
 
-const schemaVersion = 1
+// schemaVersion 2 added the stream tables (streams, stream_messages,
+// stream_cursors); a version 1 database gets them when opened.
+const schemaVersion = 2
 
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
@@ -34,6 +36,25 @@ var schema = []string{
 		at INTEGER NOT NULL,
 		PRIMARY KEY(qid, key)) WITHOUT ROWID`,
 	`CREATE INDEX IF NOT EXISTS dedup_at ON dedup(at)`,
+	// Streams (version 2). trimmed: every offset below it was removed by
+	// retention, so that the next offset survives a stream trimmed empty.
+	`CREATE TABLE IF NOT EXISTS streams(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, trimmed INTEGER NOT NULL DEFAULT 0)`,
+	`CREATE TABLE IF NOT EXISTS stream_messages(
+		sid INTEGER NOT NULL,
+		off INTEGER NOT NULL,
+		ts INTEGER NOT NULL,
+		flags INTEGER NOT NULL DEFAULT 0,
+		size INTEGER NOT NULL,
+		headers BLOB NOT NULL,
+		body BLOB NOT NULL,
+		PRIMARY KEY(sid, off))`,
+	// A durable cursor: next is the first offset its consumer has not
+	// acknowledged.
+	`CREATE TABLE IF NOT EXISTS stream_cursors(
+		sid INTEGER NOT NULL,
+		name TEXT NOT NULL,
+		next INTEGER NOT NULL,
+		PRIMARY KEY(sid, name)) WITHOUT ROWID`,
 }
 
 func migrate(ctx context.Context, c *sql.Conn) error {
@@ -52,6 +73,10 @@ func migrate(ctx context.Context, c *sql.Conn) error {
 		return err
 	case v > schemaVersion:
 		return fmt.Errorf("journal schema version %d is newer than this heraldd understands (%d): upgrade herald", v, schemaVersion)
+	case v < schemaVersion:
+		// The CREATE ... IF NOT EXISTS above added what v lacked.
+		_, err = c.ExecContext(ctx, `UPDATE meta SET value=? WHERE key='schema_version'`, fmt.Sprint(schemaVersion))
+		return err
 	}
 	return nil
 }

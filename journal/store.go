@@ -84,7 +84,8 @@ type Store struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
-	qids map[string]int64 // writer-owned cache of queue ids
+	qids map[string]int64    // writer-owned cache of queue ids
+	sids map[string]*streamW // writer-owned cache of stream ids and next offsets (stream.go)
 
 	commits, ops, failed, checkpoints atomic.Uint64
 	lastBatch                         atomic.Int64
@@ -93,9 +94,10 @@ type Store struct {
 	backups                           atomic.Int32                   // backups running
 	commitHook                        func(ops int, d time.Duration) // metrics, optional
 
-	st       *stmts
-	pageSize int
-	zip      *compressor
+	st           *stmts
+	streamInsert *sql.Stmt // prepared at the first stream append (stream.go)
+	pageSize     int
+	zip          *compressor
 }
 
 type completed struct {
@@ -132,7 +134,7 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg, log: cfg.Logger, qids: map[string]int64{},
+	return &Store{cfg: cfg, log: cfg.Logger, qids: map[string]int64{}, sids: map[string]*streamW{},
 		closing: make(chan struct{}), abort: make(chan struct{}),
 		flushed: make(chan struct{}), released: make(chan struct{})}
 }
@@ -227,6 +229,9 @@ func vnum(v string) int {
 func (s *Store) closeDB() {
 	if s.st != nil {
 		s.st.close()
+	}
+	if s.streamInsert != nil {
+		s.streamInsert.Close()
 	}
 	if s.wc != nil {
 		s.wc.Close()
@@ -455,11 +460,13 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 			errs[i] = err
 		}
 		s.qids = map[string]int64{} // rolled back: created queues may be gone
+		s.sids = map[string]*streamW{}
 		return errs, false
 	}
 	rollback := func() {
 		s.wc.ExecContext(ctx, "ROLLBACK")
 		s.qids = map[string]int64{}
+		s.sids = map[string]*streamW{}
 	}
 	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fail(err)
@@ -488,6 +495,7 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 				return fail(rerr)
 			}
 			s.qids = map[string]int64{}
+			s.sids = map[string]*streamW{}
 			if errs == nil {
 				errs = make([]error, len(batches))
 			}

@@ -47,11 +47,14 @@ func ParsePerm(s string) (Perm, error) {
 const (
 	KindQueue = "/queue/"
 	KindTopic = "/topic/"
+	// KindStream names streams: read to subscribe, write to append,
+	// create to make a stream that does not exist yet (as for queues).
+	KindStream = "/stream/"
 )
 
 // MaxPatternBytes bounds one pattern, as a destination name is bounded (255
 // bytes after its prefix).
-const MaxPatternBytes = 255 + len(KindQueue)
+const MaxPatternBytes = 255 + len(KindStream)
 
 // ErrPattern is wrapped by every pattern error.
 var ErrPattern = errors.New("invalid destination pattern")
@@ -76,8 +79,10 @@ func ParsePattern(s string) (Pattern, error) {
 		kind, name = KindQueue, s[len(KindQueue):]
 	case strings.HasPrefix(s, KindTopic):
 		kind, name = KindTopic, s[len(KindTopic):]
+	case strings.HasPrefix(s, KindStream):
+		kind, name = KindStream, s[len(KindStream):]
 	default:
-		return Pattern{}, fmt.Errorf("%w %q: start it with /queue/ or /topic/ (example: /queue/orders.>)", ErrPattern, s)
+		return Pattern{}, fmt.Errorf("%w %q: start it with /queue/, /topic/ or /stream/ (example: /queue/orders.>)", ErrPattern, s)
 	}
 	if name == "" || len(name) > 255 {
 		return Pattern{}, fmt.Errorf("%w %q: the name must be 1 to 255 bytes (use > for everything: %s>)", ErrPattern, s, kind)

@@ -153,10 +153,10 @@ func TestCLI_BadDestination(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"send", "/bogus", "x"}, `invalid destination "/bogus": use /queue/NAME or /topic/NAME`},
-		{[]string{"send", "--receipt", "/bogus", "x"}, `invalid destination "/bogus": use /queue/NAME or /topic/NAME`},
+		{[]string{"send", "/bogus", "x"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME or /stream/NAME`},
+		{[]string{"send", "--receipt", "/bogus", "x"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME or /stream/NAME`},
 		{[]string{"send", "/queue/a.*", "x"}, `invalid destination "/queue/a.*": wildcards are for topics only`},
-		{[]string{"receive", "--timeout", "5s", "/bogus"}, `invalid destination "/bogus": use /queue/NAME or /topic/NAME`},
+		{[]string{"receive", "--timeout", "5s", "/bogus"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME or /stream/NAME`},
 	} {
 		code, _, stderr := runCLI(t, "a\nb\n", append([]string{"--server", addr}, tc.args...)...)
 		if code != exitUsage {
