@@ -58,7 +58,8 @@ type confEnd struct {
 // confCounters are the counters a vector asserts: the drops the specification names.
 func confCounters(c ReceiverCounters) map[string]uint64 {
 	return map[string]uint64{"auth_failures": c.AuthFailures, "malformed": c.Malformed, "ahead": c.Ahead,
-		"other_session": c.OtherSession, "foreign_source": c.ForeignSource, "messages": c.Messages, "gaps": c.Gaps}
+		"other_session": c.OtherSession, "foreign_source": c.ForeignSource, "messages": c.Messages, "gaps": c.Gaps,
+		"forged_fragments": c.ForgedFragments}
 }
 
 // eventJSON renders an event as `herald listen --json` prints it.
@@ -401,7 +402,7 @@ func conformanceCases() []confCase {
 		send("bad magic", bad(func(b []byte) []byte { b[0] = 'X'; return b })).
 		send("version 2", bad(func(b []byte) []byte { b[2] = 2; return b })).
 		send("reserved byte", bad(func(b []byte) []byte { b[6] = 1; return b })).
-		send("unknown flag 0x04", bad(func(b []byte) []byte { b[4] |= 4; return b })).
+		send("unknown flag 0x08", bad(func(b []byte) []byte { b[4] |= 8; return b })).
 		send("record length past the end", bad(func(b []byte) []byte { b[HeaderSize+2+12] = 0xff; return b })).
 		send("HEARTBEAT edges differ", func() []byte { b := g.hb(2, 1); b[HeaderSize] = 9; return b }()).
 		send("trailing byte", append(append([]byte(nil), data2...), 0)).
@@ -437,5 +438,53 @@ func conformanceCases() []confCase {
 		send("DATA", g.data(2, 1, pxeu(1, "a"), rec(2, 1, "disk"))).
 		send("DATA 4 (3 lost)", g.data(4, 4, rec(2, 3, "cpu"), pxeu(2, "b"))).
 		end(10000, S1, "msg px.eu 1 a", "msg px.eu 2 b"))
+	// Fragments (revision 3): a message split over datagrams 2, 3 and 4, stream sequence 1.
+	big := "a message in three fragments"
+	f := frags(1, 1, big, 3)
+	add(newVec("fragments", "one message in three fragments (DATA 2-4), then a small message: reassembled, in order").
+		send("CATALOG", catAB).
+		send("fragment 1/3", g.fdata(2, 1, false, f[0])).
+		send("fragment 2/3", g.fdata(3, 1, false, f[1])).
+		send("fragment 3/3", g.fdata(4, 1, false, f[2])).
+		send("DATA 5", g.data(5, 1, pxeu(2, "next"))).
+		end(10000, S1, "msg px.eu 1 "+big, "msg px.eu 2 next"))
+	add(newVec("fragments-reordered", "the fragments arrive 3, 1, 2: one message when the last comes").
+		send("CATALOG", catAB).
+		send("fragment 3/3", g.fdata(4, 1, false, f[2])).
+		send("fragment 1/3", g.fdata(2, 1, false, f[0])).
+		send("DATA 5", g.data(5, 1, pxeu(2, "next"))).
+		send("fragment 2/3", g.fdata(3, 1, false, f[1])).
+		end(10000, S1, "msg px.eu 1 "+big, "msg px.eu 2 next"))
+	add(newVec("fragment-repaired", "fragment 2 (DATA 3) lost and repaired by RDATA: the message is delivered, flagged repaired").
+		send("CATALOG", catAB).
+		send("fragment 1/3", g.fdata(2, 1, false, f[0])).
+		send("fragment 3/3", g.fdata(4, 1, false, f[2])).
+		send("DATA 5", g.data(5, 1, pxeu(2, "next"))).
+		at(20000).send("RDATA 3, fragment 2/3", g.fdata(3, 1, true, f[1])).
+		end(300000, S1, "msg px.eu 1 "+big, "msg px.eu 2 next"))
+	add(newVec("fragment-lost", "fragment 2 (DATA 3) lost for good: the whole message is a gap, never a partial delivery").
+		send("CATALOG", catAB).
+		send("fragment 1/3", g.fdata(2, 1, false, f[0])).
+		send("fragment 3/3", g.fdata(4, 1, false, f[2])).
+		send("DATA 5", g.data(5, 1, pxeu(2, "next"))).
+		end(1000000, S1, "gap px.eu 1-1 expired", "msg px.eu 2 next"))
+	m2, _ := AppendMessage(nil, nil, []byte("12345678")) // 10 bytes
+	fr := func(total, off uint32, b []byte) Record {
+		return Record{Stream: 1, Seq: 2, Frag: true, Total: total, Offset: off, Payload: b}
+	}
+	noFlag := g.data(9, 1, fr(10, 0, m2[:5])) // a fragment record without the datagram's flag
+	noFlag[4] = 0
+	add(newVec("fragments-forged", "fragments with a total above MaxMessage, past their total, overlapping, or with another total are dropped and counted; a fragment record without the flag is malformed; the real message is reassembled").
+		send("CATALOG", catAB).
+		send("DATA 2", g.data(2, 1, pxeu(1, "a"))).
+		send("forged: total 2^31 (above MaxMessage)", g.fdata(3, 1, false, fr(1<<31, 0, m2[:5]))).
+		send("forged: offset 8 + 5 bytes past total 10", g.fdata(4, 1, false, fr(10, 8, m2[5:]))).
+		send("fragment 1/2: bytes 0-4 of 10", g.fdata(5, 1, false, fr(10, 0, m2[:5]))).
+		send("forged: bytes 3-6 overlap", g.fdata(6, 1, false, fr(10, 3, m2[3:7]))).
+		send("forged: total 11 after 10", g.fdata(7, 1, false, fr(11, 5, m2[5:]))).
+		send("the same fragment 1/2 again (a duplicate)", g.fdata(8, 1, false, fr(10, 0, m2[:5]))).
+		send("DATA 9 with a fragment record but no fragment flag: malformed", noFlag).
+		send("fragment 2/2: bytes 5-9", g.fdata(9, 1, false, fr(10, 5, m2[5:]))).
+		end(10000, S1, "msg px.eu 1 a", "msg px.eu 2 12345678"))
 	return cases
 }

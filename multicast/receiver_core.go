@@ -35,6 +35,12 @@ const (
 	CandidateBytes = 4 << 20
 	heldOverhead   = 64  // accounted per held record, besides its payload
 	streamOverhead = 160 // accounted per stream, besides its topic
+	// DefaultMaxReassembly bounds the fragments a receiver holds for messages not yet complete
+	// (two messages of MaxMessage). A message whose fragments do not fit is dropped and
+	// reported as a gap.
+	DefaultMaxReassembly = 2 * MaxMessage
+	partialOverhead      = 96 // accounted per message being reassembled, besides its fragments
+	pieceOverhead        = 48 // accounted per fragment held, besides its bytes
 )
 
 // Errors Handle returns for datagrams it drops (besides ErrAuth and the decode errors).
@@ -58,6 +64,10 @@ type ReceiverCoreConfig struct {
 	// MaxBytes bounds held records and the stream table; DefaultReceiverMaxBytes when 0. Records
 	// that do not fit are dropped and reported as gaps.
 	MaxBytes int
+	// MaxReassembly bounds the fragments held for incomplete messages, accounted as their bytes
+	// + 48 per fragment + 96 per message; DefaultMaxReassembly when 0. A message whose
+	// fragments do not fit is dropped and reported as a gap.
+	MaxReassembly int
 }
 
 // ReceiverCounters are the ReceiverCore's counts.
@@ -71,6 +81,10 @@ type ReceiverCounters struct {
 	ForeignSource    uint64 // datagrams of the current session from another address than its sender's
 	OtherSession     uint64 // datagrams of another session while the current one was live
 	Overflow         uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
+	Fragments        uint64 // fragment records taken into a reassembly
+	Reassembled      uint64 // messages completed from fragments
+	ForgedFragments  uint64 // fragments dropped: total above MaxMessage, out of range, overlapping, another total
+	ReassemblyDrops  uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
 	NAKs             uint64 // NAK datagrams sent
 	NAKedSeqs        uint64 // sequences asked for (counting repeats)
 	CatalogRequests  uint64 // NAKs for sequence 0: records of an unknown stream arrived
@@ -104,11 +118,27 @@ type rstream struct {
 	started  bool
 	expected uint64 // next stream sequence to deliver
 	held     map[uint64]held
-	tail     uint64 // last stream sequence announced by a HEARTBEAT...
-	tailAt   uint64 // ...whose leading edge was this
-	base     uint64 // stream sequences up to base were sent before the join point (HEARTBEAT)
-	dropMin  uint64 // lowest record dropped for want of room before the stream started (0: none)
-	queued   bool   // in ReceiverCore.gapq
+	tail     uint64              // last stream sequence announced by a HEARTBEAT...
+	tailAt   uint64              // ...whose leading edge was this
+	base     uint64              // stream sequences up to base were sent before the join point (HEARTBEAT)
+	dropMin  uint64              // lowest record dropped for want of room before the stream started (0: none)
+	queued   bool                // in ReceiverCore.gapq
+	frags    map[uint64]*partial // messages being reassembled, by stream sequence
+}
+
+// partial is a message being reassembled from its fragments.
+type partial struct {
+	total    uint32
+	have     uint32  // bytes received
+	pieces   []piece // sorted by offset, never overlapping
+	dg       uint64  // the highest datagram sequence of its fragments
+	repaired bool    // a fragment came in a repair
+	dropped  bool    // did not fit MaxReassembly: its later fragments are dropped too
+}
+
+type piece struct {
+	off  uint32
+	data []byte
 }
 
 // hole is the receiver's state for one missing datagram.
@@ -167,6 +197,7 @@ type ReceiverCore struct {
 	gapq     []*rstream // streams with a hole or tail the frontier has not reached yet
 	resolved uint64     // the frontier when gapq was last looked at
 	bytes    int        // held payloads, topics and overheads
+	fbytes   int        // fragments of incomplete messages and their overheads (MaxReassembly)
 	retired  []uint64
 	nakSeq   uint64
 	now      time.Time // of the call in progress
@@ -191,7 +222,7 @@ func NewReceiverCore(cfg ReceiverCoreConfig) (*ReceiverCore, error) {
 	if err := cfg.Profile.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 {
+	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 || cfg.MaxReassembly < 0 {
 		return nil, fmt.Errorf("receiver core: negative session timeout or max bytes: %w", ErrBadConfig)
 	}
 	if cfg.SessionTimeout == 0 {
@@ -199,6 +230,9 @@ func NewReceiverCore(cfg ReceiverCoreConfig) (*ReceiverCore, error) {
 	}
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = DefaultReceiverMaxBytes
+	}
+	if cfg.MaxReassembly == 0 {
+		cfg.MaxReassembly = DefaultMaxReassembly
 	}
 	r := &ReceiverCore{cfg: cfg, t: cfg.Profile.timing(), id: cfg.ID}
 	for r.id == 0 {
@@ -214,7 +248,7 @@ func (r *ReceiverCore) reset() {
 	r.miss = make(map[uint64]*hole)
 	r.streams = make(map[uint32]*rstream)
 	r.slist, r.waiting, r.gapq = nil, nil, nil
-	r.bytes = 0
+	r.bytes, r.fbytes = 0, 0
 	r.nextDue, r.catDue = time.Time{}, time.Time{}
 	r.lossPassed, r.lossEver = false, false
 	r.firstLost = 0
@@ -240,13 +274,18 @@ type ReceiverState struct {
 	Streams int // at most MaxStreams
 	Bytes   int // held records and stream table, accounted: at most MaxBytes
 	Held    int // records held
+	// Reassembly is the fragments of incomplete messages, accounted: at most MaxReassembly.
+	Reassembly int
+	Partials   int // messages being reassembled (or dropped, waiting for their gap)
 }
 
 // State returns the size of the core's state.
 func (r *ReceiverCore) State() ReceiverState {
 	s := ReceiverState{Tracked: len(r.done) + len(r.miss), Streams: len(r.streams), Bytes: r.bytes}
+	s.Reassembly = r.fbytes
 	for _, st := range r.slist {
 		s.Held += len(st.held)
+		s.Partials += len(st.frags)
 	}
 	return s
 }
@@ -278,7 +317,7 @@ func (r *ReceiverCore) setDue(t time.Time) {
 // unknownStreams reports whether records wait for a CATALOG.
 func (r *ReceiverCore) unknownStreams() bool {
 	for _, st := range r.slist {
-		if !st.known && len(st.held) > 0 {
+		if !st.known && (len(st.held) > 0 || len(st.frags) > 0) {
 			return true
 		}
 	}
@@ -394,7 +433,12 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			r.catalog(p.Catalog)
 		} else {
 			for _, rec := range p.Records {
-				r.record(r.stream(rec.Stream), rec.Seq, seq, rec.Payload, repaired)
+				st := r.stream(rec.Stream)
+				if !rec.Frag {
+					r.record(st, rec.Seq, seq, rec.Payload, repaired)
+				} else if pa := r.fragment(st, &rec, seq, repaired); pa != nil {
+					r.record(st, rec.Seq, pa.dg, pa.assemble(), pa.repaired)
+				}
 			}
 		}
 	case TypeHeartbeat:
@@ -780,6 +824,9 @@ func (r *ReceiverCore) resolve(st *rstream) {
 }
 
 func (r *ReceiverCore) gap(st *rstream, from, to uint64, reason Reason) {
+	if len(st.frags) > 0 {
+		r.dropPartials(st, to)
+	}
 	r.c.Gaps++
 	r.c.GapMessages += to - from + 1
 	r.events = append(r.events, Gap{Topic: st.topic, Stream: st.id, From: from, To: to, Reason: reason, Session: r.session})
@@ -836,12 +883,158 @@ func (r *ReceiverCore) catalog(entries []CatalogEntry) {
 	}
 }
 
-// unhold drops every record st holds.
+// unhold drops every record st holds, and its fragments.
 func (r *ReceiverCore) unhold(st *rstream) {
 	for _, h := range st.held {
 		r.bytes -= len(h.payload) + heldOverhead
 	}
 	clear(st.held)
+	r.dropPartials(st, math.MaxUint64)
+}
+
+// fragment takes one fragment record of datagram dg into its message's reassembly. It returns
+// the partial when the message is complete (taken out of the stream's reassemblies: the caller
+// delivers it like a record), else nil. A fragment that contradicts the others or the protocol's
+// bounds is dropped and counted (ForgedFragments); a message whose fragments do not fit
+// MaxReassembly is dropped, and its stream sequence becomes a hole reported as a Gap.
+func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bool) *partial {
+	if st == nil {
+		r.c.Overflow++ // the stream table is full
+		return nil
+	}
+	if st.known && !st.wanted {
+		return nil
+	}
+	if _, ok := st.held[rec.Seq]; ok || (st.started && rec.Seq < st.expected) {
+		r.c.Duplicates++
+		return nil
+	}
+	n := uint64(len(rec.Payload))
+	if rec.Total == 0 || rec.Total > MaxMessage || n == 0 || uint64(rec.Offset)+n > uint64(rec.Total) {
+		r.c.ForgedFragments++
+		return nil
+	}
+	pa := st.frags[rec.Seq]
+	if pa == nil {
+		if r.fbytes+partialOverhead > r.cfg.MaxReassembly {
+			r.c.ReassemblyDrops++
+			r.c.Overflow++
+			r.dropped(st, rec.Seq)
+			return nil
+		}
+		if st.frags == nil {
+			st.frags = make(map[uint64]*partial)
+		}
+		pa = &partial{total: rec.Total}
+		st.frags[rec.Seq] = pa
+		r.fbytes += partialOverhead
+		if !st.known && r.catDue.IsZero() {
+			r.catDue = r.now.Add(r.backoff())
+			r.setDue(r.catDue)
+		}
+	}
+	if pa.dropped {
+		return nil
+	}
+	if rec.Total != pa.total {
+		r.c.ForgedFragments++
+		return nil
+	}
+	// The pieces are sorted by offset and never overlap: find where this one goes.
+	i, _ := slices.BinarySearchFunc(pa.pieces, rec.Offset, func(p piece, off uint32) int {
+		return cmpU32(p.off, off)
+	})
+	if i < len(pa.pieces) && pa.pieces[i].off == rec.Offset && uint64(len(pa.pieces[i].data)) == n {
+		r.c.Duplicates++ // the same fragment again
+		return nil
+	}
+	if (i > 0 && uint64(pa.pieces[i-1].off)+uint64(len(pa.pieces[i-1].data)) > uint64(rec.Offset)) ||
+		(i < len(pa.pieces) && uint64(rec.Offset)+n > uint64(pa.pieces[i].off)) {
+		r.c.ForgedFragments++ // overlaps another fragment
+		return nil
+	}
+	cost := int(n) + pieceOverhead
+	if r.fbytes+cost > r.cfg.MaxReassembly {
+		// It cannot fit: drop the whole message (a gap), keep a marker so its other fragments
+		// do not start it again.
+		r.c.ReassemblyDrops++
+		r.c.Overflow++
+		r.freePieces(pa)
+		pa.dropped = true
+		r.dropped(st, rec.Seq)
+		return nil
+	}
+	r.c.Fragments++
+	r.fbytes += cost
+	pa.pieces = slices.Insert(pa.pieces, i, piece{off: rec.Offset, data: clone(rec.Payload)})
+	pa.have += uint32(n)
+	pa.dg = max(pa.dg, dg)
+	pa.repaired = pa.repaired || repaired
+	if pa.have != pa.total {
+		return nil
+	}
+	// Complete: the pieces do not overlap and sum to total, so they cover it exactly.
+	r.freePieces(pa)
+	r.fbytes -= partialOverhead
+	delete(st.frags, rec.Seq)
+	r.c.Reassembled++
+	return pa
+}
+
+func cmpU32(a, b uint32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// assemble returns the message of a complete partial.
+func (pa *partial) assemble() []byte {
+	b := make([]byte, pa.total)
+	for _, p := range pa.pieces {
+		copy(b[p.off:], p.data)
+	}
+	return b
+}
+
+// freePieces gives back the accounting of pa's pieces (the pieces stay for assemble).
+func (r *ReceiverCore) freePieces(pa *partial) {
+	for _, p := range pa.pieces {
+		r.fbytes -= len(p.data) + pieceOverhead
+	}
+	if pa.dropped || pa.have != pa.total {
+		pa.pieces = nil
+	}
+}
+
+// dropPartials forgets the reassemblies of st up to stream sequence upTo: their sequence was
+// delivered or reported as a gap.
+func (r *ReceiverCore) dropPartials(st *rstream, upTo uint64) {
+	for q, pa := range st.frags {
+		if q <= upTo {
+			r.freePieces(pa)
+			r.fbytes -= partialOverhead
+			delete(st.frags, q)
+		}
+	}
+}
+
+// dropped notes that record seq of st was dropped for want of room: a hole of the stream that
+// resolve reports as a gap (reason expired unless a datagram loss says otherwise).
+func (r *ReceiverCore) dropped(st *rstream, seq uint64) {
+	if !st.started && (st.dropMin == 0 || seq < st.dropMin) {
+		st.dropMin = seq
+	}
+	r.lossPassed, r.lossEver = true, true
+	if r.lossReason == 0 {
+		r.lossReason = ReasonExpired
+	}
+	if st.started {
+		r.await(st)
+	}
 }
 
 // hold keeps a record for later; when it does not fit in MaxBytes it is dropped: a hole in the
@@ -850,13 +1043,7 @@ func (r *ReceiverCore) hold(st *rstream, seq uint64, h held) {
 	cost := len(h.payload) + heldOverhead
 	if r.bytes+cost > r.cfg.MaxBytes {
 		r.c.Overflow++
-		if !st.started && (st.dropMin == 0 || seq < st.dropMin) {
-			st.dropMin = seq
-		}
-		r.lossPassed, r.lossEver = true, true
-		if r.lossReason == 0 {
-			r.lossReason = ReasonExpired
-		}
+		r.dropped(st, seq)
 		return
 	}
 	r.bytes += cost
@@ -932,6 +1119,9 @@ func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired
 		r.c.Malformed++
 		r.gap(st, seq, seq, ReasonGone)
 		return
+	}
+	if len(st.frags) > 0 {
+		r.dropPartials(st, seq)
 	}
 	r.c.Messages++
 	r.events = append(r.events, Message{Topic: st.topic, Stream: st.id, StreamSeq: seq, Headers: hs,

@@ -216,8 +216,8 @@ func (s *Sender) LocalAddr() net.Addr {
 }
 
 // MaxMessageSize is the largest message (as AppendMessage encodes it: headers and body) Publish
-// accepts: what fits one datagram, with room for a tag.
-func (s *Sender) MaxMessageSize() int { return MaxDatagram - HeaderSize - 2 - RecordHeader - TagSize }
+// accepts: MaxMessage. A message too large for one datagram goes as fragments.
+func (s *Sender) MaxMessageSize() int { return MaxMessage }
 
 // Publish queues one message. It blocks only when the queue is full (the rate limit or a slow
 // network holds it back) and returns ErrClosed after Close.

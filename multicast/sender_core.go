@@ -46,6 +46,8 @@ type SenderCounters struct {
 	Datagrams, Bytes     uint64 // everything handed out by Ready
 	DataDatagrams        uint64
 	Messages             uint64
+	Fragmented           uint64 // messages sent as fragments (too large for one datagram)
+	Fragments            uint64 // fragment datagrams (originals)
 	Heartbeats           uint64
 	Catalogs             uint64
 	CatalogBytes         uint64 // CATALOG datagrams queued (original, not repairs)
@@ -245,9 +247,10 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		return ErrEmptyTopic
 	}
 	need := RecordHeader + len(payload)
-	if HeaderSize+2+need > max(s.maxPayload(), MaxDatagram-TagSize) {
-		return fmt.Errorf("%d byte message on %s: %w", len(payload), topic, ErrTooLarge)
+	if len(payload) > MaxMessage {
+		return fmt.Errorf("%d byte message on %s (at most %d): %w", len(payload), topic, MaxMessage, ErrTooLarge)
 	}
+	frag := HeaderSize+2+need > s.maxPayload() // too large for one datagram: fragments
 	st := s.streams[topic]
 	if st == nil {
 		if s.lastID == 1<<32-1 {
@@ -262,7 +265,7 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		s.lruUnlink(st)
 		s.lruPush(st)
 	}
-	if s.cur != nil && len(s.cur)+need > s.maxPayload() {
+	if s.cur != nil && (frag || len(s.cur)+need > s.maxPayload()) {
 		s.flushCur(now)
 	}
 	if st.listed == 0 {
@@ -272,11 +275,11 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		s.pending = append(s.pending, st)
 	}
 	st.last = now
-	if st.curGen != s.curGen+1 {
-		st.curGen = s.curGen + 1
-		st.lastDg = 0
-		s.cur1 = append(s.cur1, st)
+	if frag {
+		s.publishFragments(now, st, payload)
+		return nil
 	}
+	s.noteRecord(st)
 	if s.cur == nil {
 		s.cur = s.win.buffer(max(s.cfg.MTU, HeaderSize+2+need+TagSize))
 		s.cur = appendHeader(s.cur, &PacketHeader{Type: TypeData, Session: s.session})
@@ -291,6 +294,41 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		s.flushCur(now)
 	}
 	return nil
+}
+
+// noteRecord notes that the DATA datagram being packed holds a record of st.
+func (s *SenderCore) noteRecord(st *senderStream) {
+	if st.curGen != s.curGen+1 {
+		st.curGen = s.curGen + 1
+		st.lastDg = 0
+		s.cur1 = append(s.cur1, st)
+	}
+}
+
+// fragmentData is how many bytes of a message one fragment datagram carries.
+func (s *SenderCore) fragmentData() int {
+	return s.maxPayload() - HeaderSize - 2 - RecordHeader - FragmentHeader
+}
+
+// publishFragments sends a message too large for one datagram as fragments: one DATA datagram
+// each (flag FlagFragment), all with the message's stream sequence, so each is sequenced and
+// repaired like any datagram. The datagram being packed was flushed before.
+func (s *SenderCore) publishFragments(now time.Time, st *senderStream, payload []byte) {
+	st.seq++
+	s.c.Messages++
+	s.c.Fragmented++
+	chunk := s.fragmentData()
+	for off := 0; off < len(payload); off += chunk {
+		end := min(off+chunk, len(payload))
+		s.noteRecord(st)
+		b := s.win.buffer(HeaderSize + 2 + RecordHeader + FragmentHeader + end - off + TagSize)
+		b = appendHeader(b, &PacketHeader{Type: TypeData, Flags: FlagFragment, Session: s.session})
+		b = append(b, 1, 0)
+		s.cur = appendFragment(b, st.id, st.seq, uint32(len(payload)), uint32(off), payload[off:end])
+		s.curRecs = 1
+		s.c.Fragments++
+		s.flushCur(now)
+	}
 }
 
 // nextQueuedSeq is the sequence the next queued datagram will get minus one.
@@ -695,7 +733,7 @@ func (s *SenderCore) sendRepairs(now time.Time) {
 			if t == TypeData {
 				t = TypeRData
 			}
-			putHeaderFields(c, t, FlagRepair, 0, s.win.trailing())
+			putHeaderFields(c, t, FlagRepair|c[4]&FlagFragment, 0, s.win.trailing())
 			s.emit(c, false)
 			s.c.Repairs++
 			s.c.RepairBytes += uint64(len(c))
