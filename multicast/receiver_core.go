@@ -136,6 +136,13 @@ type partial struct {
 	dropped  bool    // did not fit MaxReassembly: its later fragments are dropped too
 }
 
+// pentry names a partial in ReceiverCore.pfifo (stale once the partial is gone).
+type pentry struct {
+	st  *rstream
+	seq uint64
+	pa  *partial
+}
+
 type piece struct {
 	off  uint32
 	data []byte
@@ -198,6 +205,8 @@ type ReceiverCore struct {
 	resolved uint64     // the frontier when gapq was last looked at
 	bytes    int        // held payloads, topics and overheads
 	fbytes   int        // fragments of incomplete messages and their overheads (MaxReassembly)
+	pfifo    []pentry   // partials in the order they were started: the oldest is evicted first
+	nparts   int        // partials in the streams' frags maps
 	retired  []uint64
 	nakSeq   uint64
 	now      time.Time // of the call in progress
@@ -249,6 +258,7 @@ func (r *ReceiverCore) reset() {
 	r.streams = make(map[uint32]*rstream)
 	r.slist, r.waiting, r.gapq = nil, nil, nil
 	r.bytes, r.fbytes = 0, 0
+	r.pfifo, r.nparts = nil, 0
 	r.nextDue, r.catDue = time.Time{}, time.Time{}
 	r.lossPassed, r.lossEver = false, false
 	r.firstLost = 0
@@ -916,7 +926,7 @@ func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bo
 	}
 	pa := st.frags[rec.Seq]
 	if pa == nil {
-		if r.fbytes+partialOverhead > r.cfg.MaxReassembly {
+		if !r.reassemblyRoom(partialOverhead, nil) {
 			r.c.ReassemblyDrops++
 			r.c.Overflow++
 			r.dropped(st, rec.Seq)
@@ -927,6 +937,8 @@ func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bo
 		}
 		pa = &partial{total: rec.Total}
 		st.frags[rec.Seq] = pa
+		r.nparts++
+		r.pfifo = append(r.pfifo, pentry{st, rec.Seq, pa})
 		r.fbytes += partialOverhead
 		if !st.known && r.catDue.IsZero() {
 			r.catDue = r.now.Add(r.backoff())
@@ -954,7 +966,7 @@ func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bo
 		return nil
 	}
 	cost := int(n) + pieceOverhead
-	if r.fbytes+cost > r.cfg.MaxReassembly {
+	if !r.reassemblyRoom(cost, pa) {
 		// It cannot fit: drop the whole message (a gap), keep a marker so its other fragments
 		// do not start it again.
 		r.c.ReassemblyDrops++
@@ -977,8 +989,52 @@ func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bo
 	r.freePieces(pa)
 	r.fbytes -= partialOverhead
 	delete(st.frags, rec.Seq)
+	r.nparts--
 	r.c.Reassembled++
 	return pa
+}
+
+// reassemblyRoom makes room for cost more bytes of reassembly by evicting the partials started
+// before the others (keep, the one asking, is never evicted): a burst of forged fragments
+// cannot hold the reassembly for ever. An evicted message is dropped and reported as a gap of its
+// stream sequence. It reports whether cost fits.
+func (r *ReceiverCore) reassemblyRoom(cost int, keep *partial) bool {
+	for r.fbytes+cost > r.cfg.MaxReassembly && len(r.pfifo) > 0 {
+		e := r.pfifo[0]
+		if e.pa == keep {
+			if len(r.pfifo) == 1 {
+				break
+			}
+			r.pfifo = append(r.pfifo[1:], e) // keep its place behind the others
+			continue
+		}
+		r.pfifo[0] = pentry{}
+		r.pfifo = r.pfifo[1:]
+		if e.st.frags[e.seq] != e.pa {
+			continue // completed or forgotten already
+		}
+		if !e.pa.dropped {
+			r.c.ReassemblyDrops++
+			r.c.Overflow++
+			r.dropped(e.st, e.seq)
+		}
+		e.pa.dropped = true
+		r.freePieces(e.pa)
+		r.fbytes -= partialOverhead
+		delete(e.st.frags, e.seq)
+		r.nparts--
+	}
+	if len(r.pfifo) > 2*r.nparts+64 { // drop the entries of partials that are gone
+		live := r.pfifo[:0]
+		for _, e := range r.pfifo {
+			if e.st.frags[e.seq] == e.pa {
+				live = append(live, e)
+			}
+		}
+		clear(r.pfifo[len(live):])
+		r.pfifo = live
+	}
+	return r.fbytes+cost <= r.cfg.MaxReassembly
 }
 
 func cmpU32(a, b uint32) int {
@@ -1018,6 +1074,7 @@ func (r *ReceiverCore) dropPartials(st *rstream, upTo uint64) {
 			r.freePieces(pa)
 			r.fbytes -= partialOverhead
 			delete(st.frags, q)
+			r.nparts--
 		}
 	}
 }
@@ -1120,7 +1177,9 @@ func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired
 		r.gap(st, seq, seq, ReasonGone)
 		return
 	}
-	if len(st.frags) > 0 {
+	if len(st.frags) > 0 && seq == st.expected {
+		// In order: nothing below it can still be reassembled (skip mode delivers ahead of
+		// holes whose fragments may still come).
 		r.dropPartials(st, seq)
 	}
 	r.c.Messages++

@@ -30,7 +30,7 @@ func FuzzReceiverCore(f *testing.F) {
 		if len(in) < 1 {
 			return
 		}
-		cfg := ReceiverCoreConfig{Rand: rand.New(rand.NewPCG(1, 2)), MaxBytes: 256 << 10}
+		cfg := ReceiverCoreConfig{Rand: rand.New(rand.NewPCG(1, 2)), MaxBytes: 256 << 10, MaxReassembly: 64 << 10}
 		if in[0]&1 != 0 {
 			cfg.Mode = Skip
 		}
@@ -101,6 +101,35 @@ func (r *ReceiverCore) checkInvariants() error {
 	}
 	if want != r.bytes {
 		return fmt.Errorf("accounted %d bytes, state holds %d", r.bytes, want)
+	}
+	fwant := 0
+	for _, s := range r.slist {
+		for q, pa := range s.frags {
+			fwant += partialOverhead
+			have := 0
+			end := uint64(0)
+			for _, p := range pa.pieces {
+				if uint64(p.off) < end {
+					return fmt.Errorf("stream %d seq %d: fragments overlap at %d", s.id, q, p.off)
+				}
+				end = uint64(p.off) + uint64(len(p.data))
+				fwant += len(p.data) + pieceOverhead
+				have += len(p.data)
+			}
+			if end > uint64(pa.total) || have != int(pa.have) || (pa.dropped && have != 0) || pa.have >= pa.total {
+				return fmt.Errorf("stream %d seq %d: partial %d of %d bytes (end %d, dropped %v)", s.id, q, have, pa.total, end, pa.dropped)
+			}
+		}
+	}
+	nparts := 0
+	for _, s := range r.slist {
+		nparts += len(s.frags)
+	}
+	if nparts != r.nparts {
+		return fmt.Errorf("%d partials counted, %d held", r.nparts, nparts)
+	}
+	if fwant != r.fbytes || r.fbytes > r.cfg.MaxReassembly {
+		return fmt.Errorf("reassembly accounted %d bytes, holds %d, bound %d", r.fbytes, fwant, r.cfg.MaxReassembly)
 	}
 	return nil
 }
