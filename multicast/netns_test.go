@@ -92,6 +92,7 @@ type helperConfig struct {
 	Late   bool // a late joiner: streams may start past 1
 	RcvBuf int
 	Topics []string
+	Big    int // bodies are bigBody(seq, Big) instead of the sequence in decimal
 }
 
 // helperLine is one line of TestHelperReceiver's output. The helper checks order itself (printing
@@ -165,7 +166,11 @@ loop:
 				if !ok {
 					end.First[e.Topic] = e.StreamSeq
 				}
-				if string(e.Body) != fmt.Sprint(e.StreamSeq) {
+				if cfg.Big > 0 {
+					if len(e.Body) != cfg.Big || !checkBigBody(e.StreamSeq, e.Body) {
+						bad("%s seq %d: a body of %d bytes that is not the one sent", e.Topic, e.StreamSeq, len(e.Body))
+					}
+				} else if string(e.Body) != fmt.Sprint(e.StreamSeq) {
 					bad("%s seq %d has body %q", e.Topic, e.StreamSeq, e.Body)
 				}
 				end.Last[e.Topic] = e.StreamSeq

@@ -32,6 +32,9 @@ type ReceiverConfig struct {
 	// MaxBytes bounds the records the receiver holds (behind a hole or waiting for a catalog) and
 	// its stream table; default DefaultReceiverMaxBytes (64 MiB).
 	MaxBytes int
+	// MaxReassembly bounds the fragments held for messages not yet complete; default
+	// DefaultMaxReassembly (two messages of MaxMessage).
+	MaxReassembly int
 	// SlowConsumerWait is how long delivery waits for room in a full Events channel before it
 	// drops messages as a slow-consumer gap; default DefaultSlowConsumerWait (1 s).
 	SlowConsumerWait time.Duration
@@ -66,6 +69,9 @@ type ReceiverStats struct {
 	OtherSession      uint64 // datagrams of another session while the current one was live
 	Overflow          uint64 // records dropped for MaxBytes or MaxStreams (reported as gaps)
 	SlowConsumerDrops uint64 // messages dropped because Events was full
+	Reassembled       uint64 // messages completed from fragments
+	ForgedFragments   uint64 // fragments dropped as contradicting the protocol or each other
+	ReassemblyDrops   uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
 	Sessions          uint64
 	RcvBuf            int // receive buffer granted by the kernel
 }
@@ -119,7 +125,7 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.SlowConsumerWait == 0 {
 		cfg.SlowConsumerWait = DefaultSlowConsumerWait
 	}
-	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 || cfg.SlowConsumerWait < 0 {
+	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 || cfg.MaxReassembly < 0 || cfg.SlowConsumerWait < 0 {
 		return nil, fmt.Errorf("receiver: negative session timeout, max bytes or slow-consumer wait: %w", ErrBadConfig)
 	}
 	if cfg.Logger == nil {
@@ -141,7 +147,7 @@ func (r *Receiver) Open(ctx context.Context) error {
 	}
 	core, err := NewReceiverCore(ReceiverCoreConfig{Profile: r.cfg.Profile, Mode: r.cfg.Mode,
 		Filter: topicFilter(r.cfg.Topics), Auth: NewAuth(r.cfg.Key, r.cfg.KeyID), Rand: newRand(),
-		SessionTimeout: r.cfg.SessionTimeout, MaxBytes: r.cfg.MaxBytes})
+		SessionTimeout: r.cfg.SessionTimeout, MaxBytes: r.cfg.MaxBytes, MaxReassembly: r.cfg.MaxReassembly})
 	if err != nil {
 		return err
 	}
@@ -428,6 +434,7 @@ func (r *Receiver) Stats() ReceiverStats {
 		Duplicates: c.Duplicates, KernelDrops: r.kernelDrops.Load(), AuthFailures: c.AuthFailures,
 		Malformed: c.Malformed, Replays: c.Replays, Ahead: c.Ahead, ForeignSource: c.ForeignSource,
 		OtherSession: c.OtherSession, Overflow: c.Overflow, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
+		Reassembled: c.Reassembled, ForgedFragments: c.ForgedFragments, ReassemblyDrops: c.ReassemblyDrops,
 		RcvBuf: r.rcvBuf}
 }
 

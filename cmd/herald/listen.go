@@ -121,9 +121,9 @@ func runListen(cCtx *cli.Context) error {
 	if cCtx.Bool("stats") {
 		st := r.Stats()
 		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d"+
-			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d\n",
+			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d reassembled %d forged-fragments %d\n",
 			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf,
-			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops)
+			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops, st.Reassembled, st.ForgedFragments)
 	}
 	return err
 }

@@ -33,15 +33,17 @@ func (c *channel) Matches(topic string) bool {
 	return false
 }
 
-// Check refuses a message that cannot go in one datagram: the publisher gets
-// an ERROR rather than a message silently missing on the LAN.
+// Check refuses a message larger than the protocol carries (multicast.MaxMessage,
+// what a receiver reassembles from fragments): the publisher gets an ERROR rather
+// than a message silently missing on the LAN. Anything smaller goes, as fragments
+// when it does not fit one datagram.
 func (c *channel) Check(topic string, headers stomp.Headers, body []byte) error {
 	n := 2 + len(body)
 	for _, h := range headers {
 		n += 4 + len(h.Key) + len(h.Value)
 	}
 	if max := c.sender.MaxMessageSize(); n > max {
-		return fmt.Errorf("a %d-byte message (headers and body) on %s does not fit one datagram of multicast channel %q (at most %d bytes); nothing was sent: send it to a queue or to a topic outside the channel's patterns %v, or make it smaller",
+		return fmt.Errorf("a %d-byte message (headers and body) on %s is larger than multicast channel %q carries (at most %d bytes, reassembled from fragments by receivers); nothing was sent: send it to a queue or to a topic outside the channel's patterns %v, or make it smaller",
 			n, topic, c.cfg.Name, max, c.cfg.Topics)
 	}
 	return nil
