@@ -143,8 +143,24 @@ func listenScript(t *testing.T) [][]byte {
 		{Stream: 1, First: 1, Topic: "px.eu"}}})
 	add(&multicast.Packet{PacketHeader: hdr(multicast.TypeData, listenSession2, 2, 1), Records: []multicast.Record{
 		{Stream: 1, Seq: 1, Payload: msg("after restart")}}})
+	// A message in three fragments (datagrams 3 to 5): printed once, whole, like any other.
+	big := msg(listenBigBody)
+	k := len(big) / 3
+	for _, i := range []int{0, 1, 2} {
+		end := min((i+1)*k, len(big))
+		if i == 2 {
+			end = len(big)
+		}
+		h := hdr(multicast.TypeData, listenSession2, uint64(3+i), 1)
+		h.Flags = multicast.FlagFragment
+		add(&multicast.Packet{PacketHeader: h, Records: []multicast.Record{{Stream: 1, Seq: 2, Frag: true,
+			Total: uint32(len(big)), Offset: uint32(i * k), Payload: big[i*k : end]}}})
+	}
 	return out
 }
+
+// listenBigBody is the body of the fragmented message in listenScript.
+var listenBigBody = strings.Repeat("frag", 750)
 
 // runListen runs `herald listen ARGS` in ns until it exits by itself (--count), sends the script
 // once it has joined, and returns its exit code, stdout and stderr.
@@ -234,7 +250,7 @@ func TestListen_Output(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"text", []string{"--count", "7"}, "" +
+		{"text", []string{"--count", "8"}, "" +
 			"#SESSION\t0000000000000000\t" + s1 + "\n" +
 			"px.eu\t1.0842\n" +
 			"px.us\t2.5\n" +
@@ -244,8 +260,9 @@ func TestListen_Output(t *testing.T) {
 			"px.eu\t1.0850\n" +
 			"px.us\t2.6\n" +
 			"#SESSION\t" + s1 + "\t" + s2 + "\n" +
-			"px.eu\tafter restart\n"},
-		{"json", []string{"--json", "--count", "7"}, "" +
+			"px.eu\tafter restart\n" +
+			"px.eu\t" + listenBigBody + "\n"},
+		{"json", []string{"--json", "--count", "8"}, "" +
 			`{"session":{"old":"0000000000000000","new":"` + s1 + `"}}` + "\n" +
 			`{"topic":"px.eu","stream":1,"seq":1,"headers":{"k":"v"},"body":"1.0842"}` + "\n" +
 			`{"topic":"px.us","stream":2,"seq":1,"headers":{},"body":"2.5"}` + "\n" +
@@ -255,7 +272,8 @@ func TestListen_Output(t *testing.T) {
 			`{"topic":"px.eu","stream":1,"seq":5,"headers":{},"body":"1.0850"}` + "\n" +
 			`{"topic":"px.us","stream":2,"seq":2,"headers":{},"body":"2.6"}` + "\n" +
 			`{"session":{"old":"` + s1 + `","new":"` + s2 + `"}}` + "\n" +
-			`{"topic":"px.eu","stream":1,"seq":1,"headers":{},"body":"after restart"}` + "\n"},
+			`{"topic":"px.eu","stream":1,"seq":1,"headers":{},"body":"after restart"}` + "\n" +
+			`{"topic":"px.eu","stream":1,"seq":2,"headers":{},"body":"` + listenBigBody + `"}` + "\n"},
 		// --count counts messages only: the session line and the gap do not count.
 		{"count", []string{"--count", "2"}, "" +
 			"#SESSION\t0000000000000000\t" + s1 + "\n" +
@@ -286,6 +304,9 @@ func TestListen_Output(t *testing.T) {
 			}
 			if !strings.HasPrefix(stderr, "datagrams ") || !strings.Contains(stderr, " naks 0 ") {
 				t.Errorf("--stats: stderr %q, want one counters line with naks 0", stderr)
+			}
+			if strings.Contains(tc.want, listenBigBody) && !strings.Contains(stderr, " reassembled 1 forged-fragments 0") {
+				t.Errorf("--stats: stderr %q, want reassembled 1 forged-fragments 0", stderr)
 			}
 		})
 	}
