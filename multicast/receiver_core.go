@@ -445,9 +445,9 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			for _, rec := range p.Records {
 				st := r.stream(rec.Stream)
 				if !rec.Frag {
-					r.record(st, rec.Seq, seq, rec.Payload, repaired)
+					r.record(st, rec.Seq, seq, rec.Payload, repaired, false)
 				} else if pa := r.fragment(st, &rec, seq, repaired); pa != nil {
-					r.record(st, rec.Seq, pa.dg, pa.assemble(), pa.repaired)
+					r.record(st, rec.Seq, pa.dg, pa.assemble(), pa.repaired, true)
 				}
 			}
 		}
@@ -965,7 +965,19 @@ func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bo
 		r.c.ForgedFragments++ // overlaps another fragment
 		return nil
 	}
-	cost := int(n) + pieceOverhead
+	// In the usual case the fragments come in order: the last piece grows (its capacity at most
+	// what is left of the message), so a message costs one buffer, not one per fragment.
+	grow := i == len(pa.pieces) && i > 0 && uint64(pa.pieces[i-1].off)+uint64(len(pa.pieces[i-1].data)) == uint64(rec.Offset)
+	var newCap int
+	cost := min(16*int(n), int(pa.total-rec.Offset)) + pieceOverhead
+	if grow {
+		last := pa.pieces[i-1].data
+		newCap = cap(last)
+		if need := len(last) + int(n); need > newCap {
+			newCap = min(max(4*newCap, need), int(pa.total-pa.pieces[i-1].off))
+		}
+		cost = newCap - cap(last)
+	}
 	if !r.reassemblyRoom(cost, pa) {
 		// It cannot fit: drop the whole message (a gap), keep a marker so its other fragments
 		// do not start it again.
@@ -978,7 +990,22 @@ func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bo
 	}
 	r.c.Fragments++
 	r.fbytes += cost
-	pa.pieces = slices.Insert(pa.pieces, i, piece{off: rec.Offset, data: clone(rec.Payload)})
+	if grow {
+		last := &pa.pieces[i-1]
+		if newCap > cap(last.data) {
+			d := make([]byte, len(last.data), newCap)
+			copy(d, last.data)
+			last.data = d
+		}
+		last.data = append(last.data, rec.Payload...)
+	} else {
+		pa.pieces = slices.Insert(pa.pieces, i, piece{off: rec.Offset, data: rec.Payload[:0:0]})
+		p := &pa.pieces[i]
+		// Room for 16 such fragments (at most the rest of the message): what a fragment claims
+		// makes the receiver allocate at most 16 times its size.
+		c := min(16*int(n), int(pa.total-rec.Offset))
+		p.data = append(make([]byte, 0, c), rec.Payload...)
+	}
 	pa.have += uint32(n)
 	pa.dg = max(pa.dg, dg)
 	pa.repaired = pa.repaired || repaired
@@ -1049,6 +1076,9 @@ func cmpU32(a, b uint32) int {
 
 // assemble returns the message of a complete partial.
 func (pa *partial) assemble() []byte {
+	if len(pa.pieces) == 1 {
+		return pa.pieces[0].data // fragments in order: already whole
+	}
 	b := make([]byte, pa.total)
 	for _, p := range pa.pieces {
 		copy(b[p.off:], p.data)
@@ -1059,7 +1089,7 @@ func (pa *partial) assemble() []byte {
 // freePieces gives back the accounting of pa's pieces (the pieces stay for assemble).
 func (r *ReceiverCore) freePieces(pa *partial) {
 	for _, p := range pa.pieces {
-		r.fbytes -= len(p.data) + pieceOverhead
+		r.fbytes -= cap(p.data) + pieceOverhead
 	}
 	if pa.dropped || pa.have != pa.total {
 		pa.pieces = nil
@@ -1107,8 +1137,15 @@ func (r *ReceiverCore) hold(st *rstream, seq uint64, h held) {
 	st.held[seq] = h
 }
 
-// record handles one record of datagram dg.
-func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repaired bool) {
+// record handles one record of datagram dg. owned: payload is the core's own (a reassembled
+// message), kept and delivered without a copy; else it aliases the datagram.
+func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repaired, owned bool) {
+	keep := func() []byte {
+		if owned {
+			return payload
+		}
+		return clone(payload)
+	}
 	if st == nil {
 		r.c.Overflow++ // the stream table is full
 		return
@@ -1119,7 +1156,7 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 			r.setDue(r.catDue)
 		}
 		if _, ok := st.held[seq]; !ok {
-			r.hold(st, seq, held{dg: dg, payload: clone(payload), repaired: repaired})
+			r.hold(st, seq, held{dg: dg, payload: keep(), repaired: repaired})
 		}
 		return
 	}
@@ -1135,7 +1172,7 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 		return
 	}
 	if seq == st.expected {
-		r.deliver(st, seq, payload, repaired)
+		r.deliver(st, seq, payload, repaired, owned)
 		st.expected++
 		r.drain(st)
 		return
@@ -1145,12 +1182,12 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 			r.hold(st, seq, held{dg: dg, delivered: true}) // no room: dropped, a gap later
 			return
 		}
-		r.deliver(st, seq, payload, repaired)
+		r.deliver(st, seq, payload, repaired, owned)
 		r.hold(st, seq, held{dg: dg, delivered: true})
 		r.await(st)
 		return
 	}
-	r.hold(st, seq, held{dg: dg, payload: clone(payload), repaired: repaired})
+	r.hold(st, seq, held{dg: dg, payload: keep(), repaired: repaired})
 	r.await(st)
 }
 
@@ -1164,13 +1201,15 @@ func (r *ReceiverCore) drain(st *rstream) {
 		delete(st.held, st.expected)
 		r.bytes -= len(h.payload) + heldOverhead
 		if !h.delivered {
-			r.deliver(st, st.expected, h.payload, h.repaired)
+			r.deliver(st, st.expected, h.payload, h.repaired, true) // held payloads are copies
 		}
 		st.expected++
 	}
 }
 
-func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired bool) {
+// deliver hands out one message; owned: payload is the core's own and no longer used, so the
+// body needs no copy.
+func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired, owned bool) {
 	hs, body, err := DecodeMessage(payload)
 	if err != nil {
 		r.c.Malformed++
@@ -1182,9 +1221,12 @@ func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired
 		// holes whose fragments may still come).
 		r.dropPartials(st, seq)
 	}
+	if !owned {
+		body = clone(body)
+	}
 	r.c.Messages++
 	r.events = append(r.events, Message{Topic: st.topic, Stream: st.id, StreamSeq: seq, Headers: hs,
-		Body: clone(body), Repaired: repaired, Session: r.session})
+		Body: body, Repaired: repaired, Session: r.session})
 }
 
 // Tick sends due NAKs and gives up on what has run out of time. A missing sequence is given up

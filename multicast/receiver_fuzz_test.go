@@ -113,7 +113,7 @@ func (r *ReceiverCore) checkInvariants() error {
 					return fmt.Errorf("stream %d seq %d: fragments overlap at %d", s.id, q, p.off)
 				}
 				end = uint64(p.off) + uint64(len(p.data))
-				fwant += len(p.data) + pieceOverhead
+				fwant += cap(p.data) + pieceOverhead
 				have += len(p.data)
 			}
 			if end > uint64(pa.total) || have != int(pa.have) || (pa.dropped && have != 0) || pa.have >= pa.total {

@@ -321,7 +321,8 @@ func (s *SenderCore) publishFragments(now time.Time, st *senderStream, payload [
 	for off := 0; off < len(payload); off += chunk {
 		end := min(off+chunk, len(payload))
 		s.noteRecord(st)
-		b := s.win.buffer(HeaderSize + 2 + RecordHeader + FragmentHeader + end - off + TagSize)
+		// Every fragment buffer is MTU-sized (the tag goes on a copy), so the window reuses them.
+		b := s.win.buffer(s.cfg.MTU)
 		b = appendHeader(b, &PacketHeader{Type: TypeData, Flags: FlagFragment, Session: s.session})
 		b = append(b, 1, 0)
 		s.cur = appendFragment(b, st.id, st.seq, uint32(len(payload)), uint32(off), payload[off:end])
