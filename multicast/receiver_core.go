@@ -56,8 +56,13 @@ type ReceiverCoreConfig struct {
 	Profile Profile
 	Mode    Mode
 	Filter  func(topic string) bool // nil: every topic
-	Auth    *Auth                   // nil: no HMAC
-	Rand    *rand.Rand              // required: NAK back-off and receiver id
+	Auth    *Auth                   // nil: no HMAC (ignored when Keys are given)
+	// Keys are the channel keys accepted (section 6): HMAC-signed or sealed datagrams under any
+	// of them, with rotation (the key used before a new one is accepted for KeyOverlap more).
+	Keys []Key
+	// Seal: only sealed datagrams are accepted (requires Keys).
+	Seal bool
+	Rand *rand.Rand // required: NAK back-off and receiver id
 	ID      uint64                  // receiver id carried in NAKs; 0 = random
 	// SessionTimeout: see DefaultSessionTimeout (the default when 0).
 	SessionTimeout time.Duration
@@ -81,6 +86,7 @@ type ReceiverCounters struct {
 	ForeignSource    uint64 // datagrams of the current session from another address than its sender's
 	OtherSession     uint64 // datagrams of another session while the current one was live
 	Overflow         uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
+	Sealed           uint64 // sealed datagrams dropped: no key to open them
 	Fragments        uint64 // fragment records taken into a reassembly
 	Reassembled      uint64 // messages completed from fragments
 	ForgedFragments  uint64 // fragments dropped: total above MaxMessage, out of range, overlapping, another total
@@ -168,9 +174,10 @@ type hole struct {
 //  4. Call SetBehind(true) while datagrams are known to wait unread in the socket (a full batch
 //     read), SetBehind(false) once caught up: give-ups wait while the repair may still be queued.
 type ReceiverCore struct {
-	cfg ReceiverCoreConfig
-	t   timing
-	id  uint64
+	cfg  ReceiverCoreConfig
+	t    timing
+	id   uint64
+	ring *Keyring // with Keys: opens and verifies datagrams
 
 	session   uint64
 	joined    bool
@@ -243,7 +250,11 @@ func NewReceiverCore(cfg ReceiverCoreConfig) (*ReceiverCore, error) {
 	if cfg.MaxReassembly == 0 {
 		cfg.MaxReassembly = DefaultMaxReassembly
 	}
-	r := &ReceiverCore{cfg: cfg, t: cfg.Profile.timing(), id: cfg.ID}
+	ring, err := NewKeyring(cfg.Keys, cfg.Seal)
+	if err != nil {
+		return nil, err
+	}
+	r := &ReceiverCore{cfg: cfg, t: cfg.Profile.timing(), id: cfg.ID, ring: ring}
 	for r.id == 0 {
 		r.id = cfg.Rand.Uint64()
 	}
@@ -268,6 +279,9 @@ func (r *ReceiverCore) reset() {
 func (r *ReceiverCore) dropCandidate() {
 	r.cand.session, r.cand.young, r.cand.kept, r.cand.bytes = 0, false, nil, 0
 }
+
+// keyed reports whether datagrams are authenticated (a key: HMAC or sealing).
+func (r *ReceiverCore) keyed() bool { return r.cfg.Auth != nil || r.ring != nil }
 
 // ID is the receiver id sent in NAKs.
 func (r *ReceiverCore) ID() uint64 { return r.id }
@@ -340,7 +354,11 @@ func (r *ReceiverCore) sendNAK(rs []Range) {
 	b, _ := AppendPacket(make([]byte, 0, HeaderSize+12+16*len(rs)+TagSize), &Packet{
 		PacketHeader: PacketHeader{Type: TypeNAK, Session: r.session, Seq: r.nakSeq},
 		Receiver:     r.id, Ranges: rs})
-	r.out = append(r.out, Outgoing{To: r.src, B: r.cfg.Auth.Sign(b)})
+	auth := r.cfg.Auth
+	if r.ring != nil {
+		auth = r.ring.Auth()
+	}
+	r.out = append(r.out, Outgoing{To: r.src, B: auth.Sign(b)})
 }
 
 // edges checks a datagram's sequence and trailing edge against each other: the window rule of
@@ -361,12 +379,23 @@ func edges(p *Packet) bool {
 
 // Handle processes one datagram from the group (or a unicast from the sender).
 func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) error {
-	if !r.cfg.Auth.Verify(b) {
+	if r.ring != nil {
+		ob, err := r.ring.Open(b, now)
+		if err != nil {
+			r.c.AuthFailures++
+			return err
+		}
+		b = ob
+	} else if !r.cfg.Auth.Verify(b) {
 		r.c.AuthFailures++
 		return ErrAuth
 	}
 	p := &r.pkt
 	if err := Decode(b, p); err != nil {
+		if errors.Is(err, ErrSealed) {
+			r.c.Sealed++ // sealed, and we have no key: counted, never guessed at
+			return err
+		}
 		r.c.Malformed++
 		return err
 	}
@@ -515,12 +544,12 @@ func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packe
 		return nil, from, ErrStale // a repair for others is no place to start a session
 	}
 	if slices.Contains(r.retired, p.Session) ||
-		(r.joined && r.cfg.Auth != nil && p.Session>>32 < r.session>>32) {
+		(r.joined && r.keyed() && p.Session>>32 < r.session>>32) {
 		r.c.Replays++
 		return nil, from, ErrStale
 	}
 	young := p.Trailing <= 1 && p.Seq <= youngSession
-	if r.joined && r.cfg.Auth == nil && now.Sub(r.heard) < r.cfg.SessionTimeout {
+	if r.joined && !r.keyed() && now.Sub(r.heard) < r.cfg.SessionTimeout {
 		// The current session is live: one unauthenticated datagram does not retire it. Keep
 		// the candidate's datagrams (bounded) and whether it was young when first heard, so a
 		// restarted sender loses nothing.

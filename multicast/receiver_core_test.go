@@ -173,6 +173,7 @@ func TestConfig_Validate(t *testing.T) {
 type dgb struct {
 	session uint64
 	auth    *Auth
+	seal    *Sealer // seals instead of signing
 }
 
 func (g dgb) enc(p *Packet) []byte {
@@ -180,6 +181,9 @@ func (g dgb) enc(p *Packet) []byte {
 	b, err := AppendPacket(nil, p)
 	if err != nil {
 		panic(err)
+	}
+	if g.seal != nil {
+		return g.seal.Seal(b)
 	}
 	return g.auth.Sign(b)
 }

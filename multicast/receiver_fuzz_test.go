@@ -21,7 +21,8 @@ import (
 // stream sequence delivered or reported twice and, in ordered mode, each event of a stream
 // starting where the previous one ended.
 //
-// Input: byte 0 configures (bit 0 skip mode, bit 1 a key "k" id 1); then records of u8 time
+// Input: byte 0 configures (bit 0 skip mode, bit 1 a key "k" id 1, bit 2 sealing with the keys
+// of the conformance vectors: fuzzSealKeys); then records of u8 time
 // step (x 250 us), u8 source (bit 0: another address), u16 length, length bytes of datagram; at
 // most 256 datagrams are used.
 // The seed corpus in testdata/fuzz/FuzzReceiverCore is the conformance vectors in this form.
@@ -36,6 +37,9 @@ func FuzzReceiverCore(f *testing.F) {
 		}
 		if in[0]&2 != 0 {
 			cfg.Auth = NewAuth([]byte("k"), 1)
+		}
+		if in[0]&4 != 0 {
+			cfg.Keys, cfg.Seal = fuzzSealKeys, true
 		}
 		r, err := NewReceiverCore(cfg)
 		if err != nil {
@@ -76,6 +80,9 @@ func FuzzReceiverCore(f *testing.F) {
 		}
 	})
 }
+
+// fuzzSealKeys are the keys of the sealed conformance vectors.
+var fuzzSealKeys = []Key{{ID: 1, Secret: []byte("0123456789abcdef0123456789abcdef")}, {ID: 2, Secret: []byte("the next key, 32 bytes long.....")}}
 
 // checkInvariants checks the core's bounds and its byte accounting.
 func (r *ReceiverCore) checkInvariants() error {
@@ -203,6 +210,9 @@ func TestWriteReceiverFuzzCorpus(t *testing.T) {
 		in := []byte{0}
 		if cfg.Mode == "skip" {
 			in[0] |= 1
+		}
+		if cfg.Seal {
+			in[0] |= 4
 		}
 		last := int64(0)
 		for _, l := range lines[1 : len(lines)-1] {

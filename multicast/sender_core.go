@@ -37,6 +37,11 @@ type SenderCoreConfig struct {
 	// holds, whichever is more. Default DefaultMaxStreams.
 	MaxStreams int
 	Auth       *Auth      // nil: no HMAC
+	// Seal: seal every datagram sent (section 6, "Sealing") instead of signing it; NAKs are
+	// still verified with Auth (the same key's HMAC).
+	Seal *Sealer
+	// PrevAuth: NAKs signed with this key (the one used before a rotation) are accepted too.
+	PrevAuth *Auth
 	Rand       *rand.Rand // required: session id, nothing else
 	Start      time.Time  // the sender's start; its unix seconds go into the session id
 }
@@ -234,7 +239,9 @@ func (s *SenderCore) Ready() [][]byte {
 
 func (s *SenderCore) maxPayload() int {
 	n := s.cfg.MTU
-	if s.cfg.Auth != nil {
+	if s.cfg.Seal != nil {
+		n -= SealOverhead
+	} else if s.cfg.Auth != nil {
 		n -= TagSize
 	}
 	return n
@@ -529,7 +536,9 @@ func (s *SenderCore) release(now time.Time) {
 
 // emit signs a copy (or b itself when copyIt is false and no tag is needed) and queues it for Ready.
 func (s *SenderCore) emit(b []byte, copyIt bool) {
-	if s.cfg.Auth != nil || copyIt {
+	if s.cfg.Seal != nil {
+		b = s.cfg.Seal.Seal(b) // a sealed copy: the window keeps the plain datagram
+	} else if s.cfg.Auth != nil || copyIt {
 		c := make([]byte, len(b), len(b)+TagSize)
 		copy(c, b)
 		b = s.cfg.Auth.Sign(c)
@@ -554,7 +563,10 @@ func (s *SenderCore) emitPacket(p *Packet) {
 
 // Step handles one datagram received by the sender (a NAK from a receiver).
 func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
-	if !s.cfg.Auth.Verify(b) {
+	if len(b) >= HeaderSize && b[4]&FlagSealed != 0 {
+		return nil // a sealed datagram (ours looped back, or another sender's): never a NAK
+	}
+	if !s.cfg.Auth.Verify(b) && (s.cfg.PrevAuth == nil || !s.cfg.PrevAuth.Verify(b)) {
 		s.c.AuthFailures++
 		return ErrAuth
 	}

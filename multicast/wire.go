@@ -23,9 +23,13 @@ const (
 	// starts with u32 total, u32 offset. A receiver of revision 2 drops such a datagram (an
 	// unknown flag), so it reports the message as a gap and never misreads it.
 	FlagFragment = 1 << 2
+	// FlagSealed marks a sealed datagram (section 6, "Sealing"): after the header, a u64 seal
+	// counter, then the body encrypted with XChaCha20-Poly1305 and its 16-byte tag. FlagAuth is
+	// not set on it (the AEAD authenticates the header). Decode returns ErrSealed: open it first.
+	FlagSealed = 1 << 3
 	// KnownFlags are the flags this version defines. Decode rejects a datagram with any other
 	// bit set: a flag may change the meaning of the body, so it is never guessed at.
-	KnownFlags = FlagAuth | FlagRepair | FlagFragment
+	KnownFlags = FlagAuth | FlagRepair | FlagFragment | FlagSealed
 )
 
 // Fragments (docs/multicast-protocol.md, section 2, "Fragments").
@@ -297,6 +301,9 @@ func Decode(b []byte, p *Packet) error {
 			return fmt.Errorf("tag: %w", ErrShort)
 		}
 		b = b[:len(b)-TagSize]
+	}
+	if h.Flags&FlagSealed != 0 {
+		return ErrSealed
 	}
 	if h.Flags&FlagFragment != 0 && h.Type != TypeData && h.Type != TypeRData {
 		return fmt.Errorf("fragment flag on %v: %w", h.Type, ErrMalformed)

@@ -7,13 +7,13 @@ import (
 )
 
 // Protocol revision 2 (docs/multicast-protocol.md): flag bits this version does not define make
-// a datagram malformed (bit 2, FRAGMENT, is defined since revision 3), and a HEARTBEAT carries
+// a datagram malformed (bits 2, FRAGMENT, and 3, SEALED, are defined since revision 3), and a HEARTBEAT carries
 // one leading edge (header seq = body).
 func TestWire_UnknownFlagsAndHeartbeatEdge(t *testing.T) {
 	g := dgb{session: 9}
 	d := g.data(3, 1, rec(1, 1, "x"))
 	var p Packet
-	for bit := 3; bit < 8; bit++ {
+	for bit := 4; bit < 8; bit++ {
 		b := append([]byte(nil), d...)
 		b[4] |= 1 << bit
 		if err := Decode(b, &p); !errors.Is(err, ErrMalformed) {
@@ -22,6 +22,12 @@ func TestWire_UnknownFlagsAndHeartbeatEdge(t *testing.T) {
 	}
 	if err := Decode(d, &p); err != nil {
 		t.Errorf("known flags: %v", err)
+	}
+	// SEALED (revision 3): the body is opaque until opened.
+	sealed := append([]byte(nil), d...)
+	sealed[4] |= FlagSealed
+	if err := Decode(sealed, &p); !errors.Is(err, ErrSealed) {
+		t.Errorf("sealed datagram: got %v, want %v", err, ErrSealed)
 	}
 	// FRAGMENT: only on DATA and RDATA; a record with the fragment bit needs the flag.
 	withFlag := append([]byte(nil), d...)
