@@ -63,7 +63,7 @@ type ReceiverCoreConfig struct {
 	// Seal: only sealed datagrams are accepted (requires Keys).
 	Seal bool
 	Rand *rand.Rand // required: NAK back-off and receiver id
-	ID      uint64                  // receiver id carried in NAKs; 0 = random
+	ID   uint64     // receiver id carried in NAKs; 0 = random
 	// SessionTimeout: see DefaultSessionTimeout (the default when 0).
 	SessionTimeout time.Duration
 	// MaxBytes bounds held records and the stream table; DefaultReceiverMaxBytes when 0. Records

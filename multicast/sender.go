@@ -43,7 +43,13 @@ type SenderConfig struct {
 	MTU        int // bytes per datagram, default DefaultMTU
 	Key        []byte
 	KeyID      uint8
-	Logger     *slog.Logger
+	// Seal: encrypt every datagram under Key (docs/multicast-protocol.md, section 6, "Sealing").
+	Seal bool
+	// PrevKey, PrevKeyID: during a key rotation, NAKs signed with the key used before are
+	// accepted too (receivers that have not yet heard the new key).
+	PrevKey   []byte
+	PrevKeyID uint8
+	Logger    *slog.Logger
 	// QueueLen bounds messages accepted by Publish and not yet packed; Publish blocks when it is
 	// full (default 4096).
 	QueueLen int
@@ -117,6 +123,12 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.TTL < 0 || cfg.TTL > 255 {
 		errs = append(errs, fmt.Errorf("TTL %d: %w", cfg.TTL, ErrBadConfig))
 	}
+	if cfg.Seal && len(cfg.Key) == 0 {
+		errs = append(errs, fmt.Errorf("seal without a key: %w", ErrBadConfig))
+	}
+	if len(cfg.PrevKey) > 0 && (len(cfg.Key) == 0 || cfg.PrevKeyID == cfg.KeyID) {
+		errs = append(errs, fmt.Errorf("a previous key needs a current key with another key id: %w", ErrBadConfig))
+	}
 	if cfg.Profile == "" {
 		cfg.Profile = ProfileLowLatency
 	}
@@ -148,7 +160,8 @@ func (s *Sender) Open(ctx context.Context) error {
 	core, err := NewSenderCore(SenderCoreConfig{Profile: s.cfg.Profile, MTU: s.cfg.MTU, Window: s.cfg.Window,
 		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, SourceRepairRate: s.cfg.SourceRepairRate,
 		NAKSources: s.cfg.NAKSources, StreamIdle: s.cfg.StreamIdle,
-		MaxStreams: s.cfg.MaxStreams, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
+		MaxStreams: s.cfg.MaxStreams, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID), PrevAuth: NewAuth(s.cfg.PrevKey, s.cfg.PrevKeyID),
+		Seal: s.sealer(),
 		Rand: newRand(), Start: time.Now()})
 	if err != nil {
 		return err
@@ -213,6 +226,14 @@ func (s *Sender) LocalAddr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conn.LocalAddr()
+}
+
+// sealer is the core's Sealer: nil unless Seal.
+func (s *Sender) sealer() *Sealer {
+	if !s.cfg.Seal {
+		return nil
+	}
+	return NewSealer(Key{ID: s.cfg.KeyID, Secret: s.cfg.Key})
 }
 
 // MaxMessageSize is the largest message (as AppendMessage encodes it: headers and body) Publish

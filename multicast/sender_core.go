@@ -36,14 +36,14 @@ type SenderCoreConfig struct {
 	// with data in the window are never forgotten, so the bound is MaxStreams or what the window
 	// holds, whichever is more. Default DefaultMaxStreams.
 	MaxStreams int
-	Auth       *Auth      // nil: no HMAC
+	Auth       *Auth // nil: no HMAC
 	// Seal: seal every datagram sent (section 6, "Sealing") instead of signing it; NAKs are
 	// still verified with Auth (the same key's HMAC).
 	Seal *Sealer
 	// PrevAuth: NAKs signed with this key (the one used before a rotation) are accepted too.
 	PrevAuth *Auth
-	Rand       *rand.Rand // required: session id, nothing else
-	Start      time.Time  // the sender's start; its unix seconds go into the session id
+	Rand     *rand.Rand // required: session id, nothing else
+	Start    time.Time  // the sender's start; its unix seconds go into the session id
 }
 
 // SenderCounters are the SenderCore's own counts (the shell adds socket counts).

@@ -65,6 +65,14 @@ func (d *daemon) openChannels(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("multicast channel %s: key_file %w", cc.Name, err)
 		}
+		var prev []byte
+		if cc.PreviousKeyFile != "" {
+			pc := cc
+			pc.Key, pc.KeyFile = "", cc.PreviousKeyFile
+			if prev, err = readChannelKey(pc); err != nil {
+				return fmt.Errorf("multicast channel %s: previous_key_file %w", cc.Name, err)
+			}
+		}
 		s, err := multicast.NewSender(multicast.SenderConfig{
 			Group:            cc.Group,
 			Interface:        cc.Interface,
@@ -79,6 +87,9 @@ func (d *daemon) openChannels(ctx context.Context) error {
 			Window:           cc.Window,
 			Key:              key,
 			KeyID:            uint8(cc.KeyID),
+			Seal:             cc.Seal,
+			PrevKey:          prev,
+			PrevKeyID:        uint8(cc.PreviousKeyID),
 			Logger:           d.log.With("component", "multicast", "channel", cc.Name),
 		})
 		if err != nil {
