@@ -148,10 +148,10 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		warn: map[error]*warnLimiter{}}, nil
 }
 
-// keys is the key ring's keys: none unless sealing or a next key is configured (then the plain
-// HMAC path of Key is not used).
+// keys is the key ring's keys: Key (and NextKey). With a key, HMAC-signed and sealed datagrams
+// are both accepted unless Seal requires sealing.
 func (r *Receiver) keys() []Key {
-	if !r.cfg.Seal && len(r.cfg.NextKey) == 0 {
+	if len(r.cfg.Key) == 0 {
 		return nil
 	}
 	ks := []Key{{ID: r.cfg.KeyID, Secret: r.cfg.Key}}
