@@ -43,3 +43,37 @@ func TestNetns_LargeMessagesLossy(t *testing.T) {
 	ss := s.Stats()
 	t.Logf("sender: %d messages in %d datagrams in %v, %d NAKs, %d repairs", ss.Messages, ss.Datagrams, time.Since(start).Round(time.Millisecond), ss.NAKs, ss.Repairs)
 }
+
+// TestNetns_SealedLossy: a sealed channel (seal = true) between namespaces, 200 KB messages in
+// fragments and small ones, one receiver with the key behind 10% loss (NAKs HMAC-signed, repairs
+// sealed under fresh nonces) and one receiver without the key: the first gets everything, the
+// second nothing but a count of sealed datagrams.
+func TestNetns_SealedLossy(t *testing.T) {
+	tp := newTopo(t, "s", "r1", "r2")
+	const group, port, size, n = "239.255.7.12:7412", 7412, 200_000, 20
+	key := []byte("a sealed channel's key, 32 bytes")
+	tp.dropShare("r1", port)
+	r1 := tp.startReceiver("r1", helperConfig{Group: group, Count: n, Big: size, Key: key, Seal: true})
+	r2 := tp.startReceiver("r2", helperConfig{Group: group, Big: size})
+	s := tp.startSender("s", SenderConfig{Group: group, Key: key, KeyID: 1, Seal: true})
+	count := map[string]uint64{}
+	for i := 0; i < n; i++ {
+		topic := netTopics[i%2]
+		count[topic]++
+		if err := s.Publish(topic, nil, bigBody(count[topic], size)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // not synchronisation: about 20 MB/s
+	}
+	st := r1.wait(t, 30*time.Second)
+	msgs, gaps := r1.check(t, []map[string]uint64{count})
+	t.Logf("receiver with the key: %d messages, %d gaps, %d NAKs, %d repairs, %d auth failures", msgs, gaps, st.NAKs, st.Repairs, st.AuthFailures)
+	if msgs != n || gaps != 0 || st.Repairs == 0 || st.AuthFailures != 0 {
+		t.Errorf("receiver with the key: %d messages, %d gaps, %d repairs, %d auth failures; want %d, 0, some, 0", msgs, gaps, st.Repairs, st.AuthFailures, n)
+	}
+	st2 := r2.wait(t, 0)
+	t.Logf("receiver without the key: %d messages, %d sealed datagrams", st2.Messages, st2.Sealed)
+	if st2.Messages != 0 || st2.Sealed < uint64(n*100) {
+		t.Errorf("receiver without the key: %d messages, %d sealed; want 0 and every datagram counted", st2.Messages, st2.Sealed)
+	}
+}

@@ -93,6 +93,7 @@ type helperConfig struct {
 	RcvBuf int
 	Topics []string
 	Big    int // bodies are bigBody(seq, Big) instead of the sequence in decimal
+	Seal   bool
 }
 
 // helperLine is one line of TestHelperReceiver's output. The helper checks order itself (printing
@@ -127,7 +128,7 @@ func TestHelperReceiver(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewReceiver(ReceiverConfig{Group: cfg.Group, Interface: "eth0", Mode: cfg.Mode, Key: cfg.Key, KeyID: 1,
+	r, err := NewReceiver(ReceiverConfig{Group: cfg.Group, Interface: "eth0", Mode: cfg.Mode, Key: cfg.Key, KeyID: 1, Seal: cfg.Seal,
 		Topics: cfg.Topics, RcvBuf: cfg.RcvBuf, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
