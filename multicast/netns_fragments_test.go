@@ -1,6 +1,8 @@
 package multicast
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -75,5 +77,42 @@ func TestNetns_SealedLossy(t *testing.T) {
 	t.Logf("receiver without the key: %d messages, %d sealed datagrams", st2.Messages, st2.Sealed)
 	if st2.Messages != 0 || st2.Sealed < uint64(n*100) {
 		t.Errorf("receiver without the key: %d messages, %d sealed; want 0 and every datagram counted", st2.Messages, st2.Sealed)
+	}
+}
+
+// TestNetns_PublishQueueBytes: large messages wait in the publish queue within QueueBytes, not
+// QueueLen x MaxMessage: with the rate limit holding data back, Publish of 1 MB messages blocks
+// once about QueueBytes of them are queued, and returns ErrClosed when the sender closes.
+func TestNetns_PublishQueueBytes(t *testing.T) {
+	tp := newTopo(t, "s")
+	s := tp.startSender("s", SenderConfig{Group: "239.255.7.13:7413", RateLimit: 100_000, QueueBytes: MaxMessage})
+	var returned atomic.Int32
+	errc := make(chan error, 1)
+	go func() {
+		body := make([]byte, 1_000_000)
+		for i := 0; i < 100; i++ {
+			if err := s.Publish("files", nil, body); err != nil {
+				errc <- err
+				return
+			}
+			returned.Add(1)
+		}
+		errc <- nil
+	}()
+	time.Sleep(time.Second) // not synchronisation: the time Publish would need to queue all 100
+	n := returned.Load()
+	// The core takes two (its backlog bound, 1 MiB), the queue holds MaxMessage / 1 MB = 16.
+	t.Logf("%d of 100 Publish calls of 1 MB returned with QueueBytes %d and a 100 kB/s rate limit", n, MaxMessage)
+	if n < 10 || n > 20 {
+		t.Errorf("%d Publish calls of 1 MB returned, want 10 to 20 (QueueBytes %d bounds the queue)", n, MaxMessage)
+	}
+	s.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("the blocked Publish returned %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Publish still blocked 5 s after Close")
 	}
 }

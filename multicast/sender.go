@@ -50,6 +50,11 @@ type SenderConfig struct {
 	PrevKey   []byte
 	PrevKeyID uint8
 	Logger    *slog.Logger
+	// QueueBytes bounds the bytes of large messages (above QueueUnit) accepted by Publish and not
+	// yet packed, so a few fragmented messages cannot hold gigabytes (default DefaultQueueBytes,
+	// at least MaxMessage); Publish blocks while they would not fit. Small messages are bounded
+	// by QueueLen.
+	QueueBytes int
 	// QueueLen bounds messages accepted by Publish and not yet packed; Publish blocks when it is
 	// full (default 4096).
 	QueueLen int
@@ -85,7 +90,14 @@ type SenderStats struct {
 type pubMsg struct {
 	topic   string
 	payload []byte
+	tokens  int // QueueUnit tokens of s.qtok it holds
 }
+
+// Publish queue byte bound (SenderConfig.QueueBytes).
+const (
+	DefaultQueueBytes = 64 << 20
+	QueueUnit         = 4 << 10 // messages above this take QueueBytes tokens of this size
+)
 
 // Sender multicasts published messages on one channel (a session) and answers NAKs. It is the
 // socket shell around SenderCore. Safe for concurrent use.
@@ -102,6 +114,8 @@ type Sender struct {
 	dst     *net.UDPAddr
 	msgs    []ipv4.Message
 	pubq    chan pubMsg
+	qtok    chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
+	qacq    sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	open    atomic.Bool // Open was called
@@ -141,8 +155,15 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if cfg.QueueBytes == 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.QueueBytes < MaxMessage {
+		return nil, fmt.Errorf("QueueBytes %d below MaxMessage %d: %w", cfg.QueueBytes, MaxMessage, ErrBadConfig)
+	}
 	return &Sender{cfg: cfg, group: g, closed: make(chan struct{}), pubq: make(chan pubMsg, cfg.QueueLen),
-		log: cfg.Logger.With(logGroup, g.String())}, nil
+		qtok: make(chan struct{}, cfg.QueueBytes/QueueUnit),
+		log:  cfg.Logger.With(logGroup, g.String())}, nil
 }
 
 func newRand() *rand.Rand {
@@ -266,10 +287,17 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 		return ErrClosed
 	default:
 	}
+	m := pubMsg{topic: topic, payload: p}
+	if len(p) > QueueUnit {
+		if err := s.acquire(&m); err != nil {
+			return err
+		}
+	}
 	select {
-	case s.pubq <- pubMsg{topic, p}:
+	case s.pubq <- m:
 		return nil
 	case <-s.closed:
+		s.releaseTokens(m.tokens)
 		return ErrClosed
 	}
 }
@@ -324,7 +352,33 @@ func (s *Sender) writeLoop(ctx context.Context) {
 	}
 }
 
+// acquire takes the QueueBytes tokens of a large message, waiting while they are held by
+// messages not yet packed.
+func (s *Sender) acquire(m *pubMsg) error {
+	n := (len(m.payload) + QueueUnit - 1) / QueueUnit
+	s.qacq.Lock()
+	defer s.qacq.Unlock()
+	for m.tokens < n {
+		select {
+		case s.qtok <- struct{}{}:
+			m.tokens++
+		case <-s.closed:
+			s.releaseTokens(m.tokens)
+			m.tokens = 0
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+func (s *Sender) releaseTokens(n int) {
+	for ; n > 0; n-- {
+		<-s.qtok
+	}
+}
+
 func (s *Sender) publishLocked(now time.Time, m pubMsg) {
+	s.releaseTokens(m.tokens)
 	if err := s.core.Publish(now, m.topic, m.payload); err != nil {
 		s.log.Warn("multicast publish dropped", "topic", m.topic, logErr, err)
 		return
