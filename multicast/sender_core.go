@@ -503,8 +503,23 @@ func (s *SenderCore) evictStreams() {
 
 // release sends queued datagrams as the rate limit allows.
 func (s *SenderCore) release(now time.Time) {
-	for len(s.queue) > 0 {
-		b := s.queue[0]
+	sent := 0
+	defer func() {
+		switch {
+		case sent == 0:
+		case len(s.queue) == sent && cap(s.queue) <= 1024:
+			clear(s.queue)
+			s.queue = s.queue[:0] // keep a small backing array: no allocation per datagram
+		default:
+			clear(s.queue[:sent])
+			s.queue = s.queue[sent:]
+			if len(s.queue) == 0 {
+				s.queue = s.queue[:0:0]
+			}
+		}
+	}()
+	for sent < len(s.queue) {
+		b := s.queue[sent]
 		if !s.rate.take(now, float64(len(b))) {
 			if s.limited.IsZero() {
 				s.limited = now
@@ -515,8 +530,7 @@ func (s *SenderCore) release(now time.Time) {
 			s.c.RateLimited += now.Sub(s.limited)
 			s.limited = time.Time{}
 		}
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
+		sent++
 		s.qBytes -= len(b)
 		seq := s.win.next()
 		binary.LittleEndian.PutUint64(b[16:], seq)
@@ -528,9 +542,6 @@ func (s *SenderCore) release(now time.Time) {
 		s.emit(b, false)
 		s.hbIvl = MinHeartbeatInterval
 		s.hbAt = now.Add(s.hbIvl)
-	}
-	if len(s.queue) == 0 {
-		s.queue = s.queue[:0:0]
 	}
 }
 
