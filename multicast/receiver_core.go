@@ -1169,12 +1169,6 @@ func (r *ReceiverCore) hold(st *rstream, seq uint64, h held) {
 // record handles one record of datagram dg. owned: payload is the core's own (a reassembled
 // message), kept and delivered without a copy; else it aliases the datagram.
 func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repaired, owned bool) {
-	keep := func() []byte {
-		if owned {
-			return payload
-		}
-		return clone(payload)
-	}
 	if st == nil {
 		r.c.Overflow++ // the stream table is full
 		return
@@ -1185,7 +1179,7 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 			r.setDue(r.catDue)
 		}
 		if _, ok := st.held[seq]; !ok {
-			r.hold(st, seq, held{dg: dg, payload: keep(), repaired: repaired})
+			r.hold(st, seq, held{dg: dg, payload: keepPayload(payload, owned), repaired: repaired})
 		}
 		return
 	}
@@ -1216,7 +1210,7 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 		r.await(st)
 		return
 	}
-	r.hold(st, seq, held{dg: dg, payload: keep(), repaired: repaired})
+	r.hold(st, seq, held{dg: dg, payload: keepPayload(payload, owned), repaired: repaired})
 	r.await(st)
 }
 
@@ -1332,3 +1326,11 @@ func minKey[V any](m map[uint64]V) uint64 {
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// keepPayload is payload to hold: itself when the core owns it, else a copy.
+func keepPayload(payload []byte, owned bool) []byte {
+	if owned {
+		return payload
+	}
+	return clone(payload)
+}

@@ -504,27 +504,13 @@ func (s *SenderCore) evictStreams() {
 // release sends queued datagrams as the rate limit allows.
 func (s *SenderCore) release(now time.Time) {
 	sent := 0
-	defer func() {
-		switch {
-		case sent == 0:
-		case len(s.queue) == sent && cap(s.queue) <= 1024:
-			clear(s.queue)
-			s.queue = s.queue[:0] // keep a small backing array: no allocation per datagram
-		default:
-			clear(s.queue[:sent])
-			s.queue = s.queue[sent:]
-			if len(s.queue) == 0 {
-				s.queue = s.queue[:0:0]
-			}
-		}
-	}()
 	for sent < len(s.queue) {
 		b := s.queue[sent]
 		if !s.rate.take(now, float64(len(b))) {
 			if s.limited.IsZero() {
 				s.limited = now
 			}
-			return
+			break
 		}
 		if !s.limited.IsZero() {
 			s.c.RateLimited += now.Sub(s.limited)
@@ -542,6 +528,18 @@ func (s *SenderCore) release(now time.Time) {
 		s.emit(b, false)
 		s.hbIvl = MinHeartbeatInterval
 		s.hbAt = now.Add(s.hbIvl)
+	}
+	switch {
+	case sent == 0:
+	case len(s.queue) == sent && cap(s.queue) <= 1024:
+		clear(s.queue)
+		s.queue = s.queue[:0] // keep a small backing array: no allocation per datagram
+	default:
+		clear(s.queue[:sent])
+		s.queue = s.queue[sent:]
+		if len(s.queue) == 0 {
+			s.queue = s.queue[:0:0]
+		}
 	}
 }
 
