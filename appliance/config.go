@@ -272,6 +272,10 @@ type ChannelConfig struct {
 	NAKSources       int      `toml:"nak_sources" json:"nak_sources"`
 	StreamIdle       Duration `toml:"stream_idle" json:"stream_idle"`
 	MaxStreams       int      `toml:"max_streams" json:"max_streams"`
+	// Sealing and key rotation (docs/multicast-protocol.md, section 6).
+	Seal            bool   `toml:"seal" json:"seal"`
+	PreviousKeyFile string `toml:"previous_key_file" json:"previous_key_file"`
+	PreviousKeyID   int    `toml:"previous_key_id" json:"previous_key_id"`
 }
 
 // Largest values Validate accepts for the frame limits of [stomp]. A reader
@@ -729,6 +733,20 @@ func (c *Config) Validate() error {
 		}
 		if ch.Key != "" && ch.KeyFile != "" {
 			bad("%s: set key or key_file, not both", where)
+		}
+		hasKey := ch.Key != "" || ch.KeyFile != ""
+		if ch.Seal && !hasKey {
+			bad("%s.seal: sealing needs the channel's key: set key_file (or key)", where)
+		}
+		if ch.PreviousKeyID < 0 || ch.PreviousKeyID > 255 {
+			bad("%s.previous_key_id: %d: want 0 to 255 (it is one byte on the wire)", where, ch.PreviousKeyID)
+		}
+		if ch.PreviousKeyFile != "" {
+			if !hasKey {
+				bad("%s.previous_key_file: a previous key is for a rotation to a new key: set key_file too", where)
+			} else if ch.PreviousKeyID == ch.KeyID {
+				bad("%s.previous_key_id: %d is also key_id: give the new key another key_id", where, ch.PreviousKeyID)
+			}
 		}
 	}
 	return errors.Join(errs...)

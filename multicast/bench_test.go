@@ -11,7 +11,9 @@ import (
 // Budget (docs/design.md, performance targets): the core must not be what limits 1M msg/s of 64-byte messages
 // on one core, i.e. well under 1 us per message; encode and decode are a small part of that.
 
-var benchSizes = []int{64, 512, 1024}
+// 64000: a message that went alone in one IP-fragmented datagram before revision 3 and goes as
+// 48 fragments of one MTU since.
+var benchSizes = []int{64, 512, 1024, 64000}
 
 func BenchmarkSenderCore(b *testing.B) {
 	for _, size := range benchSizes {
@@ -38,28 +40,35 @@ func BenchmarkSenderCore(b *testing.B) {
 func BenchmarkReceiverCore(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			s, _ := NewSenderCore(SenderCoreConfig{Rand: rand.New(rand.NewPCG(1, 1)), Start: t0, Window: 1 << 30})
+			s, _ := NewSenderCore(SenderCoreConfig{Rand: rand.New(rand.NewPCG(1, 1)), Start: t0})
 			payload, _ := AppendMessage(nil, nil, make([]byte, size))
-			var dgs [][]byte
-			for i := 0; i < b.N; i++ {
-				s.Publish(t0, "metrics.cpu", payload)
-				if i%16 == 15 || i == b.N-1 {
-					s.Flush(t0)
-					for _, d := range s.Ready() {
-						dgs = append(dgs, append([]byte(nil), d...))
-					}
-				}
-			}
 			r, _ := NewReceiverCore(ReceiverCoreConfig{Rand: rand.New(rand.NewPCG(1, 2))})
 			from := netip.MustParseAddrPort("198.18.0.1:7400")
 			b.SetBytes(int64(len(payload)))
 			b.ReportAllocs()
 			b.ResetTimer()
 			n := 0
-			for _, d := range dgs {
-				r.Handle(t0, from, d)
-				ev, _ := r.Ready()
-				n += len(ev)
+			var dgs [][]byte
+			// The datagrams are made (untimed) 1,024 messages at a time: 64 KB messages would not
+			// fit in memory all at once.
+			for i := 0; i < b.N; {
+				b.StopTimer()
+				dgs = dgs[:0]
+				for k := 0; k < 1024 && i < b.N; k, i = k+1, i+1 {
+					s.Publish(t0, "metrics.cpu", payload)
+					if i%16 == 15 || i == b.N-1 || k == 1023 {
+						s.Flush(t0)
+						for _, d := range s.Ready() {
+							dgs = append(dgs, append([]byte(nil), d...))
+						}
+					}
+				}
+				b.StartTimer()
+				for _, d := range dgs {
+					r.Handle(t0, from, d)
+					ev, _ := r.Ready()
+					n += len(ev)
+				}
 			}
 			if n < b.N {
 				b.Fatalf("got %d events, want %d", n, b.N)

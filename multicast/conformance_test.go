@@ -38,6 +38,15 @@ type confConfig struct {
 	Topics      []string `json:"topics,omitempty"`
 	KeyHex      string   `json:"key_hex,omitempty"`
 	KeyID       uint8    `json:"key_id,omitempty"`
+	// Revision 3: more keys accepted (rotation), and sealing required.
+	Keys []confKey `json:"keys,omitempty"`
+	Seal bool      `json:"seal,omitempty"`
+}
+
+// confKey is one more key a case's receiver accepts.
+type confKey struct {
+	ID     uint8  `json:"id"`
+	KeyHex string `json:"key_hex"`
 }
 
 // confInput is a datagram arriving at T microseconds after the start, from an address.
@@ -58,7 +67,8 @@ type confEnd struct {
 // confCounters are the counters a vector asserts: the drops the specification names.
 func confCounters(c ReceiverCounters) map[string]uint64 {
 	return map[string]uint64{"auth_failures": c.AuthFailures, "malformed": c.Malformed, "ahead": c.Ahead,
-		"other_session": c.OtherSession, "foreign_source": c.ForeignSource, "messages": c.Messages, "gaps": c.Gaps}
+		"other_session": c.OtherSession, "foreign_source": c.ForeignSource, "messages": c.Messages, "gaps": c.Gaps,
+		"forged_fragments": c.ForgedFragments, "sealed": c.Sealed}
 }
 
 // eventJSON renders an event as `herald listen --json` prints it.
@@ -110,7 +120,18 @@ func runConformance(t *testing.T, cfg confConfig, in []confInput, end int64) ([]
 			t.Fatal(err)
 		}
 		rc.Auth = NewAuth(k, cfg.KeyID)
+		if len(cfg.Keys) > 0 || cfg.Seal {
+			rc.Keys = []Key{{ID: cfg.KeyID, Secret: k}}
+		}
 	}
+	for _, ck := range cfg.Keys {
+		k, err := hex.DecodeString(ck.KeyHex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Keys = append(rc.Keys, Key{ID: ck.ID, Secret: k})
+	}
+	rc.Seal = cfg.Seal
 	r, err := NewReceiverCore(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +422,7 @@ func conformanceCases() []confCase {
 		send("bad magic", bad(func(b []byte) []byte { b[0] = 'X'; return b })).
 		send("version 2", bad(func(b []byte) []byte { b[2] = 2; return b })).
 		send("reserved byte", bad(func(b []byte) []byte { b[6] = 1; return b })).
-		send("unknown flag 0x04", bad(func(b []byte) []byte { b[4] |= 4; return b })).
+		send("unknown flag 0x10", bad(func(b []byte) []byte { b[4] |= 0x10; return b })).
 		send("record length past the end", bad(func(b []byte) []byte { b[HeaderSize+2+12] = 0xff; return b })).
 		send("HEARTBEAT edges differ", func() []byte { b := g.hb(2, 1); b[HeaderSize] = 9; return b }()).
 		send("trailing byte", append(append([]byte(nil), data2...), 0)).
@@ -437,5 +458,88 @@ func conformanceCases() []confCase {
 		send("DATA", g.data(2, 1, pxeu(1, "a"), rec(2, 1, "disk"))).
 		send("DATA 4 (3 lost)", g.data(4, 4, rec(2, 3, "cpu"), pxeu(2, "b"))).
 		end(10000, S1, "msg px.eu 1 a", "msg px.eu 2 b"))
+	// Fragments (revision 3): a message split over datagrams 2, 3 and 4, stream sequence 1.
+	big := "a message in three fragments"
+	f := frags(1, 1, big, 3)
+	add(newVec("fragments", "one message in three fragments (DATA 2-4), then a small message: reassembled, in order").
+		send("CATALOG", catAB).
+		send("fragment 1/3", g.fdata(2, 1, false, f[0])).
+		send("fragment 2/3", g.fdata(3, 1, false, f[1])).
+		send("fragment 3/3", g.fdata(4, 1, false, f[2])).
+		send("DATA 5", g.data(5, 1, pxeu(2, "next"))).
+		end(10000, S1, "msg px.eu 1 "+big, "msg px.eu 2 next"))
+	add(newVec("fragments-reordered", "the fragments arrive 3, 1, 2: one message when the last comes").
+		send("CATALOG", catAB).
+		send("fragment 3/3", g.fdata(4, 1, false, f[2])).
+		send("fragment 1/3", g.fdata(2, 1, false, f[0])).
+		send("DATA 5", g.data(5, 1, pxeu(2, "next"))).
+		send("fragment 2/3", g.fdata(3, 1, false, f[1])).
+		end(10000, S1, "msg px.eu 1 "+big, "msg px.eu 2 next"))
+	add(newVec("fragment-repaired", "fragment 2 (DATA 3) lost and repaired by RDATA: the message is delivered, flagged repaired").
+		send("CATALOG", catAB).
+		send("fragment 1/3", g.fdata(2, 1, false, f[0])).
+		send("fragment 3/3", g.fdata(4, 1, false, f[2])).
+		send("DATA 5", g.data(5, 1, pxeu(2, "next"))).
+		at(20000).send("RDATA 3, fragment 2/3", g.fdata(3, 1, true, f[1])).
+		end(300000, S1, "msg px.eu 1 "+big, "msg px.eu 2 next"))
+	add(newVec("fragment-lost", "fragment 2 (DATA 3) lost for good: the whole message is a gap, never a partial delivery").
+		send("CATALOG", catAB).
+		send("fragment 1/3", g.fdata(2, 1, false, f[0])).
+		send("fragment 3/3", g.fdata(4, 1, false, f[2])).
+		send("DATA 5", g.data(5, 1, pxeu(2, "next"))).
+		end(1000000, S1, "gap px.eu 1-1 expired", "msg px.eu 2 next"))
+	m2, _ := AppendMessage(nil, nil, []byte("12345678")) // 10 bytes
+	fr := func(total, off uint32, b []byte) Record {
+		return Record{Stream: 1, Seq: 2, Frag: true, Total: total, Offset: off, Payload: b}
+	}
+	noFlag := g.data(9, 1, fr(10, 0, m2[:5])) // a fragment record without the datagram's flag
+	noFlag[4] = 0
+	add(newVec("fragments-forged", "fragments with a total above MaxMessage, past their total, overlapping, or with another total are dropped and counted; a fragment record without the flag is malformed; the real message is reassembled").
+		send("CATALOG", catAB).
+		send("DATA 2", g.data(2, 1, pxeu(1, "a"))).
+		send("forged: total 2^31 (above MaxMessage)", g.fdata(3, 1, false, fr(1<<31, 0, m2[:5]))).
+		send("forged: offset 8 + 5 bytes past total 10", g.fdata(4, 1, false, fr(10, 8, m2[5:]))).
+		send("fragment 1/2: bytes 0-4 of 10", g.fdata(5, 1, false, fr(10, 0, m2[:5]))).
+		send("forged: bytes 3-6 overlap", g.fdata(6, 1, false, fr(10, 3, m2[3:7]))).
+		send("forged: total 11 after 10", g.fdata(7, 1, false, fr(11, 5, m2[5:]))).
+		send("the same fragment 1/2 again (a duplicate)", g.fdata(8, 1, false, fr(10, 0, m2[:5]))).
+		send("DATA 9 with a fragment record but no fragment flag: malformed", noFlag).
+		send("fragment 2/2: bytes 5-9", g.fdata(9, 1, false, fr(10, 5, m2[5:]))).
+		end(10000, S1, "msg px.eu 1 a", "msg px.eu 2 12345678"))
+	// Sealing (revision 3): XChaCha20-Poly1305 under HKDF(key), header and counter as associated data.
+	sk := []byte("0123456789abcdef0123456789abcdef")
+	gs := dgb{session: cs1, seal: NewSealer(Key{ID: 1, Secret: sk})}
+	gsx := dgb{session: cs1, seal: NewSealer(Key{ID: 1, Secret: []byte("another key, same id")})}
+	gh := dgb{session: cs1, auth: NewAuth(sk, 1)}
+	sv := newVec("sealed", "seal on, key 0123456789abcdef0123456789abcdef id 1: sealed datagrams are opened; a flipped ciphertext bit, a flipped header bit, another key and an HMAC-signed (unsealed) datagram are refused")
+	sv.c.cfg.KeyHex, sv.c.cfg.KeyID, sv.c.cfg.Seal = hex.EncodeToString(sk), 1, true
+	tamper := func(b []byte, i int) []byte { b[i] ^= 1; return b }
+	add(sv.send("CATALOG sealed", gs.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("DATA sealed", gs.data(2, 1, pxeu(1, "secret 1"))).
+		send("ciphertext bit flipped", tamper(gs.data(3, 1, pxeu(2, "forged")), HeaderSize+12)).
+		send("header bit flipped (trailing edge)", tamper(gs.data(3, 1, pxeu(2, "forged")), 24)).
+		send("sealed under another key", gsx.data(3, 1, pxeu(2, "forged"))).
+		send("HMAC-signed, not sealed", gh.data(3, 1, pxeu(2, "forged"))).
+		send("DATA sealed", gs.data(3, 1, pxeu(2, "secret 2"))).
+		end(10000, S1, "msg px.eu 1 secret 1", "msg px.eu 2 secret 2"))
+	gs0 := dgb{session: cs1, seal: NewSealer(Key{ID: 1, Secret: sk})}
+	add(newVec("sealed-no-key", "a receiver without the key sees only sealed datagrams: each counted as sealed, nothing delivered").
+		send("CATALOG sealed", gs0.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("DATA sealed", gs0.data(2, 1, pxeu(1, "secret 1"))).
+		end(10000))
+	nk := []byte("the next key, 32 bytes long.....")
+	g1, g2k := dgb{session: cs1, seal: NewSealer(Key{ID: 1, Secret: sk})}, dgb{session: cs1, seal: NewSealer(Key{ID: 2, Secret: nk})}
+	rv := newVec("key-rotation", "keys 1 and 2, seal on: the sender moves to key 2; key 1 is still accepted for 10 s (KeyOverlap) after the first datagram under key 2, then refused for good")
+	rv.c.cfg.KeyHex, rv.c.cfg.KeyID, rv.c.cfg.Seal = hex.EncodeToString(sk), 1, true
+	rv.c.cfg.Keys = []confKey{{ID: 2, KeyHex: hex.EncodeToString(nk)}}
+	add(rv.send("CATALOG, key 1", g1.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("DATA 2, key 1", g1.data(2, 1, pxeu(1, "k1"))).
+		send("DATA 3, key 2: key 2 is current from now", g2k.data(3, 1, pxeu(2, "k2"))).
+		at(5000000).send("RDATA 4, key 1, 5 s later: still accepted", g1.rdata(4, 1, pxeu(3, "k1 late"))).
+		send("DATA 5, key 2", g2k.data(5, 1, pxeu(4, "k2 again"))).
+		at(10100000).send("DATA 6, key 1, 10.1 s after the switch: refused", g1.data(6, 1, pxeu(5, "k1 too late"))).
+		send("DATA 6, key 2", g2k.data(6, 1, pxeu(5, "k2 last"))).
+		at(12000000).send("DATA 7, key 1 again: refused for good", g1.data(7, 1, pxeu(6, "k1 replay"))).
+		end(12100000, S1, "msg px.eu 1 k1", "msg px.eu 2 k2", "msg px.eu 3 k1 late", "msg px.eu 4 k2 again", "msg px.eu 5 k2 last"))
 	return cases
 }

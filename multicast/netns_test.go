@@ -92,6 +92,8 @@ type helperConfig struct {
 	Late   bool // a late joiner: streams may start past 1
 	RcvBuf int
 	Topics []string
+	Big    int // bodies are bigBody(seq, Big) instead of the sequence in decimal
+	Seal   bool
 }
 
 // helperLine is one line of TestHelperReceiver's output. The helper checks order itself (printing
@@ -126,7 +128,7 @@ func TestHelperReceiver(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewReceiver(ReceiverConfig{Group: cfg.Group, Interface: "eth0", Mode: cfg.Mode, Key: cfg.Key, KeyID: 1,
+	r, err := NewReceiver(ReceiverConfig{Group: cfg.Group, Interface: "eth0", Mode: cfg.Mode, Key: cfg.Key, KeyID: 1, Seal: cfg.Seal,
 		Topics: cfg.Topics, RcvBuf: cfg.RcvBuf, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +167,11 @@ loop:
 				if !ok {
 					end.First[e.Topic] = e.StreamSeq
 				}
-				if string(e.Body) != fmt.Sprint(e.StreamSeq) {
+				if cfg.Big > 0 {
+					if len(e.Body) != cfg.Big || !checkBigBody(e.StreamSeq, e.Body) {
+						bad("%s seq %d: a body of %d bytes that is not the one sent", e.Topic, e.StreamSeq, len(e.Body))
+					}
+				} else if string(e.Body) != fmt.Sprint(e.StreamSeq) {
 					bad("%s seq %d has body %q", e.Topic, e.StreamSeq, e.Body)
 				}
 				end.Last[e.Topic] = e.StreamSeq

@@ -23,6 +23,11 @@ type ReceiverConfig struct {
 	Topics    []string // patterns; none or "" = all; '*' one dot segment, '>' the rest
 	Key       []byte
 	KeyID     uint8
+	// NextKey, NextKeyID: a second key accepted (a key rotation: section 6, "Key rotation").
+	NextKey   []byte
+	NextKeyID uint8
+	// Seal: accept only sealed datagrams (the channel has seal = true).
+	Seal      bool
 	Logger    *slog.Logger
 	RcvBuf    int // socket receive buffer to ask for, default DefaultRcvBuf (16 MiB)
 	EventsLen int // capacity of the Events channel, default 65536
@@ -32,6 +37,9 @@ type ReceiverConfig struct {
 	// MaxBytes bounds the records the receiver holds (behind a hole or waiting for a catalog) and
 	// its stream table; default DefaultReceiverMaxBytes (64 MiB).
 	MaxBytes int
+	// MaxReassembly bounds the fragments held for messages not yet complete; default
+	// DefaultMaxReassembly (two messages of MaxMessage).
+	MaxReassembly int
 	// SlowConsumerWait is how long delivery waits for room in a full Events channel before it
 	// drops messages as a slow-consumer gap; default DefaultSlowConsumerWait (1 s).
 	SlowConsumerWait time.Duration
@@ -66,6 +74,10 @@ type ReceiverStats struct {
 	OtherSession      uint64 // datagrams of another session while the current one was live
 	Overflow          uint64 // records dropped for MaxBytes or MaxStreams (reported as gaps)
 	SlowConsumerDrops uint64 // messages dropped because Events was full
+	Sealed            uint64 // sealed datagrams dropped: no key to open them
+	Reassembled       uint64 // messages completed from fragments
+	ForgedFragments   uint64 // fragments dropped as contradicting the protocol or each other
+	ReassemblyDrops   uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
 	Sessions          uint64
 	RcvBuf            int // receive buffer granted by the kernel
 }
@@ -119,8 +131,14 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.SlowConsumerWait == 0 {
 		cfg.SlowConsumerWait = DefaultSlowConsumerWait
 	}
-	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 || cfg.SlowConsumerWait < 0 {
+	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 || cfg.MaxReassembly < 0 || cfg.SlowConsumerWait < 0 {
 		return nil, fmt.Errorf("receiver: negative session timeout, max bytes or slow-consumer wait: %w", ErrBadConfig)
+	}
+	if (cfg.Seal || len(cfg.NextKey) > 0) && len(cfg.Key) == 0 {
+		return nil, fmt.Errorf("receiver: sealing or a next key without a key: %w", ErrBadConfig)
+	}
+	if len(cfg.NextKey) > 0 && cfg.NextKeyID == cfg.KeyID {
+		return nil, fmt.Errorf("receiver: the next key has the key id %d of the current one: %w", cfg.KeyID, ErrBadConfig)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -128,6 +146,19 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	return &Receiver{cfg: cfg, group: g, log: cfg.Logger.With(logGroup, g.String()),
 		events: make(chan Event, cfg.EventsLen), wake: make(chan struct{}, 1), pend: map[uint32]*Gap{},
 		warn: map[error]*warnLimiter{}}, nil
+}
+
+// keys is the key ring's keys: Key (and NextKey). With a key, HMAC-signed and sealed datagrams
+// are both accepted unless Seal requires sealing.
+func (r *Receiver) keys() []Key {
+	if len(r.cfg.Key) == 0 {
+		return nil
+	}
+	ks := []Key{{ID: r.cfg.KeyID, Secret: r.cfg.Key}}
+	if len(r.cfg.NextKey) > 0 {
+		ks = append(ks, Key{ID: r.cfg.NextKeyID, Secret: r.cfg.NextKey})
+	}
+	return ks
 }
 
 // Events delivers messages, gaps and session changes in order. It is closed by Close.
@@ -141,7 +172,8 @@ func (r *Receiver) Open(ctx context.Context) error {
 	}
 	core, err := NewReceiverCore(ReceiverCoreConfig{Profile: r.cfg.Profile, Mode: r.cfg.Mode,
 		Filter: topicFilter(r.cfg.Topics), Auth: NewAuth(r.cfg.Key, r.cfg.KeyID), Rand: newRand(),
-		SessionTimeout: r.cfg.SessionTimeout, MaxBytes: r.cfg.MaxBytes})
+		SessionTimeout: r.cfg.SessionTimeout, MaxBytes: r.cfg.MaxBytes, MaxReassembly: r.cfg.MaxReassembly,
+		Keys: r.keys(), Seal: r.cfg.Seal})
 	if err != nil {
 		return err
 	}
@@ -303,6 +335,8 @@ func (r *Receiver) rejected(now time.Time, from netip.AddrPort, err error) {
 		msg = "multicast datagrams far ahead of the receive window ignored (a forger, or a sender restarted with the same session id)"
 	case errors.Is(err, ErrOtherSession):
 		msg = "multicast datagrams of another session ignored while the current one is live (a forger, or a second sender on the group: use a key)"
+	case errors.Is(err, ErrSealed):
+		msg = "multicast datagrams are sealed (the channel has seal = true) and this receiver has no key: give it the channel's key file"
 	case errors.Is(err, ErrForeignSource):
 		msg = "multicast datagrams of the current session from another address ignored (a forger: use a key)"
 	default:
@@ -428,6 +462,7 @@ func (r *Receiver) Stats() ReceiverStats {
 		Duplicates: c.Duplicates, KernelDrops: r.kernelDrops.Load(), AuthFailures: c.AuthFailures,
 		Malformed: c.Malformed, Replays: c.Replays, Ahead: c.Ahead, ForeignSource: c.ForeignSource,
 		OtherSession: c.OtherSession, Overflow: c.Overflow, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
+		Sealed: c.Sealed, Reassembled: c.Reassembled, ForgedFragments: c.ForgedFragments, ReassemblyDrops: c.ReassemblyDrops,
 		RcvBuf: r.rcvBuf}
 }
 

@@ -35,6 +35,12 @@ const (
 	CandidateBytes = 4 << 20
 	heldOverhead   = 64  // accounted per held record, besides its payload
 	streamOverhead = 160 // accounted per stream, besides its topic
+	// DefaultMaxReassembly bounds the fragments a receiver holds for messages not yet complete
+	// (two messages of MaxMessage). A message whose fragments do not fit is dropped and
+	// reported as a gap.
+	DefaultMaxReassembly = 2 * MaxMessage
+	partialOverhead      = 96 // accounted per message being reassembled, besides its fragments
+	pieceOverhead        = 48 // accounted per fragment held, besides its bytes
 )
 
 // Errors Handle returns for datagrams it drops (besides ErrAuth and the decode errors).
@@ -50,14 +56,23 @@ type ReceiverCoreConfig struct {
 	Profile Profile
 	Mode    Mode
 	Filter  func(topic string) bool // nil: every topic
-	Auth    *Auth                   // nil: no HMAC
-	Rand    *rand.Rand              // required: NAK back-off and receiver id
-	ID      uint64                  // receiver id carried in NAKs; 0 = random
+	Auth    *Auth                   // nil: no HMAC (ignored when Keys are given)
+	// Keys are the channel keys accepted (section 6): HMAC-signed or sealed datagrams under any
+	// of them, with rotation (the key used before a new one is accepted for KeyOverlap more).
+	Keys []Key
+	// Seal: only sealed datagrams are accepted (requires Keys).
+	Seal bool
+	Rand *rand.Rand // required: NAK back-off and receiver id
+	ID   uint64     // receiver id carried in NAKs; 0 = random
 	// SessionTimeout: see DefaultSessionTimeout (the default when 0).
 	SessionTimeout time.Duration
 	// MaxBytes bounds held records and the stream table; DefaultReceiverMaxBytes when 0. Records
 	// that do not fit are dropped and reported as gaps.
 	MaxBytes int
+	// MaxReassembly bounds the fragments held for incomplete messages, accounted as their bytes
+	// + 48 per fragment + 96 per message; DefaultMaxReassembly when 0. A message whose
+	// fragments do not fit is dropped and reported as a gap.
+	MaxReassembly int
 }
 
 // ReceiverCounters are the ReceiverCore's counts.
@@ -71,6 +86,11 @@ type ReceiverCounters struct {
 	ForeignSource    uint64 // datagrams of the current session from another address than its sender's
 	OtherSession     uint64 // datagrams of another session while the current one was live
 	Overflow         uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
+	Sealed           uint64 // sealed datagrams dropped: no key to open them
+	Fragments        uint64 // fragment records taken into a reassembly
+	Reassembled      uint64 // messages completed from fragments
+	ForgedFragments  uint64 // fragments dropped: total above MaxMessage, out of range, overlapping, another total
+	ReassemblyDrops  uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
 	NAKs             uint64 // NAK datagrams sent
 	NAKedSeqs        uint64 // sequences asked for (counting repeats)
 	CatalogRequests  uint64 // NAKs for sequence 0: records of an unknown stream arrived
@@ -104,11 +124,34 @@ type rstream struct {
 	started  bool
 	expected uint64 // next stream sequence to deliver
 	held     map[uint64]held
-	tail     uint64 // last stream sequence announced by a HEARTBEAT...
-	tailAt   uint64 // ...whose leading edge was this
-	base     uint64 // stream sequences up to base were sent before the join point (HEARTBEAT)
-	dropMin  uint64 // lowest record dropped for want of room before the stream started (0: none)
-	queued   bool   // in ReceiverCore.gapq
+	tail     uint64              // last stream sequence announced by a HEARTBEAT...
+	tailAt   uint64              // ...whose leading edge was this
+	base     uint64              // stream sequences up to base were sent before the join point (HEARTBEAT)
+	dropMin  uint64              // lowest record dropped for want of room before the stream started (0: none)
+	queued   bool                // in ReceiverCore.gapq
+	frags    map[uint64]*partial // messages being reassembled, by stream sequence
+}
+
+// partial is a message being reassembled from its fragments.
+type partial struct {
+	total    uint32
+	have     uint32  // bytes received
+	pieces   []piece // sorted by offset, never overlapping
+	dg       uint64  // the highest datagram sequence of its fragments
+	repaired bool    // a fragment came in a repair
+	dropped  bool    // did not fit MaxReassembly: its later fragments are dropped too
+}
+
+// pentry names a partial in ReceiverCore.pfifo (stale once the partial is gone).
+type pentry struct {
+	st  *rstream
+	seq uint64
+	pa  *partial
+}
+
+type piece struct {
+	off  uint32
+	data []byte
 }
 
 // hole is the receiver's state for one missing datagram.
@@ -131,9 +174,10 @@ type hole struct {
 //  4. Call SetBehind(true) while datagrams are known to wait unread in the socket (a full batch
 //     read), SetBehind(false) once caught up: give-ups wait while the repair may still be queued.
 type ReceiverCore struct {
-	cfg ReceiverCoreConfig
-	t   timing
-	id  uint64
+	cfg  ReceiverCoreConfig
+	t    timing
+	id   uint64
+	ring *Keyring // with Keys: opens and verifies datagrams
 
 	session   uint64
 	joined    bool
@@ -167,6 +211,9 @@ type ReceiverCore struct {
 	gapq     []*rstream // streams with a hole or tail the frontier has not reached yet
 	resolved uint64     // the frontier when gapq was last looked at
 	bytes    int        // held payloads, topics and overheads
+	fbytes   int        // fragments of incomplete messages and their overheads (MaxReassembly)
+	pfifo    []pentry   // partials in the order they were started: the oldest is evicted first
+	nparts   int        // partials in the streams' frags maps
 	retired  []uint64
 	nakSeq   uint64
 	now      time.Time // of the call in progress
@@ -191,7 +238,7 @@ func NewReceiverCore(cfg ReceiverCoreConfig) (*ReceiverCore, error) {
 	if err := cfg.Profile.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 {
+	if cfg.SessionTimeout < 0 || cfg.MaxBytes < 0 || cfg.MaxReassembly < 0 {
 		return nil, fmt.Errorf("receiver core: negative session timeout or max bytes: %w", ErrBadConfig)
 	}
 	if cfg.SessionTimeout == 0 {
@@ -200,7 +247,14 @@ func NewReceiverCore(cfg ReceiverCoreConfig) (*ReceiverCore, error) {
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = DefaultReceiverMaxBytes
 	}
-	r := &ReceiverCore{cfg: cfg, t: cfg.Profile.timing(), id: cfg.ID}
+	if cfg.MaxReassembly == 0 {
+		cfg.MaxReassembly = DefaultMaxReassembly
+	}
+	ring, err := NewKeyring(cfg.Keys, cfg.Seal)
+	if err != nil {
+		return nil, err
+	}
+	r := &ReceiverCore{cfg: cfg, t: cfg.Profile.timing(), id: cfg.ID, ring: ring}
 	for r.id == 0 {
 		r.id = cfg.Rand.Uint64()
 	}
@@ -214,7 +268,8 @@ func (r *ReceiverCore) reset() {
 	r.miss = make(map[uint64]*hole)
 	r.streams = make(map[uint32]*rstream)
 	r.slist, r.waiting, r.gapq = nil, nil, nil
-	r.bytes = 0
+	r.bytes, r.fbytes = 0, 0
+	r.pfifo, r.nparts = nil, 0
 	r.nextDue, r.catDue = time.Time{}, time.Time{}
 	r.lossPassed, r.lossEver = false, false
 	r.firstLost = 0
@@ -224,6 +279,9 @@ func (r *ReceiverCore) reset() {
 func (r *ReceiverCore) dropCandidate() {
 	r.cand.session, r.cand.young, r.cand.kept, r.cand.bytes = 0, false, nil, 0
 }
+
+// keyed reports whether datagrams are authenticated (a key: HMAC or sealing).
+func (r *ReceiverCore) keyed() bool { return r.cfg.Auth != nil || r.ring != nil }
 
 // ID is the receiver id sent in NAKs.
 func (r *ReceiverCore) ID() uint64 { return r.id }
@@ -240,13 +298,18 @@ type ReceiverState struct {
 	Streams int // at most MaxStreams
 	Bytes   int // held records and stream table, accounted: at most MaxBytes
 	Held    int // records held
+	// Reassembly is the fragments of incomplete messages, accounted: at most MaxReassembly.
+	Reassembly int
+	Partials   int // messages being reassembled (or dropped, waiting for their gap)
 }
 
 // State returns the size of the core's state.
 func (r *ReceiverCore) State() ReceiverState {
 	s := ReceiverState{Tracked: len(r.done) + len(r.miss), Streams: len(r.streams), Bytes: r.bytes}
+	s.Reassembly = r.fbytes
 	for _, st := range r.slist {
 		s.Held += len(st.held)
+		s.Partials += len(st.frags)
 	}
 	return s
 }
@@ -278,7 +341,7 @@ func (r *ReceiverCore) setDue(t time.Time) {
 // unknownStreams reports whether records wait for a CATALOG.
 func (r *ReceiverCore) unknownStreams() bool {
 	for _, st := range r.slist {
-		if !st.known && len(st.held) > 0 {
+		if !st.known && (len(st.held) > 0 || len(st.frags) > 0) {
 			return true
 		}
 	}
@@ -291,7 +354,11 @@ func (r *ReceiverCore) sendNAK(rs []Range) {
 	b, _ := AppendPacket(make([]byte, 0, HeaderSize+12+16*len(rs)+TagSize), &Packet{
 		PacketHeader: PacketHeader{Type: TypeNAK, Session: r.session, Seq: r.nakSeq},
 		Receiver:     r.id, Ranges: rs})
-	r.out = append(r.out, Outgoing{To: r.src, B: r.cfg.Auth.Sign(b)})
+	auth := r.cfg.Auth
+	if r.ring != nil {
+		auth = r.ring.Auth()
+	}
+	r.out = append(r.out, Outgoing{To: r.src, B: auth.Sign(b)})
 }
 
 // edges checks a datagram's sequence and trailing edge against each other: the window rule of
@@ -312,12 +379,23 @@ func edges(p *Packet) bool {
 
 // Handle processes one datagram from the group (or a unicast from the sender).
 func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) error {
-	if !r.cfg.Auth.Verify(b) {
+	if r.ring != nil {
+		ob, err := r.ring.Open(b, now)
+		if err != nil {
+			r.c.AuthFailures++
+			return err
+		}
+		b = ob
+	} else if !r.cfg.Auth.Verify(b) {
 		r.c.AuthFailures++
 		return ErrAuth
 	}
 	p := &r.pkt
 	if err := Decode(b, p); err != nil {
+		if errors.Is(err, ErrSealed) {
+			r.c.Sealed++ // sealed, and we have no key: counted, never guessed at
+			return err
+		}
 		r.c.Malformed++
 		return err
 	}
@@ -394,7 +472,12 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			r.catalog(p.Catalog)
 		} else {
 			for _, rec := range p.Records {
-				r.record(r.stream(rec.Stream), rec.Seq, seq, rec.Payload, repaired)
+				st := r.stream(rec.Stream)
+				if !rec.Frag {
+					r.record(st, rec.Seq, seq, rec.Payload, repaired, false)
+				} else if pa := r.fragment(st, &rec, seq, repaired); pa != nil {
+					r.record(st, rec.Seq, pa.dg, pa.assemble(), pa.repaired, true)
+				}
 			}
 		}
 	case TypeHeartbeat:
@@ -461,12 +544,12 @@ func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packe
 		return nil, from, ErrStale // a repair for others is no place to start a session
 	}
 	if slices.Contains(r.retired, p.Session) ||
-		(r.joined && r.cfg.Auth != nil && p.Session>>32 < r.session>>32) {
+		(r.joined && r.keyed() && p.Session>>32 < r.session>>32) {
 		r.c.Replays++
 		return nil, from, ErrStale
 	}
 	young := p.Trailing <= 1 && p.Seq <= youngSession
-	if r.joined && r.cfg.Auth == nil && now.Sub(r.heard) < r.cfg.SessionTimeout {
+	if r.joined && !r.keyed() && now.Sub(r.heard) < r.cfg.SessionTimeout {
 		// The current session is live: one unauthenticated datagram does not retire it. Keep
 		// the candidate's datagrams (bounded) and whether it was young when first heard, so a
 		// restarted sender loses nothing.
@@ -780,6 +863,9 @@ func (r *ReceiverCore) resolve(st *rstream) {
 }
 
 func (r *ReceiverCore) gap(st *rstream, from, to uint64, reason Reason) {
+	if len(st.frags) > 0 {
+		r.dropPartials(st, to)
+	}
 	r.c.Gaps++
 	r.c.GapMessages += to - from + 1
 	r.events = append(r.events, Gap{Topic: st.topic, Stream: st.id, From: from, To: to, Reason: reason, Session: r.session})
@@ -836,12 +922,235 @@ func (r *ReceiverCore) catalog(entries []CatalogEntry) {
 	}
 }
 
-// unhold drops every record st holds.
+// unhold drops every record st holds, and its fragments.
 func (r *ReceiverCore) unhold(st *rstream) {
 	for _, h := range st.held {
 		r.bytes -= len(h.payload) + heldOverhead
 	}
 	clear(st.held)
+	r.dropPartials(st, math.MaxUint64)
+}
+
+// fragment takes one fragment record of datagram dg into its message's reassembly. It returns
+// the partial when the message is complete (taken out of the stream's reassemblies: the caller
+// delivers it like a record), else nil. A fragment that contradicts the others or the protocol's
+// bounds is dropped and counted (ForgedFragments); a message whose fragments do not fit
+// MaxReassembly is dropped, and its stream sequence becomes a hole reported as a Gap.
+func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bool) *partial {
+	if st == nil {
+		r.c.Overflow++ // the stream table is full
+		return nil
+	}
+	if st.known && !st.wanted {
+		return nil
+	}
+	if _, ok := st.held[rec.Seq]; ok || (st.started && rec.Seq < st.expected) {
+		r.c.Duplicates++
+		return nil
+	}
+	n := uint64(len(rec.Payload))
+	if rec.Total == 0 || rec.Total > MaxMessage || n == 0 || uint64(rec.Offset)+n > uint64(rec.Total) {
+		r.c.ForgedFragments++
+		return nil
+	}
+	pa := st.frags[rec.Seq]
+	if pa == nil {
+		if !r.reassemblyRoom(partialOverhead, nil) {
+			r.c.ReassemblyDrops++
+			r.c.Overflow++
+			r.dropped(st, rec.Seq)
+			return nil
+		}
+		if st.frags == nil {
+			st.frags = make(map[uint64]*partial)
+		}
+		pa = &partial{total: rec.Total}
+		st.frags[rec.Seq] = pa
+		r.nparts++
+		r.pfifo = append(r.pfifo, pentry{st, rec.Seq, pa})
+		r.fbytes += partialOverhead
+		if !st.known && r.catDue.IsZero() {
+			r.catDue = r.now.Add(r.backoff())
+			r.setDue(r.catDue)
+		}
+	}
+	if pa.dropped {
+		return nil
+	}
+	if rec.Total != pa.total {
+		r.c.ForgedFragments++
+		return nil
+	}
+	// The pieces are sorted by offset and never overlap: find where this one goes.
+	i, _ := slices.BinarySearchFunc(pa.pieces, rec.Offset, func(p piece, off uint32) int {
+		return cmpU32(p.off, off)
+	})
+	if i < len(pa.pieces) && pa.pieces[i].off == rec.Offset && uint64(len(pa.pieces[i].data)) == n {
+		r.c.Duplicates++ // the same fragment again
+		return nil
+	}
+	if (i > 0 && uint64(pa.pieces[i-1].off)+uint64(len(pa.pieces[i-1].data)) > uint64(rec.Offset)) ||
+		(i < len(pa.pieces) && uint64(rec.Offset)+n > uint64(pa.pieces[i].off)) {
+		r.c.ForgedFragments++ // overlaps another fragment
+		return nil
+	}
+	// In the usual case the fragments come in order: the last piece grows (its capacity at most
+	// what is left of the message), so a message costs one buffer, not one per fragment.
+	grow := i == len(pa.pieces) && i > 0 && uint64(pa.pieces[i-1].off)+uint64(len(pa.pieces[i-1].data)) == uint64(rec.Offset)
+	var newCap int
+	cost := min(16*int(n), int(pa.total-rec.Offset)) + pieceOverhead
+	if grow {
+		last := pa.pieces[i-1].data
+		newCap = cap(last)
+		if need := len(last) + int(n); need > newCap {
+			newCap = min(max(4*newCap, need), int(pa.total-pa.pieces[i-1].off))
+		}
+		cost = newCap - cap(last)
+	}
+	if !r.reassemblyRoom(cost, pa) {
+		// It cannot fit: drop the whole message (a gap), keep a marker so its other fragments
+		// do not start it again.
+		r.c.ReassemblyDrops++
+		r.c.Overflow++
+		r.freePieces(pa)
+		pa.dropped = true
+		r.dropped(st, rec.Seq)
+		return nil
+	}
+	r.c.Fragments++
+	r.fbytes += cost
+	if grow {
+		last := &pa.pieces[i-1]
+		if newCap > cap(last.data) {
+			d := make([]byte, len(last.data), newCap)
+			copy(d, last.data)
+			last.data = d
+		}
+		last.data = append(last.data, rec.Payload...)
+	} else {
+		pa.pieces = slices.Insert(pa.pieces, i, piece{off: rec.Offset, data: rec.Payload[:0:0]})
+		p := &pa.pieces[i]
+		// Room for 16 such fragments (at most the rest of the message): what a fragment claims
+		// makes the receiver allocate at most 16 times its size.
+		c := min(16*int(n), int(pa.total-rec.Offset))
+		p.data = append(make([]byte, 0, c), rec.Payload...)
+	}
+	pa.have += uint32(n)
+	pa.dg = max(pa.dg, dg)
+	pa.repaired = pa.repaired || repaired
+	if pa.have != pa.total {
+		return nil
+	}
+	// Complete: the pieces do not overlap and sum to total, so they cover it exactly.
+	r.freePieces(pa)
+	r.fbytes -= partialOverhead
+	delete(st.frags, rec.Seq)
+	r.nparts--
+	r.c.Reassembled++
+	return pa
+}
+
+// reassemblyRoom makes room for cost more bytes of reassembly by evicting the partials started
+// before the others (keep, the one asking, is never evicted): a burst of forged fragments
+// cannot hold the reassembly for ever. An evicted message is dropped and reported as a gap of its
+// stream sequence. It reports whether cost fits.
+func (r *ReceiverCore) reassemblyRoom(cost int, keep *partial) bool {
+	for r.fbytes+cost > r.cfg.MaxReassembly && len(r.pfifo) > 0 {
+		e := r.pfifo[0]
+		if e.pa == keep {
+			if len(r.pfifo) == 1 {
+				break
+			}
+			r.pfifo = append(r.pfifo[1:], e) // keep its place behind the others
+			continue
+		}
+		r.pfifo[0] = pentry{}
+		r.pfifo = r.pfifo[1:]
+		if e.st.frags[e.seq] != e.pa {
+			continue // completed or forgotten already
+		}
+		if !e.pa.dropped {
+			r.c.ReassemblyDrops++
+			r.c.Overflow++
+			r.dropped(e.st, e.seq)
+		}
+		e.pa.dropped = true
+		r.freePieces(e.pa)
+		r.fbytes -= partialOverhead
+		delete(e.st.frags, e.seq)
+		r.nparts--
+	}
+	if len(r.pfifo) > 2*r.nparts+64 { // drop the entries of partials that are gone
+		live := r.pfifo[:0]
+		for _, e := range r.pfifo {
+			if e.st.frags[e.seq] == e.pa {
+				live = append(live, e)
+			}
+		}
+		clear(r.pfifo[len(live):])
+		r.pfifo = live
+	}
+	return r.fbytes+cost <= r.cfg.MaxReassembly
+}
+
+func cmpU32(a, b uint32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// assemble returns the message of a complete partial.
+func (pa *partial) assemble() []byte {
+	if len(pa.pieces) == 1 {
+		return pa.pieces[0].data // fragments in order: already whole
+	}
+	b := make([]byte, pa.total)
+	for _, p := range pa.pieces {
+		copy(b[p.off:], p.data)
+	}
+	return b
+}
+
+// freePieces gives back the accounting of pa's pieces (the pieces stay for assemble).
+func (r *ReceiverCore) freePieces(pa *partial) {
+	for _, p := range pa.pieces {
+		r.fbytes -= cap(p.data) + pieceOverhead
+	}
+	if pa.dropped || pa.have != pa.total {
+		pa.pieces = nil
+	}
+}
+
+// dropPartials forgets the reassemblies of st up to stream sequence upTo: their sequence was
+// delivered or reported as a gap.
+func (r *ReceiverCore) dropPartials(st *rstream, upTo uint64) {
+	for q, pa := range st.frags {
+		if q <= upTo {
+			r.freePieces(pa)
+			r.fbytes -= partialOverhead
+			delete(st.frags, q)
+			r.nparts--
+		}
+	}
+}
+
+// dropped notes that record seq of st was dropped for want of room: a hole of the stream that
+// resolve reports as a gap (reason expired unless a datagram loss says otherwise).
+func (r *ReceiverCore) dropped(st *rstream, seq uint64) {
+	if !st.started && (st.dropMin == 0 || seq < st.dropMin) {
+		st.dropMin = seq
+	}
+	r.lossPassed, r.lossEver = true, true
+	if r.lossReason == 0 {
+		r.lossReason = ReasonExpired
+	}
+	if st.started {
+		r.await(st)
+	}
 }
 
 // hold keeps a record for later; when it does not fit in MaxBytes it is dropped: a hole in the
@@ -850,21 +1159,16 @@ func (r *ReceiverCore) hold(st *rstream, seq uint64, h held) {
 	cost := len(h.payload) + heldOverhead
 	if r.bytes+cost > r.cfg.MaxBytes {
 		r.c.Overflow++
-		if !st.started && (st.dropMin == 0 || seq < st.dropMin) {
-			st.dropMin = seq
-		}
-		r.lossPassed, r.lossEver = true, true
-		if r.lossReason == 0 {
-			r.lossReason = ReasonExpired
-		}
+		r.dropped(st, seq)
 		return
 	}
 	r.bytes += cost
 	st.held[seq] = h
 }
 
-// record handles one record of datagram dg.
-func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repaired bool) {
+// record handles one record of datagram dg. owned: payload is the core's own (a reassembled
+// message), kept and delivered without a copy; else it aliases the datagram.
+func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repaired, owned bool) {
 	if st == nil {
 		r.c.Overflow++ // the stream table is full
 		return
@@ -875,7 +1179,7 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 			r.setDue(r.catDue)
 		}
 		if _, ok := st.held[seq]; !ok {
-			r.hold(st, seq, held{dg: dg, payload: clone(payload), repaired: repaired})
+			r.hold(st, seq, held{dg: dg, payload: keepPayload(payload, owned), repaired: repaired})
 		}
 		return
 	}
@@ -891,7 +1195,7 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 		return
 	}
 	if seq == st.expected {
-		r.deliver(st, seq, payload, repaired)
+		r.deliver(st, seq, payload, repaired, owned)
 		st.expected++
 		r.drain(st)
 		return
@@ -901,12 +1205,12 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 			r.hold(st, seq, held{dg: dg, delivered: true}) // no room: dropped, a gap later
 			return
 		}
-		r.deliver(st, seq, payload, repaired)
+		r.deliver(st, seq, payload, repaired, owned)
 		r.hold(st, seq, held{dg: dg, delivered: true})
 		r.await(st)
 		return
 	}
-	r.hold(st, seq, held{dg: dg, payload: clone(payload), repaired: repaired})
+	r.hold(st, seq, held{dg: dg, payload: keepPayload(payload, owned), repaired: repaired})
 	r.await(st)
 }
 
@@ -920,22 +1224,32 @@ func (r *ReceiverCore) drain(st *rstream) {
 		delete(st.held, st.expected)
 		r.bytes -= len(h.payload) + heldOverhead
 		if !h.delivered {
-			r.deliver(st, st.expected, h.payload, h.repaired)
+			r.deliver(st, st.expected, h.payload, h.repaired, true) // held payloads are copies
 		}
 		st.expected++
 	}
 }
 
-func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired bool) {
+// deliver hands out one message; owned: payload is the core's own and no longer used, so the
+// body needs no copy.
+func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired, owned bool) {
 	hs, body, err := DecodeMessage(payload)
 	if err != nil {
 		r.c.Malformed++
 		r.gap(st, seq, seq, ReasonGone)
 		return
 	}
+	if len(st.frags) > 0 && seq == st.expected {
+		// In order: nothing below it can still be reassembled (skip mode delivers ahead of
+		// holes whose fragments may still come).
+		r.dropPartials(st, seq)
+	}
+	if !owned {
+		body = clone(body)
+	}
 	r.c.Messages++
 	r.events = append(r.events, Message{Topic: st.topic, Stream: st.id, StreamSeq: seq, Headers: hs,
-		Body: clone(body), Repaired: repaired, Session: r.session})
+		Body: body, Repaired: repaired, Session: r.session})
 }
 
 // Tick sends due NAKs and gives up on what has run out of time. A missing sequence is given up
@@ -1012,3 +1326,11 @@ func minKey[V any](m map[uint64]V) uint64 {
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// keepPayload is payload to hold: itself when the core owns it, else a copy.
+func keepPayload(payload []byte, owned bool) []byte {
+	if owned {
+		return payload
+	}
+	return clone(payload)
+}

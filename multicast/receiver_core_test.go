@@ -173,6 +173,7 @@ func TestConfig_Validate(t *testing.T) {
 type dgb struct {
 	session uint64
 	auth    *Auth
+	seal    *Sealer // seals instead of signing
 }
 
 func (g dgb) enc(p *Packet) []byte {
@@ -180,6 +181,9 @@ func (g dgb) enc(p *Packet) []byte {
 	b, err := AppendPacket(nil, p)
 	if err != nil {
 		panic(err)
+	}
+	if g.seal != nil {
+		return g.seal.Seal(b)
 	}
 	return g.auth.Sign(b)
 }
@@ -191,6 +195,27 @@ func rec(stream uint32, seq uint64, body string) Record {
 
 func (g dgb) data(seq, trailing uint64, rs ...Record) []byte {
 	return g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeData, Seq: seq, Trailing: trailing}, Records: rs})
+}
+
+// frags splits the message with body into n fragment records of stream seq (the last takes the rest).
+func frags(stream uint32, seq uint64, body string, n int) []Record {
+	p, _ := AppendMessage(nil, nil, []byte(body))
+	var out []Record
+	k := (len(p) + n - 1) / n
+	for off := 0; off < len(p); off += k {
+		end := min(off+k, len(p))
+		out = append(out, Record{Stream: stream, Seq: seq, Frag: true, Total: uint32(len(p)), Offset: uint32(off), Payload: p[off:end]})
+	}
+	return out
+}
+
+// fdata is a DATA datagram (RDATA when repair) holding fragment records.
+func (g dgb) fdata(seq, trailing uint64, repair bool, rs ...Record) []byte {
+	h := PacketHeader{Type: TypeData, Flags: FlagFragment, Seq: seq, Trailing: trailing}
+	if repair {
+		h.Type, h.Flags = TypeRData, FlagFragment|FlagRepair
+	}
+	return g.enc(&Packet{PacketHeader: h, Records: rs})
 }
 
 func (g dgb) rdata(seq, trailing uint64, rs ...Record) []byte {

@@ -21,7 +21,8 @@ import (
 // stream sequence delivered or reported twice and, in ordered mode, each event of a stream
 // starting where the previous one ended.
 //
-// Input: byte 0 configures (bit 0 skip mode, bit 1 a key "k" id 1); then records of u8 time
+// Input: byte 0 configures (bit 0 skip mode, bit 1 a key "k" id 1, bit 2 sealing with the keys
+// of the conformance vectors: fuzzSealKeys); then records of u8 time
 // step (x 250 us), u8 source (bit 0: another address), u16 length, length bytes of datagram; at
 // most 256 datagrams are used.
 // The seed corpus in testdata/fuzz/FuzzReceiverCore is the conformance vectors in this form.
@@ -30,12 +31,15 @@ func FuzzReceiverCore(f *testing.F) {
 		if len(in) < 1 {
 			return
 		}
-		cfg := ReceiverCoreConfig{Rand: rand.New(rand.NewPCG(1, 2)), MaxBytes: 256 << 10}
+		cfg := ReceiverCoreConfig{Rand: rand.New(rand.NewPCG(1, 2)), MaxBytes: 256 << 10, MaxReassembly: 64 << 10}
 		if in[0]&1 != 0 {
 			cfg.Mode = Skip
 		}
 		if in[0]&2 != 0 {
 			cfg.Auth = NewAuth([]byte("k"), 1)
+		}
+		if in[0]&4 != 0 {
+			cfg.Keys, cfg.Seal = fuzzSealKeys, true
 		}
 		r, err := NewReceiverCore(cfg)
 		if err != nil {
@@ -77,6 +81,9 @@ func FuzzReceiverCore(f *testing.F) {
 	})
 }
 
+// fuzzSealKeys are the keys of the sealed conformance vectors.
+var fuzzSealKeys = []Key{{ID: 1, Secret: []byte("0123456789abcdef0123456789abcdef")}, {ID: 2, Secret: []byte("the next key, 32 bytes long.....")}}
+
 // checkInvariants checks the core's bounds and its byte accounting.
 func (r *ReceiverCore) checkInvariants() error {
 	st := r.State()
@@ -101,6 +108,35 @@ func (r *ReceiverCore) checkInvariants() error {
 	}
 	if want != r.bytes {
 		return fmt.Errorf("accounted %d bytes, state holds %d", r.bytes, want)
+	}
+	fwant := 0
+	for _, s := range r.slist {
+		for q, pa := range s.frags {
+			fwant += partialOverhead
+			have := 0
+			end := uint64(0)
+			for _, p := range pa.pieces {
+				if uint64(p.off) < end {
+					return fmt.Errorf("stream %d seq %d: fragments overlap at %d", s.id, q, p.off)
+				}
+				end = uint64(p.off) + uint64(len(p.data))
+				fwant += cap(p.data) + pieceOverhead
+				have += len(p.data)
+			}
+			if end > uint64(pa.total) || have != int(pa.have) || (pa.dropped && have != 0) || pa.have >= pa.total {
+				return fmt.Errorf("stream %d seq %d: partial %d of %d bytes (end %d, dropped %v)", s.id, q, have, pa.total, end, pa.dropped)
+			}
+		}
+	}
+	nparts := 0
+	for _, s := range r.slist {
+		nparts += len(s.frags)
+	}
+	if nparts != r.nparts {
+		return fmt.Errorf("%d partials counted, %d held", r.nparts, nparts)
+	}
+	if fwant != r.fbytes || r.fbytes > r.cfg.MaxReassembly {
+		return fmt.Errorf("reassembly accounted %d bytes, holds %d, bound %d", r.fbytes, fwant, r.cfg.MaxReassembly)
 	}
 	return nil
 }
@@ -174,6 +210,9 @@ func TestWriteReceiverFuzzCorpus(t *testing.T) {
 		in := []byte{0}
 		if cfg.Mode == "skip" {
 			in[0] |= 1
+		}
+		if cfg.Seal {
+			in[0] |= 4
 		}
 		last := int64(0)
 		for _, l := range lines[1 : len(lines)-1] {

@@ -43,7 +43,18 @@ type SenderConfig struct {
 	MTU        int // bytes per datagram, default DefaultMTU
 	Key        []byte
 	KeyID      uint8
-	Logger     *slog.Logger
+	// Seal: encrypt every datagram under Key (docs/multicast-protocol.md, section 6, "Sealing").
+	Seal bool
+	// PrevKey, PrevKeyID: during a key rotation, NAKs signed with the key used before are
+	// accepted too (receivers that have not yet heard the new key).
+	PrevKey   []byte
+	PrevKeyID uint8
+	Logger    *slog.Logger
+	// QueueBytes bounds the bytes of large messages (above QueueUnit) accepted by Publish and not
+	// yet packed, so a few fragmented messages cannot hold gigabytes (default DefaultQueueBytes,
+	// at least MaxMessage); Publish blocks while they would not fit. Small messages are bounded
+	// by QueueLen.
+	QueueBytes int
 	// QueueLen bounds messages accepted by Publish and not yet packed; Publish blocks when it is
 	// full (default 4096).
 	QueueLen int
@@ -79,7 +90,14 @@ type SenderStats struct {
 type pubMsg struct {
 	topic   string
 	payload []byte
+	tokens  int // QueueUnit tokens of s.qtok it holds
 }
+
+// Publish queue byte bound (SenderConfig.QueueBytes).
+const (
+	DefaultQueueBytes = 64 << 20
+	QueueUnit         = 4 << 10 // messages above this take QueueBytes tokens of this size
+)
 
 // Sender multicasts published messages on one channel (a session) and answers NAKs. It is the
 // socket shell around SenderCore. Safe for concurrent use.
@@ -96,6 +114,8 @@ type Sender struct {
 	dst     *net.UDPAddr
 	msgs    []ipv4.Message
 	pubq    chan pubMsg
+	qtok    chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
+	qacq    sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	open    atomic.Bool // Open was called
@@ -117,6 +137,12 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.TTL < 0 || cfg.TTL > 255 {
 		errs = append(errs, fmt.Errorf("TTL %d: %w", cfg.TTL, ErrBadConfig))
 	}
+	if cfg.Seal && len(cfg.Key) == 0 {
+		errs = append(errs, fmt.Errorf("seal without a key: %w", ErrBadConfig))
+	}
+	if len(cfg.PrevKey) > 0 && (len(cfg.Key) == 0 || cfg.PrevKeyID == cfg.KeyID) {
+		errs = append(errs, fmt.Errorf("a previous key needs a current key with another key id: %w", ErrBadConfig))
+	}
 	if cfg.Profile == "" {
 		cfg.Profile = ProfileLowLatency
 	}
@@ -129,8 +155,15 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if cfg.QueueBytes == 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.QueueBytes < MaxMessage {
+		return nil, fmt.Errorf("QueueBytes %d below MaxMessage %d: %w", cfg.QueueBytes, MaxMessage, ErrBadConfig)
+	}
 	return &Sender{cfg: cfg, group: g, closed: make(chan struct{}), pubq: make(chan pubMsg, cfg.QueueLen),
-		log: cfg.Logger.With(logGroup, g.String())}, nil
+		qtok: make(chan struct{}, cfg.QueueBytes/QueueUnit),
+		log:  cfg.Logger.With(logGroup, g.String())}, nil
 }
 
 func newRand() *rand.Rand {
@@ -148,7 +181,8 @@ func (s *Sender) Open(ctx context.Context) error {
 	core, err := NewSenderCore(SenderCoreConfig{Profile: s.cfg.Profile, MTU: s.cfg.MTU, Window: s.cfg.Window,
 		RateLimit: s.cfg.RateLimit, RepairRate: s.cfg.RepairRate, SourceRepairRate: s.cfg.SourceRepairRate,
 		NAKSources: s.cfg.NAKSources, StreamIdle: s.cfg.StreamIdle,
-		MaxStreams: s.cfg.MaxStreams, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID),
+		MaxStreams: s.cfg.MaxStreams, Auth: NewAuth(s.cfg.Key, s.cfg.KeyID), PrevAuth: NewAuth(s.cfg.PrevKey, s.cfg.PrevKeyID),
+		Seal: s.sealer(),
 		Rand: newRand(), Start: time.Now()})
 	if err != nil {
 		return err
@@ -215,9 +249,17 @@ func (s *Sender) LocalAddr() net.Addr {
 	return s.conn.LocalAddr()
 }
 
+// sealer is the core's Sealer: nil unless Seal.
+func (s *Sender) sealer() *Sealer {
+	if !s.cfg.Seal {
+		return nil
+	}
+	return NewSealer(Key{ID: s.cfg.KeyID, Secret: s.cfg.Key})
+}
+
 // MaxMessageSize is the largest message (as AppendMessage encodes it: headers and body) Publish
-// accepts: what fits one datagram, with room for a tag.
-func (s *Sender) MaxMessageSize() int { return MaxDatagram - HeaderSize - 2 - RecordHeader - TagSize }
+// accepts: MaxMessage. A message too large for one datagram goes as fragments.
+func (s *Sender) MaxMessageSize() int { return MaxMessage }
 
 // Publish queues one message. It blocks only when the queue is full (the rate limit or a slow
 // network holds it back) and returns ErrClosed after Close.
@@ -245,10 +287,17 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 		return ErrClosed
 	default:
 	}
+	m := pubMsg{topic: topic, payload: p}
+	if len(p) > QueueUnit {
+		if err := s.acquire(&m); err != nil {
+			return err
+		}
+	}
 	select {
-	case s.pubq <- pubMsg{topic, p}:
+	case s.pubq <- m:
 		return nil
 	case <-s.closed:
+		s.releaseTokens(m.tokens)
 		return ErrClosed
 	}
 }
@@ -303,7 +352,33 @@ func (s *Sender) writeLoop(ctx context.Context) {
 	}
 }
 
+// acquire takes the QueueBytes tokens of a large message, waiting while they are held by
+// messages not yet packed.
+func (s *Sender) acquire(m *pubMsg) error {
+	n := (len(m.payload) + QueueUnit - 1) / QueueUnit
+	s.qacq.Lock()
+	defer s.qacq.Unlock()
+	for m.tokens < n {
+		select {
+		case s.qtok <- struct{}{}:
+			m.tokens++
+		case <-s.closed:
+			s.releaseTokens(m.tokens)
+			m.tokens = 0
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+func (s *Sender) releaseTokens(n int) {
+	for ; n > 0; n-- {
+		<-s.qtok
+	}
+}
+
 func (s *Sender) publishLocked(now time.Time, m pubMsg) {
+	s.releaseTokens(m.tokens)
 	if err := s.core.Publish(now, m.topic, m.payload); err != nil {
 		s.log.Warn("multicast publish dropped", "topic", m.topic, logErr, err)
 		return

@@ -36,9 +36,14 @@ type SenderCoreConfig struct {
 	// with data in the window are never forgotten, so the bound is MaxStreams or what the window
 	// holds, whichever is more. Default DefaultMaxStreams.
 	MaxStreams int
-	Auth       *Auth      // nil: no HMAC
-	Rand       *rand.Rand // required: session id, nothing else
-	Start      time.Time  // the sender's start; its unix seconds go into the session id
+	Auth       *Auth // nil: no HMAC
+	// Seal: seal every datagram sent (section 6, "Sealing") instead of signing it; NAKs are
+	// still verified with Auth (the same key's HMAC).
+	Seal *Sealer
+	// PrevAuth: NAKs signed with this key (the one used before a rotation) are accepted too.
+	PrevAuth *Auth
+	Rand     *rand.Rand // required: session id, nothing else
+	Start    time.Time  // the sender's start; its unix seconds go into the session id
 }
 
 // SenderCounters are the SenderCore's own counts (the shell adds socket counts).
@@ -46,6 +51,8 @@ type SenderCounters struct {
 	Datagrams, Bytes     uint64 // everything handed out by Ready
 	DataDatagrams        uint64
 	Messages             uint64
+	Fragmented           uint64 // messages sent as fragments (too large for one datagram)
+	Fragments            uint64 // fragment datagrams (originals)
 	Heartbeats           uint64
 	Catalogs             uint64
 	CatalogBytes         uint64 // CATALOG datagrams queued (original, not repairs)
@@ -232,7 +239,9 @@ func (s *SenderCore) Ready() [][]byte {
 
 func (s *SenderCore) maxPayload() int {
 	n := s.cfg.MTU
-	if s.cfg.Auth != nil {
+	if s.cfg.Seal != nil {
+		n -= SealOverhead
+	} else if s.cfg.Auth != nil {
 		n -= TagSize
 	}
 	return n
@@ -245,9 +254,10 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		return ErrEmptyTopic
 	}
 	need := RecordHeader + len(payload)
-	if HeaderSize+2+need > max(s.maxPayload(), MaxDatagram-TagSize) {
-		return fmt.Errorf("%d byte message on %s: %w", len(payload), topic, ErrTooLarge)
+	if len(payload) > MaxMessage {
+		return fmt.Errorf("%d byte message on %s (at most %d): %w", len(payload), topic, MaxMessage, ErrTooLarge)
 	}
+	frag := HeaderSize+2+need > s.maxPayload() // too large for one datagram: fragments
 	st := s.streams[topic]
 	if st == nil {
 		if s.lastID == 1<<32-1 {
@@ -262,7 +272,7 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		s.lruUnlink(st)
 		s.lruPush(st)
 	}
-	if s.cur != nil && len(s.cur)+need > s.maxPayload() {
+	if s.cur != nil && (frag || len(s.cur)+need > s.maxPayload()) {
 		s.flushCur(now)
 	}
 	if st.listed == 0 {
@@ -272,11 +282,11 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		s.pending = append(s.pending, st)
 	}
 	st.last = now
-	if st.curGen != s.curGen+1 {
-		st.curGen = s.curGen + 1
-		st.lastDg = 0
-		s.cur1 = append(s.cur1, st)
+	if frag {
+		s.publishFragments(now, st, payload)
+		return nil
 	}
+	s.noteRecord(st)
 	if s.cur == nil {
 		s.cur = s.win.buffer(max(s.cfg.MTU, HeaderSize+2+need+TagSize))
 		s.cur = appendHeader(s.cur, &PacketHeader{Type: TypeData, Session: s.session})
@@ -291,6 +301,42 @@ func (s *SenderCore) Publish(now time.Time, topic string, payload []byte) error 
 		s.flushCur(now)
 	}
 	return nil
+}
+
+// noteRecord notes that the DATA datagram being packed holds a record of st.
+func (s *SenderCore) noteRecord(st *senderStream) {
+	if st.curGen != s.curGen+1 {
+		st.curGen = s.curGen + 1
+		st.lastDg = 0
+		s.cur1 = append(s.cur1, st)
+	}
+}
+
+// fragmentData is how many bytes of a message one fragment datagram carries.
+func (s *SenderCore) fragmentData() int {
+	return s.maxPayload() - HeaderSize - 2 - RecordHeader - FragmentHeader
+}
+
+// publishFragments sends a message too large for one datagram as fragments: one DATA datagram
+// each (flag FlagFragment), all with the message's stream sequence, so each is sequenced and
+// repaired like any datagram. The datagram being packed was flushed before.
+func (s *SenderCore) publishFragments(now time.Time, st *senderStream, payload []byte) {
+	st.seq++
+	s.c.Messages++
+	s.c.Fragmented++
+	chunk := s.fragmentData()
+	for off := 0; off < len(payload); off += chunk {
+		end := min(off+chunk, len(payload))
+		s.noteRecord(st)
+		// Every fragment buffer is MTU-sized (the tag goes on a copy), so the window reuses them.
+		b := s.win.buffer(s.cfg.MTU)
+		b = appendHeader(b, &PacketHeader{Type: TypeData, Flags: FlagFragment, Session: s.session})
+		b = append(b, 1, 0)
+		s.cur = appendFragment(b, st.id, st.seq, uint32(len(payload)), uint32(off), payload[off:end])
+		s.curRecs = 1
+		s.c.Fragments++
+		s.flushCur(now)
+	}
 }
 
 // nextQueuedSeq is the sequence the next queued datagram will get minus one.
@@ -457,20 +503,20 @@ func (s *SenderCore) evictStreams() {
 
 // release sends queued datagrams as the rate limit allows.
 func (s *SenderCore) release(now time.Time) {
-	for len(s.queue) > 0 {
-		b := s.queue[0]
+	sent := 0
+	for sent < len(s.queue) {
+		b := s.queue[sent]
 		if !s.rate.take(now, float64(len(b))) {
 			if s.limited.IsZero() {
 				s.limited = now
 			}
-			return
+			break
 		}
 		if !s.limited.IsZero() {
 			s.c.RateLimited += now.Sub(s.limited)
 			s.limited = time.Time{}
 		}
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
+		sent++
 		s.qBytes -= len(b)
 		seq := s.win.next()
 		binary.LittleEndian.PutUint64(b[16:], seq)
@@ -483,14 +529,25 @@ func (s *SenderCore) release(now time.Time) {
 		s.hbIvl = MinHeartbeatInterval
 		s.hbAt = now.Add(s.hbIvl)
 	}
-	if len(s.queue) == 0 {
-		s.queue = s.queue[:0:0]
+	switch {
+	case sent == 0:
+	case len(s.queue) == sent && cap(s.queue) <= 1024:
+		clear(s.queue)
+		s.queue = s.queue[:0] // keep a small backing array: no allocation per datagram
+	default:
+		clear(s.queue[:sent])
+		s.queue = s.queue[sent:]
+		if len(s.queue) == 0 {
+			s.queue = s.queue[:0:0]
+		}
 	}
 }
 
 // emit signs a copy (or b itself when copyIt is false and no tag is needed) and queues it for Ready.
 func (s *SenderCore) emit(b []byte, copyIt bool) {
-	if s.cfg.Auth != nil || copyIt {
+	if s.cfg.Seal != nil {
+		b = s.cfg.Seal.Seal(b) // a sealed copy: the window keeps the plain datagram
+	} else if s.cfg.Auth != nil || copyIt {
 		c := make([]byte, len(b), len(b)+TagSize)
 		copy(c, b)
 		b = s.cfg.Auth.Sign(c)
@@ -515,7 +572,10 @@ func (s *SenderCore) emitPacket(p *Packet) {
 
 // Step handles one datagram received by the sender (a NAK from a receiver).
 func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
-	if !s.cfg.Auth.Verify(b) {
+	if len(b) >= HeaderSize && b[4]&FlagSealed != 0 {
+		return nil // a sealed datagram (ours looped back, or another sender's): never a NAK
+	}
+	if !s.cfg.Auth.Verify(b) && (s.cfg.PrevAuth == nil || !s.cfg.PrevAuth.Verify(b)) {
 		s.c.AuthFailures++
 		return ErrAuth
 	}
@@ -695,7 +755,7 @@ func (s *SenderCore) sendRepairs(now time.Time) {
 			if t == TypeData {
 				t = TypeRData
 			}
-			putHeaderFields(c, t, FlagRepair, 0, s.win.trailing())
+			putHeaderFields(c, t, FlagRepair|c[4]&FlagFragment, 0, s.win.trailing())
 			s.emit(c, false)
 			s.c.Repairs++
 			s.c.RepairBytes += uint64(len(c))

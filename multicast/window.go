@@ -13,10 +13,14 @@ type window struct {
 	dead  [][]byte // evicted buffers that may still be queued for sending
 }
 
+// maxFree is how many evicted buffers the window keeps for reuse (about 1.4 MB of MTU-sized
+// ones): enough for the fragments of a 1 MB message between two Ready calls.
+const maxFree = 1024
+
 // recycle makes evicted buffers reusable: call it once nothing refers to them any more.
 func (w *window) recycle() {
 	for _, b := range w.dead {
-		if len(w.free) < 64 {
+		if len(w.free) < maxFree {
 			w.free = append(w.free, b)
 		}
 	}
@@ -65,7 +69,7 @@ func (w *window) push(b []byte) {
 		w.n--
 		w.first++
 		w.bytes -= cap(old)
-		if len(w.dead) < 64 {
+		if len(w.dead) < maxFree {
 			w.dead = append(w.dead, old)
 		}
 	}

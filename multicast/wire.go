@@ -18,9 +18,30 @@ const (
 const (
 	FlagAuth   = 1 << 0 // a truncated HMAC-SHA256 tag of TagSize bytes ends the datagram
 	FlagRepair = 1 << 1 // the datagram is a retransmission (always set on RDATA, also on repaired CATALOG)
+	// FlagFragment marks a DATA or RDATA datagram whose record is a fragment of a message too
+	// large for one datagram (revision 3): its record length has FragmentBit set and its payload
+	// starts with u32 total, u32 offset. A receiver of revision 2 drops such a datagram (an
+	// unknown flag), so it reports the message as a gap and never misreads it.
+	FlagFragment = 1 << 2
+	// FlagSealed marks a sealed datagram (section 6, "Sealing"): after the header, a u64 seal
+	// counter, then the body encrypted with XChaCha20-Poly1305 and its 16-byte tag. FlagAuth is
+	// not set on it (the AEAD authenticates the header). Decode returns ErrSealed: open it first.
+	FlagSealed = 1 << 3
 	// KnownFlags are the flags this version defines. Decode rejects a datagram with any other
 	// bit set: a flag may change the meaning of the body, so it is never guessed at.
-	KnownFlags = FlagAuth | FlagRepair
+	KnownFlags = FlagAuth | FlagRepair | FlagFragment | FlagSealed
+)
+
+// Fragments (docs/multicast-protocol.md, section 2, "Fragments").
+const (
+	// FragmentBit in a record's u32 length marks a fragment; the other 31 bits are the length.
+	FragmentBit = 1 << 31
+	// FragmentHeader is the u32 total, u32 offset that starts a fragment's payload.
+	FragmentHeader = 8
+	// MaxMessage is the largest message (encoded headers and body) a sender fragments and a
+	// receiver reassembles: 16 MiB of body (stomp.max_body_bytes' default) plus 64 KiB of
+	// headers. A fragment claiming a larger total is forged.
+	MaxMessage = 16<<20 + 64<<10
 )
 
 // Type is the datagram type (header byte 3).
@@ -107,11 +128,15 @@ type PacketHeader struct {
 	Trailing uint64 // oldest sequence the sender can still repair (0 in a NAK)
 }
 
-// Record is one message inside a DATA or RDATA datagram.
+// Record is one message, or one fragment of a message, inside a DATA or RDATA datagram.
 type Record struct {
 	Stream  uint32
 	Seq     uint64 // stream sequence, from 1, contiguous per stream within a session
-	Payload []byte // see AppendMessage
+	Payload []byte // see AppendMessage; for a fragment, its bytes of the message
+	// Frag marks a fragment: Payload is message[Offset:Offset+len(Payload)] of a message of
+	// Total bytes; every fragment of the message has the same stream sequence.
+	Frag          bool
+	Total, Offset uint32
 }
 
 // Range is an inclusive range of sequences.
@@ -172,7 +197,11 @@ func AppendPacket(dst []byte, p *Packet) ([]byte, error) {
 		}
 		dst = binary.LittleEndian.AppendUint16(dst, uint16(len(p.Records)))
 		for _, r := range p.Records {
-			dst = appendRecord(dst, r.Stream, r.Seq, r.Payload)
+			if r.Frag {
+				dst = appendFragment(dst, r.Stream, r.Seq, r.Total, r.Offset, r.Payload)
+			} else {
+				dst = appendRecord(dst, r.Stream, r.Seq, r.Payload)
+			}
 		}
 	case TypeHeartbeat:
 		dst = binary.LittleEndian.AppendUint64(dst, p.Leading)
@@ -212,6 +241,17 @@ func appendRecord(dst []byte, stream uint32, seq uint64, payload []byte) []byte 
 	dst = binary.LittleEndian.AppendUint64(dst, seq)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(payload)))
 	return append(dst, payload...)
+}
+
+// appendFragment appends a fragment record: the length has FragmentBit set and counts the
+// fragment header.
+func appendFragment(dst []byte, stream uint32, seq uint64, total, offset uint32, data []byte) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, stream)
+	dst = binary.LittleEndian.AppendUint64(dst, seq)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(FragmentHeader+len(data))|FragmentBit)
+	dst = binary.LittleEndian.AppendUint32(dst, total)
+	dst = binary.LittleEndian.AppendUint32(dst, offset)
+	return append(dst, data...)
 }
 
 func appendRanges(dst []byte, rs []Range) []byte {
@@ -262,6 +302,12 @@ func Decode(b []byte, p *Packet) error {
 		}
 		b = b[:len(b)-TagSize]
 	}
+	if h.Flags&FlagSealed != 0 {
+		return ErrSealed
+	}
+	if h.Flags&FlagFragment != 0 && h.Type != TypeData && h.Type != TypeRData {
+		return fmt.Errorf("fragment flag on %v: %w", h.Type, ErrMalformed)
+	}
 	*p = Packet{PacketHeader: h, Records: p.Records[:0], Streams: p.Streams[:0], Ranges: p.Ranges[:0], Catalog: p.Catalog[:0]}
 	d := decoder{b: b[HeaderSize:]}
 	switch h.Type {
@@ -273,6 +319,20 @@ func Decode(b []byte, p *Packet) error {
 		for i := 0; i < n; i++ {
 			r := Record{Stream: d.u32(), Seq: d.u64()}
 			l := d.u32()
+			if l&FragmentBit != 0 {
+				// A fragment: only in a datagram marked FlagFragment, with its u32 total and
+				// offset. Whether they make sense is the receiver's to judge (a forged fragment).
+				if h.Flags&FlagFragment == 0 {
+					return fmt.Errorf("%v fragment record without the fragment flag: %w", h.Type, ErrMalformed)
+				}
+				l &^= FragmentBit
+				if l < FragmentHeader {
+					return fmt.Errorf("%v fragment record of %d bytes: %w", h.Type, l, ErrMalformed)
+				}
+				r.Frag = true
+				r.Total, r.Offset = d.u32(), d.u32()
+				l -= FragmentHeader
+			}
 			r.Payload = d.bytes(l)
 			if d.bad {
 				break

@@ -117,7 +117,7 @@ func TestWire_DecodeErrors(t *testing.T) {
 			return b
 		}(), ErrMalformed},
 		{"record length past end", func() []byte {
-			b, _ := AppendPacket(nil, &Packet{PacketHeader: PacketHeader{Type: TypeData}, Records: []Record{{1, 1, []byte{0, 0}}}})
+			b, _ := AppendPacket(nil, &Packet{PacketHeader: PacketHeader{Type: TypeData}, Records: []Record{{Stream: 1, Seq: 1, Payload: []byte{0, 0}}}})
 			b[HeaderSize+2+12] = 200
 			return b
 		}(), ErrShort},

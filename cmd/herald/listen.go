@@ -37,6 +37,10 @@ docs/multicast-protocol.md.
 With --key-file, every datagram must carry a valid HMAC made with that key: the file's
 bytes with every trailing CR and LF byte removed (nothing else: spaces count), as heraldd
 reads key_file. Others are dropped, counted (--stats) and logged at most every 10 s.
+On a channel with seal = true, add --seal: datagrams are then opened with the key (and
+unsealed ones refused). During a key rotation, --next-key-file and --next-key-id name the
+new key: both are accepted, and the old one for 10 s more once the sender uses the new one.
+Without a key, sealed datagrams are only counted (sealed, in --stats).
 
 Without a key, a host on the LAN can inject messages, but not take the channel away:
 datagrams far ahead of the window, of another session while the current one is live, or
@@ -47,6 +51,9 @@ of the current session from another address are ignored, counted and logged.`,
 			&cli.StringSliceFlag{Name: "topic", Aliases: []string{"t"}, Usage: "only topics matching `PATTERN` ('*' one segment, '>' the rest); repeatable"},
 			&cli.StringFlag{Name: "key-file", Usage: "HMAC key `FILE`: drop datagrams not signed with it"},
 			&cli.IntFlag{Name: "key-id", Value: 0, Usage: "key id the sender uses with that key"},
+			&cli.BoolFlag{Name: "seal", Usage: "the channel is sealed (seal = true): open datagrams with the key, refuse unsealed ones"},
+			&cli.StringFlag{Name: "next-key-file", Usage: "key rotation: the new key `FILE`, accepted besides --key-file"},
+			&cli.IntFlag{Name: "next-key-id", Value: 0, Usage: "key id of the new key (not --key-id's)"},
 			&cli.StringFlag{Name: "profile", Value: string(multicast.ProfileLowLatency), Usage: "recovery timing: low-latency or dashboard"},
 			&cli.StringFlag{Name: "mode", Value: "ordered", Usage: "ordered (hold back until repaired) or skip (print at once, repairs later)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line"},
@@ -82,6 +89,20 @@ func runListen(cCtx *cli.Context) error {
 	}
 	if id := cCtx.Int("key-id"); id < 0 || id > 255 {
 		return usageErrorf("--key-id %d: want 0 to 255", id)
+	}
+	if id := cCtx.Int("next-key-id"); id < 0 || id > 255 {
+		return usageErrorf("--next-key-id %d: want 0 to 255", id)
+	}
+	cfg.Seal, cfg.NextKeyID = cCtx.Bool("seal"), uint8(cCtx.Int("next-key-id"))
+	if (cfg.Seal || cCtx.String("next-key-file") != "") && cCtx.String("key-file") == "" {
+		return usageErrorf("--seal and --next-key-file need --key-file (the channel's key)")
+	}
+	if f := cCtx.String("next-key-file"); f != "" {
+		key, err := readKeyFile(f)
+		if err != nil {
+			return err
+		}
+		cfg.NextKey = key
 	}
 	count := cCtx.Int("count")
 	if count < 0 {
@@ -121,9 +142,9 @@ func runListen(cCtx *cli.Context) error {
 	if cCtx.Bool("stats") {
 		st := r.Stats()
 		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d"+
-			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d\n",
+			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d reassembled %d forged-fragments %d sealed %d\n",
 			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf,
-			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops)
+			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops, st.Reassembled, st.ForgedFragments, st.Sealed)
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -36,6 +37,8 @@ func TestListen_UsageErrors(t *testing.T) {
 		{[]string{"listen", "--group", "239.255.0.1:7400", "--mode", "fast"}, `--mode "fast"`},
 		{[]string{"listen", "--group", "239.255.0.1:7400", "--count", "-1"}, "--count must not be negative"},
 		{[]string{"listen", "--group", "239.255.0.1:7400", "--key-id", "256"}, "--key-id 256"},
+		{[]string{"listen", "--group", "239.255.0.1:7400", "--next-key-id", "300"}, "--next-key-id 300"},
+		{[]string{"listen", "--group", "239.255.0.1:7400", "--seal"}, "need --key-file"},
 		{[]string{"listen", "--group", "10.0.0.1:7400"}, "not an IPv4 multicast address"},
 		{[]string{"listen", "--group", "239.255.0.1:7400", "--profile", "slow"}, "slow"},
 		{[]string{"listen", "--group", "239.255.0.1:7400", "extra"}, "listen --group"},
@@ -143,12 +146,34 @@ func listenScript(t *testing.T) [][]byte {
 		{Stream: 1, First: 1, Topic: "px.eu"}}})
 	add(&multicast.Packet{PacketHeader: hdr(multicast.TypeData, listenSession2, 2, 1), Records: []multicast.Record{
 		{Stream: 1, Seq: 1, Payload: msg("after restart")}}})
+	// A message in three fragments (datagrams 3 to 5): printed once, whole, like any other.
+	big := msg(listenBigBody)
+	k := len(big) / 3
+	for _, i := range []int{0, 1, 2} {
+		end := min((i+1)*k, len(big))
+		if i == 2 {
+			end = len(big)
+		}
+		h := hdr(multicast.TypeData, listenSession2, uint64(3+i), 1)
+		h.Flags = multicast.FlagFragment
+		add(&multicast.Packet{PacketHeader: h, Records: []multicast.Record{{Stream: 1, Seq: 2, Frag: true,
+			Total: uint32(len(big)), Offset: uint32(i * k), Payload: big[i*k : end]}}})
+	}
 	return out
 }
+
+// listenBigBody is the body of the fragmented message in listenScript.
+var listenBigBody = strings.Repeat("frag", 750)
 
 // runListen runs `herald listen ARGS` in ns until it exits by itself (--count), sends the script
 // once it has joined, and returns its exit code, stdout and stderr.
 func runListenNS(t *testing.T, ns, group string, args ...string) (int, string, string) {
+	t.Helper()
+	return runListenNSScript(t, ns, group, listenScript(t), args...)
+}
+
+// runListenNSScript is runListenNS with the datagrams to send.
+func runListenNSScript(t *testing.T, ns, group string, script [][]byte, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -202,7 +227,7 @@ func runListenNS(t *testing.T, ns, group string, args ...string) (int, string, s
 	}
 	defer sc.Close()
 	var session uint64
-	for _, d := range listenScript(t) {
+	for _, d := range script {
 		h, _ := multicast.DecodeHeader(d)
 		if session != 0 && h.Session != session {
 			// The sender restarts: without a key, receivers follow the new session once the
@@ -234,7 +259,7 @@ func TestListen_Output(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"text", []string{"--count", "7"}, "" +
+		{"text", []string{"--count", "8"}, "" +
 			"#SESSION\t0000000000000000\t" + s1 + "\n" +
 			"px.eu\t1.0842\n" +
 			"px.us\t2.5\n" +
@@ -244,8 +269,9 @@ func TestListen_Output(t *testing.T) {
 			"px.eu\t1.0850\n" +
 			"px.us\t2.6\n" +
 			"#SESSION\t" + s1 + "\t" + s2 + "\n" +
-			"px.eu\tafter restart\n"},
-		{"json", []string{"--json", "--count", "7"}, "" +
+			"px.eu\tafter restart\n" +
+			"px.eu\t" + listenBigBody + "\n"},
+		{"json", []string{"--json", "--count", "8"}, "" +
 			`{"session":{"old":"0000000000000000","new":"` + s1 + `"}}` + "\n" +
 			`{"topic":"px.eu","stream":1,"seq":1,"headers":{"k":"v"},"body":"1.0842"}` + "\n" +
 			`{"topic":"px.us","stream":2,"seq":1,"headers":{},"body":"2.5"}` + "\n" +
@@ -255,7 +281,8 @@ func TestListen_Output(t *testing.T) {
 			`{"topic":"px.eu","stream":1,"seq":5,"headers":{},"body":"1.0850"}` + "\n" +
 			`{"topic":"px.us","stream":2,"seq":2,"headers":{},"body":"2.6"}` + "\n" +
 			`{"session":{"old":"` + s1 + `","new":"` + s2 + `"}}` + "\n" +
-			`{"topic":"px.eu","stream":1,"seq":1,"headers":{},"body":"after restart"}` + "\n"},
+			`{"topic":"px.eu","stream":1,"seq":1,"headers":{},"body":"after restart"}` + "\n" +
+			`{"topic":"px.eu","stream":1,"seq":2,"headers":{},"body":"` + listenBigBody + `"}` + "\n"},
 		// --count counts messages only: the session line and the gap do not count.
 		{"count", []string{"--count", "2"}, "" +
 			"#SESSION\t0000000000000000\t" + s1 + "\n" +
@@ -286,6 +313,9 @@ func TestListen_Output(t *testing.T) {
 			}
 			if !strings.HasPrefix(stderr, "datagrams ") || !strings.Contains(stderr, " naks 0 ") {
 				t.Errorf("--stats: stderr %q, want one counters line with naks 0", stderr)
+			}
+			if strings.Contains(tc.want, listenBigBody) && !strings.Contains(stderr, " reassembled 1 forged-fragments 0") {
+				t.Errorf("--stats: stderr %q, want reassembled 1 forged-fragments 0", stderr)
 			}
 		})
 	}
@@ -333,4 +363,34 @@ func perStream(out string, isJSON bool) string {
 	}
 	flush()
 	return b.String()
+}
+
+// TestListen_Sealed: the script's first session sealed with a channel key (seal = true), no
+// plaintext on the wire: herald listen --seal --key-file --key-id prints the messages as usual.
+func TestListen_Sealed(t *testing.T) {
+	ns := listenNS(t)
+	key := []byte("sealed channel key, 32 bytes....")
+	kf := filepath.Join(t.TempDir(), "mcast.key")
+	if err := os.WriteFile(kf, append(key, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sl := multicast.NewSealer(multicast.Key{ID: 4, Secret: key})
+	var script [][]byte
+	for _, d := range listenScript(t)[:5] { // session 1: catalog, 3 DATA, heartbeat
+		script = append(script, sl.Seal(d))
+	}
+	for _, d := range script {
+		if bytes.Contains(d, []byte("px.eu")) || bytes.Contains(d, []byte("disk full")) {
+			t.Fatalf("plaintext in a sealed datagram: %q", d)
+		}
+	}
+	code, stdout, stderr := runListenNSScript(t, ns, "239.255.79.21:7921", script, "--seal", "--key-file", kf, "--key-id", "4", "--count", "6", "--stats")
+	want := "#SESSION\t0000000000000000\t" + fmt.Sprintf("%016x", uint64(listenSession1)) + "\n" +
+		"px.eu\t1.0842\npx.us\t2.5\npx.eu\tbin\xff\nops.alerts\tdisk full\n#GAP\tpx.eu\t3-4\tgone\npx.eu\t1.0850\npx.us\t2.6\n"
+	if code != exitOK || perStream(stdout, false) != perStream(want, false) {
+		t.Errorf("exit %d, stdout:\n%s\nwant:\n%s\nstderr: %s", code, stdout, want, stderr)
+	}
+	if !strings.Contains(stderr, "auth-failures 0 ") || !strings.Contains(stderr, " sealed 0") {
+		t.Errorf("--stats: %q, want no auth failure", stderr)
+	}
 }

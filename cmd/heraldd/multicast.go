@@ -33,15 +33,17 @@ func (c *channel) Matches(topic string) bool {
 	return false
 }
 
-// Check refuses a message that cannot go in one datagram: the publisher gets
-// an ERROR rather than a message silently missing on the LAN.
+// Check refuses a message larger than the protocol carries (multicast.MaxMessage,
+// what a receiver reassembles from fragments): the publisher gets an ERROR rather
+// than a message silently missing on the LAN. Anything smaller goes, as fragments
+// when it does not fit one datagram.
 func (c *channel) Check(topic string, headers stomp.Headers, body []byte) error {
 	n := 2 + len(body)
 	for _, h := range headers {
 		n += 4 + len(h.Key) + len(h.Value)
 	}
 	if max := c.sender.MaxMessageSize(); n > max {
-		return fmt.Errorf("a %d-byte message (headers and body) on %s does not fit one datagram of multicast channel %q (at most %d bytes); nothing was sent: send it to a queue or to a topic outside the channel's patterns %v, or make it smaller",
+		return fmt.Errorf("a %d-byte message (headers and body) on %s is larger than multicast channel %q carries (at most %d bytes, reassembled from fragments by receivers); nothing was sent: send it to a queue or to a topic outside the channel's patterns %v, or make it smaller",
 			n, topic, c.cfg.Name, max, c.cfg.Topics)
 	}
 	return nil
@@ -63,6 +65,14 @@ func (d *daemon) openChannels(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("multicast channel %s: key_file %w", cc.Name, err)
 		}
+		var prev []byte
+		if cc.PreviousKeyFile != "" {
+			pc := cc
+			pc.Key, pc.KeyFile = "", cc.PreviousKeyFile
+			if prev, err = readChannelKey(pc); err != nil {
+				return fmt.Errorf("multicast channel %s: previous_key_file %w", cc.Name, err)
+			}
+		}
 		s, err := multicast.NewSender(multicast.SenderConfig{
 			Group:            cc.Group,
 			Interface:        cc.Interface,
@@ -77,6 +87,9 @@ func (d *daemon) openChannels(ctx context.Context) error {
 			Window:           cc.Window,
 			Key:              key,
 			KeyID:            uint8(cc.KeyID),
+			Seal:             cc.Seal,
+			PrevKey:          prev,
+			PrevKeyID:        uint8(cc.PreviousKeyID),
 			Logger:           d.log.With("component", "multicast", "channel", cc.Name),
 		})
 		if err != nil {
