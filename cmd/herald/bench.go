@@ -596,6 +596,13 @@ func benchDrain(ctx context.Context, cCtx *cli.Context, dest string, want uint64
 			if n >= want {
 				dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				defer cancel()
+				// UNSUBSCRIBE with a receipt first: the server has removed
+				// the consumer by then, so the queue can be deleted at once
+				// (a DISCONNECT's receipt comes before the session's
+				// subscriptions end).
+				if err := sub.Unsubscribe(dctx); err != nil {
+					return n, err
+				}
 				return n, c.Disconnect(dctx)
 			}
 			return n, fmt.Errorf("%d message(s) expected, none for %v", want, benchStall)
