@@ -32,6 +32,10 @@ const (
 	// OpBarrier does nothing; its batch completes after every batch submitted
 	// before it.
 	OpBarrier
+	// OpKV stores the key-value change KV (kv.go): the bucket's revision
+	// counter becomes KV.Revision, which must be higher than the stored
+	// one; a put replaces the key's row, a delete removes it.
+	OpKV
 )
 
 // Op is one journal operation. Inputs are set by the caller; outputs by the
@@ -52,6 +56,7 @@ type Op struct {
 	Keep      []uint64 // OpPurge
 	Affected  int      // out, OpPurge
 	Bytes     int64    // out, OpPurge
+	KV        *KVEntry // OpKV
 }
 
 // Batch is a set of operations applied atomically, in order.

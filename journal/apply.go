@@ -125,6 +125,10 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 				return err
 			}
 		case appliance.OpBarrier:
+		case appliance.OpKV:
+			if err := s.applyKV(ctx, op.KV); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("journal: unknown op kind %d", op.Kind)
 		}

@@ -32,6 +32,7 @@ type Limits struct {
 	MaxKeys       int   // live keys of the bucket
 	MaxBytes      int64 // sum of Entry.Size over the bucket's live keys
 	MaxBuckets    int   // buckets of the whole store
+	MaxTotalBytes int64 // sum of Entry.Size over every bucket's live keys
 }
 
 // Entry is one committed change, and a key's current value (Op Put).
@@ -67,6 +68,7 @@ var (
 	ErrTooManyKeys   = errors.New("kv: bucket has too many keys")
 	ErrBucketFull    = errors.New("kv: bucket is full (bytes)")
 	ErrTooManyBucket = errors.New("kv: too many buckets")
+	ErrStoreFull     = errors.New("kv: store is full (bytes of all buckets)")
 	// ErrNoKey: an unconditional delete of a key that does not exist;
 	// nothing changes and no revision is used.
 	ErrNoKey = errors.New("kv: no such key")
@@ -103,6 +105,7 @@ type Core struct {
 	buckets   map[string]*bucket
 	watchers  map[uint64]watcher
 	nextWatch uint64
+	bytes     int64 // every bucket's
 }
 
 // New returns an empty store.
@@ -121,9 +124,11 @@ func (c *Core) Recover(e Entry) {
 				return
 			}
 			b.bytes -= old.Size()
+			c.bytes -= old.Size()
 		}
 		b.keys[e.Key] = e
 		b.bytes += e.Size()
+		c.bytes += e.Size()
 	}
 }
 
@@ -186,6 +191,9 @@ func (c *Core) Prepare(r Request, lim Limits) (Entry, error) {
 	if bytes+e.Size() > lim.MaxBytes {
 		return Entry{}, ErrBucketFull
 	}
+	if total := c.bytes - cur.Size() + e.Size(); total > lim.MaxTotalBytes {
+		return Entry{}, ErrStoreFull
+	}
 	return e, nil
 }
 
@@ -201,11 +209,13 @@ func (c *Core) Apply(e Entry) []Delivery {
 	b.rev = e.Revision
 	if old, ok := b.keys[e.Key]; ok {
 		b.bytes -= old.Size()
+		c.bytes -= old.Size()
 		delete(b.keys, e.Key)
 	}
 	if e.Op == Put {
 		b.keys[e.Key] = e
 		b.bytes += e.Size()
+		c.bytes += e.Size()
 	}
 	var out []Delivery
 	for _, id := range c.watchIDs() {
@@ -286,6 +296,9 @@ func (c *Core) Buckets() []BucketStats {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+// Bytes is the sum of Entry.Size over every live key.
+func (c *Core) Bytes() int64 { return c.bytes }
 
 // Watchers is the number of registered watchers.
 func (c *Core) Watchers() int { return len(c.watchers) }

@@ -129,6 +129,8 @@ func (s *sim) write() {
 			want = ErrTooManyKeys
 		case bytes+size > s.lim.MaxBytes:
 			want = ErrBucketFull
+		case s.totalBytes()-cur.Size()+size > s.lim.MaxTotalBytes:
+			want = ErrStoreFull
 		}
 		if want != nil || err != nil {
 			if !errors.Is(err, want) || want == nil {
@@ -185,6 +187,16 @@ func (s *sim) write() {
 	}
 }
 
+func (s *sim) totalBytes() int64 {
+	var n int64
+	for _, rows := range s.rows {
+		for _, e := range rows {
+			n += e.Size()
+		}
+	}
+	return n
+}
+
 func (s *sim) openWatch() {
 	b := simBuckets[s.r.IntN(len(simBuckets))]
 	p := simPatterns[s.r.IntN(len(simPatterns))]
@@ -230,6 +242,9 @@ func (s *sim) check() {
 		if st.Keys != len(s.rows[st.Name]) || st.Keys > s.lim.MaxKeys || st.Bytes > s.lim.MaxBytes {
 			s.fatalf("bucket %s: %d keys %d bytes; journal %d keys; limits %+v", st.Name, st.Keys, st.Bytes, len(s.rows[st.Name]), s.lim)
 		}
+	}
+	if got, want := s.c.Bytes(), s.totalBytes(); got != want || got > s.lim.MaxTotalBytes {
+		s.fatalf("store holds %d bytes, journal %d, limit %d", got, want, s.lim.MaxTotalBytes)
 	}
 	if len(s.c.Buckets()) > s.lim.MaxBuckets {
 		s.fatalf("%d buckets, limit %d", len(s.c.Buckets()), s.lim.MaxBuckets)
@@ -278,6 +293,7 @@ func runSim(t *testing.T, seed int64, steps int) {
 		rows: map[string]map[string]Entry{}, revs: map[string]uint64{}, watch: map[uint64]*simWatch{}}
 	s.lim = Limits{MaxValueBytes: 1 + s.r.IntN(16), MaxKeys: 1 + s.r.IntN(6), MaxBuckets: 1 + s.r.IntN(2)}
 	s.lim.MaxBytes = int64(s.r.IntN(3*s.lim.MaxValueBytes*s.lim.MaxKeys) + 1)
+	s.lim.MaxTotalBytes = int64(s.r.IntN(int(2*s.lim.MaxBytes)) + 1)
 	for s.step = 0; s.step < steps; s.step++ {
 		switch x := s.r.IntN(100); {
 		case x < 70:
@@ -318,7 +334,7 @@ func TestSim_Coverage(t *testing.T) {
 	for seed := int64(0); seed < 50; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 1))
 		c := New()
-		lim := Limits{MaxValueBytes: 4, MaxKeys: 2, MaxBytes: 12, MaxBuckets: 1}
+		lim := Limits{MaxValueBytes: 4, MaxKeys: 2, MaxBytes: 12, MaxBuckets: 2, MaxTotalBytes: 18}
 		for i := 0; i < 200; i++ {
 			req := Request{Bucket: simBuckets[r.IntN(2)], Key: simKeys[r.IntN(3)], Op: Op(1 + r.IntN(2)), IfRevision: NoRevision, Value: make([]byte, r.IntN(6))}
 			if r.IntN(2) == 0 {
@@ -337,7 +353,7 @@ func TestSim_Coverage(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []error{ErrValueTooLarge, ErrTooManyKeys, ErrBucketFull, ErrTooManyBucket, ErrNoKey} {
+	for _, want := range []error{ErrValueTooLarge, ErrTooManyKeys, ErrBucketFull, ErrStoreFull, ErrNoKey} {
 		if counts[want.Error()] == 0 {
 			t.Errorf("no %v in the schedules: %v", want, counts)
 		}
