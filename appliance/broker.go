@@ -74,6 +74,7 @@ type Broker struct {
 
 	topics *topicRegistry
 	sinks  []TopicSink
+	kv     kvStore // key-value buckets (kv.go)
 
 	nextSession atomic.Uint64
 	diskLow     atomic.Bool
@@ -222,6 +223,9 @@ func (b *Broker) Open(ctx context.Context) error {
 		q := b.queue(st.Name)
 		q.run(func(now int64) { q.core.Recover(st.Count, st.Bytes, st.MaxID, now) })
 		b.log.Info("queue recovered", "queue", st.Name, "messages", st.Count, "bytes", st.Bytes)
+	}
+	if err := b.openKV(ctx); err != nil {
+		return err
 	}
 	b.wg.Add(3)
 	go b.watchDisk()

@@ -45,6 +45,8 @@ type Config struct {
 	Multicast MulticastConfig `toml:"multicast" json:"multicast"`
 	// Auth: who may connect, and what each user may do (authz.go).
 	Auth AuthConfig `toml:"auth" json:"auth"`
+	// KV: the key-value buckets of /kv/BUCKET.KEY (kv.go).
+	KV KVConfig `toml:"kv" json:"kv"`
 }
 
 // AuthConfig is the [auth] section: the users file and the anonymous role.
@@ -326,6 +328,7 @@ func DefaultConfig() Config {
 		},
 		Log:  LogConfig{Level: "info", Format: "text"},
 		Auth: AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}, MaxConnectionsPerUser: 1000},
+		KV:   defaultKVConfig(),
 	}
 }
 
@@ -650,6 +653,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, c.validateKV()...)
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {
 		where := fmt.Sprintf("multicast.channel[%d]", i)

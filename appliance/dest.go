@@ -9,6 +9,7 @@ import (
 const (
 	prefixQueue = "/queue/"
 	prefixTopic = "/topic/"
+	prefixKV    = "/kv/" // key-value buckets (kv.go)
 )
 
 type destKind int
@@ -16,6 +17,7 @@ type destKind int
 const (
 	destQueue destKind = iota + 1
 	destTopic
+	destKV
 )
 
 // parseDest splits a STOMP destination into its kind and name, and checks
@@ -30,8 +32,10 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 		kind, name = destQueue, d[len(prefixQueue):]
 	case strings.HasPrefix(d, prefixTopic):
 		kind, name = destTopic, d[len(prefixTopic):]
+	case strings.HasPrefix(d, prefixKV):
+		kind, name = destKV, d[len(prefixKV):]
 	default:
-		return 0, "", fmt.Errorf("%w %q: use /queue/NAME or /topic/NAME", ErrBadDest, d)
+		return 0, "", fmt.Errorf("%w %q: use /queue/NAME, /topic/NAME or /kv/BUCKET.KEY", ErrBadDest, d)
 	}
 	if name == "" || len(name) > 255 {
 		return 0, "", fmt.Errorf("%w %q: the name must be 1 to 255 bytes", ErrBadDest, d)
@@ -44,7 +48,16 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 	if kind == destQueue && strings.ContainsAny(name, "*>") {
 		return 0, "", fmt.Errorf("%w %q: wildcards are for topics only", ErrBadDest, d)
 	}
-	if kind == destTopic {
+	if kind == destKV {
+		bucket, key, _ := strings.Cut(name, ".")
+		if err := checkBucketName(bucket); err != nil {
+			return 0, "", fmt.Errorf("%w %q: %v (wildcards are for keys, not buckets)", ErrBadDest, d, err)
+		}
+		if key == "" {
+			return 0, "", fmt.Errorf("%w %q: name a key after the bucket: /kv/BUCKET.KEY (a watch of every key: /kv/BUCKET.>)", ErrBadDest, d)
+		}
+	}
+	if kind == destTopic || kind == destKV {
 		segs := strings.Split(name, ".")
 		for i, s := range segs {
 			if s == "" {

@@ -31,6 +31,10 @@ func (s *session) handle(f *stomp.Frame) bool {
 		return false
 	}
 	if tx := f.Get("transaction"); tx != "" {
+		if isKVSend(f) {
+			s.fail(f, "key-value writes are not transactional", "A SEND to /kv/ may not carry a transaction header (yet): send it outside the transaction. Nothing was stored.")
+			return false
+		}
 		switch f.Command {
 		case stomp.CmdSend, stomp.CmdAck, stomp.CmdNack:
 			return s.buffer(tx, f)
@@ -156,6 +160,9 @@ func (s *session) onSend(f *stomp.Frame) bool {
 		return false
 	}
 	s.msgsIn.Add(1)
+	if kind == destKV {
+		return s.onKVSend(f, name)
+	}
 	if kind == destTopic {
 		h := userHeaders(f)
 		s.rewriteReplyTo(h)
@@ -354,6 +361,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.fail(f, "invalid ack mode", fmt.Sprintf("ack must be auto, client or client-individual; got %q.", a))
 		return false
 	}
+	if kind == destKV {
+		return s.onKVSubscribe(f, sub)
+	}
 	if kind == destTopic {
 		s.subsMu.Lock()
 		s.subs[id] = sub
@@ -432,6 +442,10 @@ func (s *session) onUnsubscribe(f *stomp.Frame) bool {
 }
 
 func (s *session) endSubscription(sub *subscription) {
+	if sub.kind == destKV {
+		s.b.kv.unwatch(sub)
+		return
+	}
 	if sub.kind == destTopic {
 		s.b.topics.remove(sub)
 		s.forgetDrops(sub)
@@ -512,7 +526,7 @@ func (s *session) ackResult(f *stomp.Frame) (ackResult, bool) {
 	if !ok {
 		return ackResult{}, false
 	}
-	if sub == nil || sub.kind == destTopic {
+	if sub == nil || sub.kind == destTopic || sub.kind == destKV {
 		if sub == nil && !strings.HasPrefix(token, "t") {
 			s.b.stats.staleAcks.Add(1)
 			s.log.Debug("ack for no held message ignored", "token", token)

@@ -47,6 +47,7 @@ func ParsePerm(s string) (Perm, error) {
 const (
 	KindQueue = "/queue/"
 	KindTopic = "/topic/"
+	KindKV    = "/kv/" // key-value buckets: /kv/BUCKET.KEY
 )
 
 // MaxPatternBytes bounds one pattern, as a destination name is bounded (255
@@ -76,8 +77,10 @@ func ParsePattern(s string) (Pattern, error) {
 		kind, name = KindQueue, s[len(KindQueue):]
 	case strings.HasPrefix(s, KindTopic):
 		kind, name = KindTopic, s[len(KindTopic):]
+	case strings.HasPrefix(s, KindKV):
+		kind, name = KindKV, s[len(KindKV):]
 	default:
-		return Pattern{}, fmt.Errorf("%w %q: start it with /queue/ or /topic/ (example: /queue/orders.>)", ErrPattern, s)
+		return Pattern{}, fmt.Errorf("%w %q: start it with /queue/, /topic/ or /kv/ (example: /queue/orders.>)", ErrPattern, s)
 	}
 	if name == "" || len(name) > 255 {
 		return Pattern{}, fmt.Errorf("%w %q: the name must be 1 to 255 bytes (use > for everything: %s>)", ErrPattern, s, kind)
