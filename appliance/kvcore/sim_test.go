@@ -289,7 +289,48 @@ func (s *sim) check() {
 }
 
 func runSim(t *testing.T, seed int64, steps int) {
-	s := &sim{t: t, seed: seed, r: rand.New(rand.NewPCG(uint64(seed), 0x6b76)), c: New(),
+	runSimWith(t, seed, steps, rand.New(rand.NewPCG(uint64(seed), 0x6b76)))
+}
+
+// byteSource makes a schedule of fuzz bytes: each Uint64 takes the next 8,
+// then a fixed PCG once they run out (a constant source would make
+// rand's rejection sampling loop forever).
+type byteSource struct {
+	b    []byte
+	rest rand.PCG
+}
+
+func (s *byteSource) Uint64() uint64 {
+	if len(s.b) == 0 {
+		return s.rest.Uint64()
+	}
+	var v uint64
+	for i := 0; i < 8 && len(s.b) > 0; i++ {
+		v = v<<8 | uint64(s.b[0])
+		s.b = s.b[1:]
+	}
+	return v
+}
+
+// FuzzSim runs the simulation on schedules drawn from the fuzzer's bytes.
+//
+//	go test -run '^$' -fuzz '^FuzzSim$' ./appliance/kvcore
+func FuzzSim(f *testing.F) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		b := make([]byte, 800*int(seed))
+		for i := range b {
+			b[i] = byte(r.UintN(256))
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		runSimWith(t, -1, len(data)/8, rand.New(&byteSource{b: data}))
+	})
+}
+
+func runSimWith(t *testing.T, seed int64, steps int, r *rand.Rand) {
+	s := &sim{t: t, seed: seed, r: r, c: New(),
 		rows: map[string]map[string]Entry{}, revs: map[string]uint64{}, watch: map[uint64]*simWatch{}}
 	s.lim = Limits{MaxValueBytes: 1 + s.r.IntN(16), MaxKeys: 1 + s.r.IntN(6), MaxBuckets: 1 + s.r.IntN(2)}
 	s.lim.MaxBytes = int64(s.r.IntN(3*s.lim.MaxValueBytes*s.lim.MaxKeys) + 1)
