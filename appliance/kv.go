@@ -47,8 +47,8 @@ import (
 // matching key (kv-snapshot:true, in key order), then a MESSAGE with
 // kv-snapshot-complete:REV (the bucket revision of the snapshot, no body),
 // then every change with revision > REV, deletes with kv-operation:DEL.
-// kv-get:true: the snapshot and the marker only; the subscription then ends
-// by itself (its id is free again).
+// kv-get:true: the snapshot and the marker only, no changes; the
+// subscription stays until UNSUBSCRIBE, as any other.
 
 type kvStore struct {
 	mu      sync.Mutex
@@ -247,11 +247,11 @@ func (s *session) onKVSubscribe(f *stomp.Frame, sub *subscription) bool {
 		var id uint64
 		id, snap, rev = kv.core.Watch(bucket, pattern)
 		kv.watches[id], kv.ids[sub] = sub, id
-		s.subsMu.Lock()
-		s.subs[sub.id] = sub
-		s.subsMu.Unlock()
-		s.nsubs.Add(1)
 	}
+	s.subsMu.Lock()
+	s.subs[sub.id] = sub
+	s.subsMu.Unlock()
+	s.nsubs.Add(1)
 	// Under the lock: no change is queued to this connection before the
 	// marker, and every change after the snapshot is.
 	for _, e := range snap {

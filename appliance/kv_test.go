@@ -94,6 +94,9 @@ func TestKV_PutCASDeleteRevisions(t *testing.T) {
 		t.Fatalf("first revision after restart: %v (want 7)", r.Headers)
 	}
 	expectNone(t, get, 100e6) // kv-get: no live changes
+	if err := get.Unsubscribe(ctxT(t)); err != nil {
+		t.Fatalf("UNSUBSCRIBE of a kv-get subscription: %v", err)
+	}
 	// The content type set with a value comes back with it.
 	kvPut(t, c, "/kv/config.ct", "{}", hdr("content-type", "application/json"))
 	g2, _ := c.SubscribeReceipt(ctxT(t), "/kv/config.ct", "auto", hdr("kv-get", "true"))
@@ -403,5 +406,46 @@ create = ["/kv/config.>"]
 	}
 	if _, err := dial("writer", "w").SubscribeReceipt(ctxT(t), "/kv/config.site1.a", "auto"); !denied(err, "read") {
 		t.Errorf("writer reading: %v", err)
+	}
+}
+
+// A watcher that does not read is disconnected with an ERROR naming
+// kv.watch_buffer_bytes once that much waits for it; writers go on.
+func TestKV_SlowWatcherDroppedNamingTheSetting(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.KV.WatchBufferBytes = 64 << 10
+		c.KV.MaxValueBytes = 64 << 10
+	})
+	w := dialRaw(t, tb)
+	w.connect("1.2")
+	w.write("SUBSCRIBE\nid:w\ndestination:/kv/big.>\nreceipt:s\n\n\x00")
+	if f := w.frame(); f.Get("kv-snapshot-complete") != "0" {
+		t.Fatalf("marker of an empty bucket: %v", f.Headers)
+	}
+	if f := w.frame(); f.Command != stomp.CmdReceipt {
+		t.Fatalf("want the RECEIPT, got %v", f.Headers)
+	}
+	c := tb.Dial(t)
+	val := strings.Repeat("v", 60<<10)
+	// The socket buffers fill first (a few MB), then the output queue.
+	for i := 0; i < 400 && tb.B.KVStats().WatchersDropped == 0; i++ {
+		kvPut(t, c, "/kv/big.k", val)
+	}
+	if n := tb.B.KVStats().WatchersDropped; n != 1 {
+		t.Fatalf("watchers dropped: %d, want 1", n)
+	}
+	for {
+		f := w.frame()
+		if f.Command == stomp.CmdError {
+			if f.Get("message") != "slow consumer" || !strings.Contains(string(f.Body), "kv.watch_buffer_bytes") {
+				t.Fatalf("ERROR %v %q", f.Headers, f.Body)
+			}
+			break
+		}
+	}
+	w.closed()
+	waitFor(t, 5e9, "the watcher to be gone", func() bool { return tb.B.KVStats().Watchers == 0 })
+	if r := kvPut(t, c, "/kv/big.k", "after"); r.Get("revision") == "" {
+		t.Fatalf("writer after the drop: %v", r.Headers)
 	}
 }
