@@ -48,11 +48,14 @@ import (
 // kv-snapshot-complete:REV (the bucket revision of the snapshot, no body),
 // then every change with revision > REV, deletes with kv-operation:DEL.
 // kv-get:true: the snapshot and the marker only, no changes; the
-// subscription stays until UNSUBSCRIBE, as any other.
+// subscription stays until UNSUBSCRIBE, as any other. kv-history:true on
+// one key: its kept revisions (kv.history), oldest first, each marked
+// kv-history:true, then a MESSAGE kv-history-complete:COUNT.
 
 type kvStore struct {
 	mu      sync.Mutex
 	core    *kvcore.Core // nil: the journal stores no key-value data
+	j       KVJournal
 	watches map[uint64]*subscription
 	ids     map[*subscription]uint64
 
@@ -80,7 +83,7 @@ func (b *Broker) openKV(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("recover key-value buckets: %w", err)
 	}
-	kv.core = c
+	kv.core, kv.j = c, j
 	if keys > 0 {
 		b.log.Info("key-value buckets recovered", "buckets", len(c.Buckets()), "keys", keys, "bytes", c.Bytes())
 	}
@@ -152,6 +155,7 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 	if !exists && req.Op == kvcore.Put && !mayCreate {
 		return s.deny(f, *s.ident.Load(), dest, auth.Create)
 	}
+	e.History = s.b.cfg().KV.history(bucket)
 	done := make(chan error, 1)
 	s.submit(&Batch{Ops: []Op{{Kind: OpKV, KV: &e}}, Done: func(_ *Batch, err error) { done <- err }})
 	if err := <-done; err != nil {
@@ -232,6 +236,9 @@ func (s *session) onKVSubscribe(f *stomp.Frame, sub *subscription) bool {
 	}
 	get := f.Get("kv-get") == "true"
 	bucket, pattern, _ := strings.Cut(sub.name, ".")
+	if f.Get("kv-history") == "true" {
+		return s.onKVHistory(f, sub, bucket, pattern)
+	}
 	kv := &s.b.kv
 	kv.mu.Lock()
 	if kv.core == nil {
@@ -264,6 +271,49 @@ func (s *session) onKVSubscribe(f *stomp.Frame, sub *subscription) bool {
 		"destination", sub.dest,
 		"kv-snapshot-complete", r)})
 	kv.mu.Unlock()
+	s.receipt(f)
+	return true
+}
+
+// onKVHistory answers SUBSCRIBE kv-history:true: the kept revisions of one
+// key from the journal, oldest first, then kv-history-complete:COUNT.
+func (s *session) onKVHistory(f *stomp.Frame, sub *subscription, bucket, key string) bool {
+	if hasWildcard(key) {
+		s.fail(f, "invalid destination", fmt.Sprintf("kv-history reads one key: %s has a wildcard.", sub.dest))
+		return false
+	}
+	kv := &s.b.kv
+	kv.mu.Lock()
+	j := kv.j
+	kv.mu.Unlock()
+	if j == nil {
+		s.fail(f, "key-value store unavailable", errKVUnavailable)
+		return false
+	}
+	var frames []*stomp.Frame
+	err := j.KVHistory(s.b.ctx, bucket, key, func(e KVEntry) error {
+		m := kvFrame(sub, e, false)
+		m.Headers.Add("kv-history", "true")
+		frames = append(frames, m)
+		return nil
+	})
+	if err != nil {
+		s.fail(f, "history not read", err.Error())
+		return false
+	}
+	s.subsMu.Lock()
+	s.subs[sub.id] = sub
+	s.subsMu.Unlock()
+	s.nsubs.Add(1)
+	for _, m := range frames {
+		s.push(outItem{f: m})
+	}
+	n := strconv.Itoa(len(frames))
+	s.push(outItem{f: stomp.NewFrame(stomp.CmdMessage,
+		"subscription", sub.id,
+		"message-id", "kv."+bucket+".history."+n,
+		"destination", sub.dest,
+		"kv-history-complete", n)})
 	s.receipt(f)
 	return true
 }

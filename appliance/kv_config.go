@@ -15,6 +15,9 @@ type KVConfig struct {
 	MaxBytes      int64 `toml:"max_bytes" json:"max_bytes"`             // keys, content types and values of one bucket
 	MaxTotalBytes int64 `toml:"max_total_bytes" json:"max_total_bytes"` // of every bucket together (all held in memory)
 	MaxBuckets    int   `toml:"max_buckets" json:"max_buckets"`
+	// History: how many revisions of each key the journal keeps (the
+	// current one included), for SUBSCRIBE with kv-history:true.
+	History int `toml:"history" json:"history"`
 	// WatchBufferBytes: a change for a watcher whose connection has more
 	// than this waiting to be written ends that connection (an ERROR
 	// naming this key), never a silent gap.
@@ -28,6 +31,7 @@ type KVBucketConfig struct {
 	MaxValueBytes int    `toml:"max_value_bytes" json:"max_value_bytes"`
 	MaxKeys       int    `toml:"max_keys" json:"max_keys"`
 	MaxBytes      int64  `toml:"max_bytes" json:"max_bytes"`
+	History       int    `toml:"history" json:"history"`
 }
 
 func defaultKVConfig() KVConfig {
@@ -37,6 +41,7 @@ func defaultKVConfig() KVConfig {
 		MaxBytes:         16 << 20,
 		MaxTotalBytes:    64 << 20,
 		MaxBuckets:       100,
+		History:          1,
 		WatchBufferBytes: 32 << 20,
 	}
 }
@@ -47,7 +52,18 @@ const (
 	kvMaxKeys       = 10_000_000
 	kvMaxBytes      = 1 << 40
 	kvMaxBuckets    = 100_000
+	kvMaxHistory    = 64
 )
+
+// history returns how many revisions of each key of bucket are kept.
+func (c *KVConfig) history(bucket string) int {
+	for _, b := range c.Bucket {
+		if b.Name == bucket && b.History > 0 {
+			return b.History
+		}
+	}
+	return c.History
+}
 
 // limits returns the limits of bucket, with where naming the keys that set
 // them (for errors).
@@ -88,6 +104,7 @@ func (c *Config) validateKV() []error {
 	in("kv.max_total_bytes", k.MaxTotalBytes, 1, kvMaxBytes)
 	in("kv.max_buckets", int64(k.MaxBuckets), 1, kvMaxBuckets)
 	in("kv.watch_buffer_bytes", k.WatchBufferBytes, 1, kvMaxBytes)
+	in("kv.history", int64(k.History), 1, kvMaxHistory)
 	seen := map[string]bool{}
 	for i, b := range k.Bucket {
 		where := fmt.Sprintf("kv.bucket[%d]", i)
@@ -100,6 +117,7 @@ func (c *Config) validateKV() []error {
 		in(where+".max_value_bytes", int64(b.MaxValueBytes), 0, kvMaxValueBytes)
 		in(where+".max_keys", int64(b.MaxKeys), 0, kvMaxKeys)
 		in(where+".max_bytes", b.MaxBytes, 0, kvMaxBytes)
+		in(where+".history", int64(b.History), 0, kvMaxHistory)
 	}
 	return errs
 }

@@ -17,4 +17,7 @@ type KVJournal interface {
 	// KVLoad calls fn, at startup, with every bucket's revision counter
 	// (an entry with Op 0 and no key) and every live key.
 	KVLoad(ctx context.Context, fn func(e KVEntry) error) error
+	// KVHistory calls fn with the kept revisions of a live key (each
+	// put's History says how many), oldest first; a delete drops them.
+	KVHistory(ctx context.Context, bucket, key string, fn func(e KVEntry) error) error
 }

@@ -449,3 +449,50 @@ func TestKV_SlowWatcherDroppedNamingTheSetting(t *testing.T) {
 		t.Fatalf("writer after the drop: %v", r.Headers)
 	}
 }
+
+// kv-history:true reads the kept revisions of one key, oldest first, per
+// bucket setting; a delete drops them.
+func TestKV_History(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.KV.Bucket = []appliance.KVBucketConfig{{Name: "cfg", History: 3}}
+	})
+	c := tb.Dial(t)
+	for i := 1; i <= 5; i++ {
+		kvPut(t, c, "/kv/cfg.a", "v"+strconv.Itoa(i), hdr("content-type", "text/plain"))
+		kvPut(t, c, "/kv/plain.a", "v"+strconv.Itoa(i))
+	}
+	history := func(dest string) (out []string) {
+		t.Helper()
+		s, err := c.SubscribeReceipt(ctxT(t), dest, "auto", hdr("kv-history", "true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Unsubscribe(ctxT(t))
+		for {
+			m := recv(t, s)
+			if n := m.Get("kv-history-complete"); n != "" {
+				if n != strconv.Itoa(len(out)) {
+					t.Fatalf("kv-history-complete:%s after %d", n, len(out))
+				}
+				return out
+			}
+			if m.Get("kv-history") != "true" || (strings.HasPrefix(dest, "/kv/cfg") && m.Get("content-type") != "text/plain") {
+				t.Fatalf("history message %v", m.Headers)
+			}
+			out = append(out, m.Get("revision")+":"+string(m.Body))
+		}
+	}
+	if h := strings.Join(history("/kv/cfg.a"), " "); h != "3:v3 4:v4 5:v5" {
+		t.Fatalf("history of cfg.a (history 3): %s", h)
+	}
+	if h := strings.Join(history("/kv/plain.a"), " "); h != "5:v5" {
+		t.Fatalf("history of plain.a (default 1): %s", h)
+	}
+	kvPut(t, c, "/kv/cfg.a", "", hdr("kv-operation", "DEL"))
+	if h := history("/kv/cfg.a"); len(h) != 0 {
+		t.Fatalf("history after delete: %v", h)
+	}
+	if _, err := c.SubscribeReceipt(ctxT(t), "/kv/cfg.>", "auto", hdr("kv-history", "true")); err == nil {
+		t.Fatal("history of a wildcard accepted")
+	}
+}

@@ -134,6 +134,7 @@ var reloadKeys = map[string]reloadClass{
 	"kv.max_total_bytes":    reloadable,
 	"kv.max_buckets":        reloadable,
 	"kv.watch_buffer_bytes": reloadable,
+	"kv.history":            reloadable, // from the next write of each key
 	"kv.bucket":             reloadable,
 }
 

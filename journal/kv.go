@@ -24,6 +24,15 @@ var kvSchema = []string{
 		ctype TEXT NOT NULL DEFAULT '',
 		value BLOB NOT NULL,
 		PRIMARY KEY(bucket, key)) WITHOUT ROWID`,
+	// The kept revisions of each live key (KVEntry.History of its last
+	// write), the current one included.
+	`CREATE TABLE IF NOT EXISTS kv_history(
+		bucket TEXT NOT NULL,
+		key TEXT NOT NULL,
+		revision INTEGER NOT NULL,
+		ctype TEXT NOT NULL DEFAULT '',
+		value BLOB NOT NULL,
+		PRIMARY KEY(bucket, key, revision)) WITHOUT ROWID`,
 }
 
 // applyKV stores one key-value change inside the current transaction.
@@ -45,9 +54,21 @@ func (s *Store) applyKV(ctx context.Context, e *appliance.KVEntry) error {
 		if v == nil {
 			v = []byte{}
 		}
-		_, err = s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO kv(bucket, key, revision, ctype, value) VALUES(?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v)
+		if _, err = s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO kv(bucket, key, revision, ctype, value) VALUES(?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v); err != nil {
+			return err
+		}
+		if _, err = s.wc.ExecContext(ctx, `INSERT INTO kv_history(bucket, key, revision, ctype, value) VALUES(?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v); err != nil {
+			return err
+		}
+		// Keep the newest max(History, 1).
+		_, err = s.wc.ExecContext(ctx, `DELETE FROM kv_history WHERE bucket=?1 AND key=?2 AND revision <= coalesce(
+			(SELECT revision FROM kv_history WHERE bucket=?1 AND key=?2 ORDER BY revision DESC LIMIT 1 OFFSET ?3), 0)`,
+			e.Bucket, e.Key, max(e.History, 1))
 	case kvcore.Delete:
-		_, err = s.wc.ExecContext(ctx, `DELETE FROM kv WHERE bucket=? AND key=?`, e.Bucket, e.Key)
+		if _, err = s.wc.ExecContext(ctx, `DELETE FROM kv WHERE bucket=? AND key=?`, e.Bucket, e.Key); err != nil {
+			return err
+		}
+		_, err = s.wc.ExecContext(ctx, `DELETE FROM kv_history WHERE bucket=? AND key=?`, e.Bucket, e.Key)
 	default:
 		err = fmt.Errorf("journal: kv: unknown operation %d", e.Op)
 	}
@@ -91,6 +112,27 @@ func (s *Store) KVLoad(ctx context.Context, fn func(e appliance.KVEntry) error) 
 		var rev int64
 		if err := rows.Scan(&e.Bucket, &e.Key, &rev, &e.ContentType, &e.Value); err != nil {
 			return fmt.Errorf("journal: load kv: %w", err)
+		}
+		e.Revision = uint64(rev)
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// KVHistory calls fn with the kept revisions of a key, oldest first.
+func (s *Store) KVHistory(ctx context.Context, bucket, key string, fn func(e appliance.KVEntry) error) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT revision, ctype, value FROM kv_history WHERE bucket=? AND key=? ORDER BY revision`, bucket, key)
+	if err != nil {
+		return fmt.Errorf("journal: kv history of %s.%s: %w", bucket, key, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e := appliance.KVEntry{Bucket: bucket, Key: key, Op: kvcore.Put}
+		var rev int64
+		if err := rows.Scan(&rev, &e.ContentType, &e.Value); err != nil {
+			return fmt.Errorf("journal: kv history of %s.%s: %w", bucket, key, err)
 		}
 		e.Revision = uint64(rev)
 		if err := fn(e); err != nil {

@@ -3,7 +3,9 @@ package journal
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -82,7 +84,7 @@ func TestStore_KVMigratesOlderDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{`DROP TABLE kv`, `DROP TABLE kv_buckets`} {
+	for _, q := range []string{`DROP TABLE kv`, `DROP TABLE kv_buckets`, `DROP TABLE kv_history`} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
 		}
@@ -97,5 +99,50 @@ func TestStore_KVMigratesOlderDataDir(t *testing.T) {
 	}
 	if _, keys := kvLoad(t, s); len(keys) != 1 {
 		t.Fatalf("keys %v", keys)
+	}
+}
+
+func kvHistory(t *testing.T, s *Store, bucket, key string) (out []string) {
+	t.Helper()
+	err := s.KVHistory(context.Background(), bucket, key, func(e appliance.KVEntry) error {
+		out = append(out, fmt.Sprintf("%d:%s", e.Revision, e.Value))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Each put keeps the newest History revisions of its key; a delete drops
+// them all; other keys keep theirs.
+func TestStore_KVHistory(t *testing.T) {
+	s := mustOpen(t, Config{})
+	put := func(key string, rev uint64, val string, keep int) {
+		op := kvOp("b", key, kvcore.Put, rev, val)
+		op.KV.History = keep
+		if _, err := apply(t, s, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		put("k", uint64(i), "v"+strconv.Itoa(i), 3)
+	}
+	put("other", 6, "o", 3)
+	if h := kvHistory(t, s, "b", "k"); strings.Join(h, " ") != "3:v3 4:v4 5:v5" {
+		t.Fatalf("history of k: %v, want the newest 3", h)
+	}
+	put("k", 7, "v7", 1) // history lowered: trims to 1
+	if h := kvHistory(t, s, "b", "k"); strings.Join(h, " ") != "7:v7" {
+		t.Fatalf("history of k after history 1: %v", h)
+	}
+	if _, err := apply(t, s, kvOp("b", "k", kvcore.Delete, 8, "")); err != nil {
+		t.Fatal(err)
+	}
+	if h := kvHistory(t, s, "b", "k"); len(h) != 0 {
+		t.Fatalf("history after delete: %v", h)
+	}
+	if h := kvHistory(t, s, "b", "other"); strings.Join(h, " ") != "6:o" {
+		t.Fatalf("history of other: %v", h)
 	}
 }

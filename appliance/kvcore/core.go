@@ -42,6 +42,9 @@ type Entry struct {
 	Revision    uint64 // the bucket's revision this change made
 	ContentType string
 	Value       []byte
+	// History, for the journal only: how many revisions of the key to
+	// keep, this one included (the core keeps the current one).
+	History int
 }
 
 // Size is what an entry weighs against Limits.MaxBytes.
