@@ -34,7 +34,8 @@ const (
 	OpBarrier
 	// OpKV stores the key-value change KV (kv.go): the bucket's revision
 	// counter becomes KV.Revision, which must be higher than the stored
-	// one; a put replaces the key's row, a delete removes it.
+	// one; a put replaces the key's row and adds it to the key's history
+	// (keeping the newest KV.History), a delete removes row and history.
 	OpKV
 )
 
