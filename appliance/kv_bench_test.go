@@ -94,3 +94,50 @@ func benchWriters(b *testing.B, writers int, op func(c *client.Conn, w, i int) e
 	}
 	b.ReportMetric(float64(per*writers)/b.Elapsed().Seconds(), "ops/s")
 }
+
+// BenchmarkKVWatchFanout: one put (with receipt) and its arrival at 20
+// watchers, per op; beside the same for a topic with 20 subscribers (the
+// peer in the same run: no journal, no revision).
+//
+//	go test -run '^$' -bench BenchmarkKVWatchFanout ./appliance
+func BenchmarkKVWatchFanout(b *testing.B) {
+	const watchers = 20
+	for _, kind := range []string{"kv", "topic"} {
+		b.Run(kind+"/watchers=20", func(b *testing.B) {
+			tb := mustStartBroker(b, func(c *appliance.Config) { c.Journal.Sync = "full" })
+			subDest, dest := "/kv/fan.>", "/kv/fan.k"
+			if kind == "topic" {
+				subDest, dest = "/topic/fan.>", "/topic/fan.k"
+			}
+			subs := make([]*client.Subscription, watchers)
+			for i := range subs {
+				c, err := client.Dial(context.Background(), tb.Addr, client.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				if subs[i], err = c.SubscribeReceipt(context.Background(), subDest, "auto"); err != nil {
+					b.Fatal(err)
+				}
+				if kind == "kv" {
+					<-subs[i].C() // the snapshot marker of the empty bucket
+				}
+			}
+			w, err := client.Dial(context.Background(), tb.Addr, client.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			body := []byte("value-0123456789")
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := w.SendReceipt(context.Background(), dest, body); err != nil {
+					b.Fatal(err)
+				}
+				for _, s := range subs {
+					<-s.C()
+				}
+			}
+		})
+	}
+}
