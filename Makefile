@@ -48,6 +48,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseOrigin$$' -fuzztime $(FUZZTIME) ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzWebSocketStream$$' -fuzztime $(FUZZTIME) ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/queuecore
+	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/kvcore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeUsers$$' -fuzztime $(FUZZTIME) ./appliance/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePattern$$' -fuzztime $(FUZZTIME) ./appliance/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNft$$' -fuzztime $(FUZZTIME) ./internal/mcdoctor

@@ -230,6 +230,9 @@ func kindName(k destKind) string {
 	if k == destStream {
 		return auth.KindStream
 	}
+	if k == destKV {
+		return auth.KindKV
+	}
 	return auth.KindQueue
 }
 
@@ -368,6 +371,8 @@ func (s *session) authorize(f *stomp.Frame) bool {
 	if kind == destStream && !s.b.streamExists(name) && !p.Allowed(id, auth.Create, k, name) {
 		return s.deny(f, id, d, auth.Create)
 	}
+	// A put to a key that does not exist creates it: checked under the
+	// key-value store's lock (kvMayCreate).
 	return true
 }
 
@@ -385,6 +390,13 @@ func (s *session) deny(f *stomp.Frame, id auth.Identity, dest string, perm auth.
 	what := map[auth.Perm]string{auth.Read: "subscribe to", auth.Write: "send to", auth.Create: "create"}[perm]
 	s.fail(f, "permission denied: "+perm.String()+" on "+dest, fmt.Sprintf("User %s may not %s %s: it lacks the %s permission on it; %s.", user, what, dest, perm, how))
 	return false
+}
+
+// kvMayCreate reports whether the session may create key-value key name
+// (the create permission on /kv/NAME).
+func (s *session) kvMayCreate(name string) bool {
+	p := s.b.authz.policy.Load()
+	return p.Open() || p.Allowed(*s.ident.Load(), auth.Create, auth.KindKV, name)
 }
 
 // releaseUser gives back the connection's place in its user's count (at

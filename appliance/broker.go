@@ -75,6 +75,7 @@ type Broker struct {
 	topics  *topicRegistry
 	sinks   []TopicSink
 	streams streamRegistry // stream.go
+	kv      kvStore        // key-value buckets (kv.go)
 
 	nextSession atomic.Uint64
 	diskLow     atomic.Bool
@@ -225,6 +226,9 @@ func (b *Broker) Open(ctx context.Context) error {
 		b.log.Info("queue recovered", "queue", st.Name, "messages", st.Count, "bytes", st.Bytes)
 	}
 	if err := b.openStreams(ctx); err != nil {
+		return err
+	}
+	if err := b.openKV(ctx); err != nil {
 		return err
 	}
 	b.wg.Add(3)

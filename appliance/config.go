@@ -49,6 +49,8 @@ type Config struct {
 	Auth AuthConfig `toml:"auth" json:"auth"`
 	// Web: STOMP over WebSocket and server-sent events for browsers (web.go).
 	Web WebConfig `toml:"web" json:"web"`
+	// KV: the key-value buckets of /kv/BUCKET.KEY (kv.go).
+	KV KVConfig `toml:"kv" json:"kv"`
 }
 
 // WebConfig is the [web] section: the HTTP listener for browsers.
@@ -352,6 +354,7 @@ func DefaultConfig() Config {
 		Log:     LogConfig{Level: "info", Format: "text"},
 		Web:     WebConfig{SSEBufferBytes: 4 << 20, SSEHeartbeat: Duration{15 * time.Second}},
 		Auth:    AuthConfig{CommandTimeout: Duration{5 * time.Second}, CommandCache: Duration{time.Minute}, MaxConnectionsPerUser: 1000},
+		KV:      defaultKVConfig(),
 	}
 }
 
@@ -678,6 +681,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, c.validateStreams()...)
+	errs = append(errs, c.validateKV()...)
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {
 		where := fmt.Sprintf("multicast.channel[%d]", i)

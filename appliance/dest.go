@@ -11,6 +11,7 @@ const (
 	prefixTopic = "/topic/"
 	// prefixStream: retained, ordered logs with offsets (stream.go).
 	prefixStream = "/stream/"
+	prefixKV     = "/kv/" // key-value buckets (kv.go)
 )
 
 type destKind int
@@ -19,6 +20,7 @@ const (
 	destQueue destKind = iota + 1
 	destTopic
 	destStream
+	destKV
 )
 
 // parseDest splits a STOMP destination into its kind and name, and checks
@@ -35,8 +37,10 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 		kind, name = destTopic, d[len(prefixTopic):]
 	case strings.HasPrefix(d, prefixStream):
 		kind, name = destStream, d[len(prefixStream):]
+	case strings.HasPrefix(d, prefixKV):
+		kind, name = destKV, d[len(prefixKV):]
 	default:
-		return 0, "", fmt.Errorf("%w %q: use /queue/NAME, /topic/NAME or /stream/NAME", ErrBadDest, d)
+		return 0, "", fmt.Errorf("%w %q: use /queue/NAME, /topic/NAME, /stream/NAME or /kv/BUCKET.KEY", ErrBadDest, d)
 	}
 	if name == "" || len(name) > 255 {
 		return 0, "", fmt.Errorf("%w %q: the name must be 1 to 255 bytes", ErrBadDest, d)
@@ -46,10 +50,19 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 			return 0, "", fmt.Errorf("%w %q: control characters are not allowed", ErrBadDest, d)
 		}
 	}
-	if kind != destTopic && strings.ContainsAny(name, "*>") {
+	if kind != destTopic && kind != destKV && strings.ContainsAny(name, "*>") {
 		return 0, "", fmt.Errorf("%w %q: wildcards are for topics only", ErrBadDest, d)
 	}
-	if kind == destTopic {
+	if kind == destKV {
+		bucket, key, _ := strings.Cut(name, ".")
+		if err := checkBucketName(bucket); err != nil {
+			return 0, "", fmt.Errorf("%w %q: %v (wildcards are for keys, not buckets)", ErrBadDest, d, err)
+		}
+		if key == "" {
+			return 0, "", fmt.Errorf("%w %q: name a key after the bucket: /kv/BUCKET.KEY (a watch of every key: /kv/BUCKET.>)", ErrBadDest, d)
+		}
+	}
+	if kind == destTopic || kind == destKV {
 		segs := strings.Split(name, ".")
 		for i, s := range segs {
 			if s == "" {

@@ -31,6 +31,10 @@ func (s *session) handle(f *stomp.Frame) bool {
 		return false
 	}
 	if tx := f.Get("transaction"); tx != "" {
+		if isKVSend(f) {
+			s.fail(f, "key-value writes are not transactional", "A SEND to /kv/ may not carry a transaction header (yet): send it outside the transaction. Nothing was stored.")
+			return false
+		}
 		switch f.Command {
 		case stomp.CmdSend, stomp.CmdAck, stomp.CmdNack:
 			return s.buffer(tx, f)
@@ -158,6 +162,9 @@ func (s *session) onSend(f *stomp.Frame) bool {
 	s.msgsIn.Add(1)
 	if kind == destStream {
 		return s.onStreamSend(f, name)
+	}
+	if kind == destKV {
+		return s.onKVSend(f, name)
 	}
 	if kind == destTopic {
 		h := userHeaders(f)
@@ -360,6 +367,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 	if kind == destStream {
 		return s.subscribeStream(f, sub)
 	}
+	if kind == destKV {
+		return s.onKVSubscribe(f, sub)
+	}
 	if kind == destTopic {
 		s.subsMu.Lock()
 		s.subs[id] = sub
@@ -440,6 +450,10 @@ func (s *session) onUnsubscribe(f *stomp.Frame) bool {
 func (s *session) endSubscription(sub *subscription) {
 	if sub.kind == destStream {
 		sub.st.unsubscribe(sub)
+		return
+	}
+	if sub.kind == destKV {
+		s.b.kv.unwatch(sub)
 		return
 	}
 	if sub.kind == destTopic {
@@ -525,7 +539,7 @@ func (s *session) ackResult(f *stomp.Frame) (ackResult, bool) {
 	if res, ok := s.streamAck(token, f.Command == stomp.CmdNack); ok {
 		return res, true
 	}
-	if sub == nil || sub.kind == destTopic {
+	if sub == nil || sub.kind == destTopic || sub.kind == destKV {
 		if sub == nil && !strings.HasPrefix(token, "t") {
 			s.b.stats.staleAcks.Add(1)
 			s.log.Debug("ack for no held message ignored", "token", token)

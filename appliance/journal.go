@@ -32,6 +32,11 @@ const (
 	// OpBarrier does nothing; its batch completes after every batch submitted
 	// before it.
 	OpBarrier
+	// OpKV stores the key-value change KV (kv.go): the bucket's revision
+	// counter becomes KV.Revision, which must be higher than the stored
+	// one; a put replaces the key's row and adds it to the key's history
+	// (keeping the newest KV.History), a delete removes row and history.
+	OpKV
 )
 
 // Op is one journal operation. Inputs are set by the caller; outputs by the
@@ -54,6 +59,7 @@ type Op struct {
 	Bytes     int64    // out, OpPurge
 
 	Stream *StreamOp // OpAppend, OpTrim, OpCursor (stream_journal.go)
+	KV     *KVEntry  // OpKV
 }
 
 // Batch is a set of operations applied atomically, in order.

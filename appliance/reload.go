@@ -143,6 +143,18 @@ var reloadKeys = map[string]reloadClass{
 	// A channel's sender (socket, session, rate limit, key) is made at
 	// start; receivers would see a new session anyway.
 	"multicast.channel": restartOnly,
+
+	// Key-value limits apply from the next write, watch_buffer_bytes from
+	// the next change delivered (kv.go reads them from the configuration
+	// in force each time).
+	"kv.max_value_bytes":    reloadable,
+	"kv.max_keys":           reloadable,
+	"kv.max_bytes":          reloadable,
+	"kv.max_total_bytes":    reloadable,
+	"kv.max_buckets":        reloadable,
+	"kv.watch_buffer_bytes": reloadable,
+	"kv.history":            reloadable, // from the next write of each key
+	"kv.bucket":             reloadable,
 }
 
 // configKeys lists the TOML path of every key of Config with its field

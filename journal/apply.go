@@ -129,6 +129,10 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 			if err := s.applyStream(ctx, op, now, &hbuf); err != nil {
 				return err
 			}
+		case appliance.OpKV:
+			if err := s.applyKV(ctx, op.KV); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("journal: unknown op kind %d", op.Kind)
 		}

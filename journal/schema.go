@@ -58,7 +58,7 @@ var schema = []string{
 }
 
 func migrate(ctx context.Context, c *sql.Conn) error {
-	for _, q := range schema {
+	for _, q := range append(schema[:len(schema):len(schema)], kvSchema...) {
 		if _, err := c.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("create schema: %w", err)
 		}

@@ -50,6 +50,7 @@ const (
 	// KindStream names streams: read to subscribe, write to append,
 	// create to make a stream that does not exist yet (as for queues).
 	KindStream = "/stream/"
+	KindKV     = "/kv/" // key-value buckets: /kv/BUCKET.KEY
 )
 
 // MaxPatternBytes bounds one pattern, as a destination name is bounded (255
@@ -81,8 +82,10 @@ func ParsePattern(s string) (Pattern, error) {
 		kind, name = KindTopic, s[len(KindTopic):]
 	case strings.HasPrefix(s, KindStream):
 		kind, name = KindStream, s[len(KindStream):]
+	case strings.HasPrefix(s, KindKV):
+		kind, name = KindKV, s[len(KindKV):]
 	default:
-		return Pattern{}, fmt.Errorf("%w %q: start it with /queue/, /topic/ or /stream/ (example: /queue/orders.>)", ErrPattern, s)
+		return Pattern{}, fmt.Errorf("%w %q: start it with /queue/, /topic/, /stream/ or /kv/ (example: /queue/orders.>)", ErrPattern, s)
 	}
 	if name == "" || len(name) > 255 {
 		return Pattern{}, fmt.Errorf("%w %q: the name must be 1 to 255 bytes (use > for everything: %s>)", ErrPattern, s, kind)

@@ -7,15 +7,16 @@
 // the time (Throttle) and the file's bytes (DecodeUsers); the broker holds
 // the current *Policy and swaps it atomically on reload.
 //
-// Permissions are granted on destination patterns: /queue/NAME or
-// /topic/NAME, where NAME is dot-separated segments and the segment * matches
+// Permissions are granted on destination patterns: /queue/NAME,
+// /topic/NAME or /kv/BUCKET.KEY (key-value store), where NAME is dot-separated segments and the segment * matches
 // one segment, > one or more trailing segments (as topic subscriptions and
 // queue policies use them). Three permissions exist:
 //
 //   - read: SUBSCRIBE (queues, dead-letter queues, topics; a wildcard topic
 //     subscription needs a grant that covers the whole pattern)
 //   - write: SEND
-//   - create: a SEND or SUBSCRIBE that creates a queue that does not exist yet
+//   - create: a SEND or SUBSCRIBE that creates a queue that does not exist
+//     yet, a put that creates a key-value key
 //
 // Nothing is allowed unless granted. Temporary queues are not governed by
 // grants: they are their owner connection's alone (see the appliance).

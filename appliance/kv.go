@@ -1,0 +1,352 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/herald-mq/herald/appliance/auth"
+	"github.com/herald-mq/herald/appliance/kvcore"
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// The key-value store: /kv/BUCKET.KEY, the shell around appliance/kvcore.
+//
+// One lock (kvStore.mu) serialises every write and every watch. A write
+// runs Prepare, journals the entry and waits for its commit, then Apply
+// and pushes the change to the watchers, all under the lock: revisions are
+// given in commit order, a write that fails to commit leaves no trace, and
+// a watch (snapshot, marker) taken under the same lock sits between two
+// writes, so its watcher misses none and sees none twice. The price: writes
+// to the store do not share a journal commit (one fsync each, with
+// journal.sync = "full"); reads of the in-memory state and deliveries to
+// watchers cost no disk access.
+//
+// SEND /kv/BUCKET.KEY:
+//   - sets the key to the body, with the content-type header (kept);
+//   - kv-operation:DEL deletes it (NATS KV's KV-Operation values; PUT is
+//     the default);
+//   - if-revision:N makes it a compare-and-set: applied only if the key is
+//     at revision N (0: the key must not exist);
+//   - the RECEIPT, once the change is durable, carries revision:N, the
+//     bucket revision of the change;
+//   - a compare-and-set that fails stores nothing: its RECEIPT carries
+//     kv-conflict:CURRENT (the key's revision, 0 if it does not exist) and
+//     no revision header, and the connection goes on; without a receipt
+//     header a conflict is an ERROR (it would be silent otherwise);
+//   - a delete of a key that does not exist changes nothing: RECEIPT
+//     kv-noop:true, no revision;
+//   - limits (kv.max_value_bytes, max_keys, max_bytes, max_total_bytes,
+//     max_buckets, per [[kv.bucket]]) are ERRORs naming the key to raise.
+//
+// SUBSCRIBE /kv/BUCKET.PATTERN (ack auto): the current value of every
+// matching key (kv-snapshot:true, in key order), then a MESSAGE with
+// kv-snapshot-complete:REV (the bucket revision of the snapshot, no body),
+// then every change with revision > REV, deletes with kv-operation:DEL.
+// kv-get:true: the snapshot and the marker only, no changes; the
+// subscription stays until UNSUBSCRIBE, as any other. kv-history:true on
+// one key: its kept revisions (kv.history), oldest first, each marked
+// kv-history:true, then a MESSAGE kv-history-complete:COUNT.
+
+type kvStore struct {
+	mu      sync.Mutex
+	core    *kvcore.Core // nil: the journal stores no key-value data
+	j       KVJournal
+	watches map[uint64]*subscription
+	ids     map[*subscription]uint64
+
+	puts, deletes, conflicts, watchDrops atomic.Uint64
+}
+
+// openKV loads the buckets from the journal (Broker.Open).
+func (b *Broker) openKV(ctx context.Context) error {
+	kv := &b.kv
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	kv.watches, kv.ids = map[uint64]*subscription{}, map[*subscription]uint64{}
+	j, ok := b.j.(KVJournal)
+	if !ok {
+		return nil
+	}
+	c := kvcore.New()
+	keys := 0
+	if err := j.KVLoad(ctx, func(e KVEntry) error {
+		if e.Op != 0 {
+			keys++
+		}
+		c.Recover(e)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("recover key-value buckets: %w", err)
+	}
+	kv.core, kv.j = c, j
+	if keys > 0 {
+		b.log.Info("key-value buckets recovered", "buckets", len(c.Buckets()), "keys", keys, "bytes", c.Bytes())
+	}
+	return nil
+}
+
+var errKVUnavailable = "This heraldd's journal has no key-value store."
+
+// isKVSend reports whether f is a SEND to /kv/.
+func isKVSend(f *stomp.Frame) bool {
+	return f.Command == stomp.CmdSend && strings.HasPrefix(f.Get("destination"), prefixKV)
+}
+
+func (s *session) onKVSend(f *stomp.Frame, name string) bool {
+	bucket, key, _ := strings.Cut(name, ".")
+	dest := prefixKV + name
+	req := kvcore.Request{Bucket: bucket, Key: key, Op: kvcore.Put, IfRevision: kvcore.NoRevision, ContentType: f.Get("content-type"), Value: f.Body}
+	switch op := f.Get("kv-operation"); strings.ToUpper(op) {
+	case "", "PUT":
+	case "DEL":
+		req.Op, req.Value, req.ContentType = kvcore.Delete, nil, ""
+	default:
+		s.fail(f, "invalid kv-operation", fmt.Sprintf("kv-operation must be PUT (the default) or DEL; got %q. Nothing was stored.", op))
+		return false
+	}
+	if v, ok := f.Headers.Lookup("if-revision"); ok {
+		n, err := strconv.ParseUint(v, 10, 63)
+		if err != nil {
+			s.fail(f, "invalid if-revision", fmt.Sprintf("if-revision must be a revision number (0: the key must not exist); got %q. Nothing was stored.", v))
+			return false
+		}
+		req.IfRevision = int64(n)
+	}
+	if req.Op == kvcore.Put && s.b.checkDisk(false) {
+		s.drainJournal()
+		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); %s was not stored. Deletes still work.", s.b.cfg().DataDir, s.b.diskFloor(), dest))
+		return false
+	}
+	mayCreate := s.kvMayCreate(name)
+	kv := &s.b.kv
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	if kv.core == nil {
+		s.fail(f, "key-value store unavailable", errKVUnavailable)
+		return false
+	}
+	_, exists := kv.core.Get(bucket, key)
+	lim, where := s.b.cfg().KV.limits(bucket)
+	e, err := kv.core.Prepare(req, lim)
+	var ce *kvcore.ConflictError
+	switch {
+	case errors.As(err, &ce):
+		kv.conflicts.Add(1)
+		if f.Get("receipt") == "" {
+			s.drainJournal()
+			s.fail(f, "revision conflict", fmt.Sprintf("%s is at revision %d, not %d (if-revision); nothing was stored. Send with a receipt header to get conflicts as a RECEIPT with kv-conflict:CURRENT instead of an ERROR.", dest, ce.Current, ce.Expected))
+			return false
+		}
+		s.receipt(f, stomp.Header{Key: "kv-conflict", Value: strconv.FormatUint(ce.Current, 10)})
+		return true
+	case errors.Is(err, kvcore.ErrNoKey):
+		s.receipt(f, stomp.Header{Key: "kv-noop", Value: "true"})
+		return true
+	case err != nil:
+		s.drainJournal()
+		s.fail(f, "value not stored", kvLimitDetail(err, dest, len(req.Value), lim, where))
+		return false
+	}
+	if !exists && req.Op == kvcore.Put && !mayCreate {
+		return s.deny(f, *s.ident.Load(), dest, auth.Create)
+	}
+	e.History = s.b.cfg().KV.history(bucket)
+	done := make(chan error, 1)
+	s.submit(&Batch{Ops: []Op{{Kind: OpKV, KV: &e}}, Done: func(_ *Batch, err error) { done <- err }})
+	if err := <-done; err != nil {
+		s.b.journalResult(err)
+		s.fail(f, "value not stored", fmt.Sprintf("%s: %v", dest, err))
+		return false
+	}
+	if e.Op == kvcore.Delete {
+		kv.deletes.Add(1)
+	} else {
+		kv.puts.Add(1)
+	}
+	for _, d := range kv.core.Apply(e) {
+		if sub := kv.watches[d.Watch]; sub != nil {
+			sub.s.deliverKV(kvFrame(sub, d.Entry, false))
+		}
+	}
+	if r := f.Get("receipt"); r != "" {
+		s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", r, "revision", strconv.FormatUint(e.Revision, 10)))
+	}
+	return true
+}
+
+func kvLimitDetail(err error, dest string, size int, lim kvcore.Limits, where string) string {
+	switch {
+	case errors.Is(err, kvcore.ErrValueTooLarge):
+		return fmt.Sprintf("The value for %s is %d bytes; at most %d are allowed (%s max_value_bytes). Nothing was stored.", dest, size, lim.MaxValueBytes, where)
+	case errors.Is(err, kvcore.ErrTooManyKeys):
+		return fmt.Sprintf("The bucket of %s holds %d keys already (%s max_keys). Nothing was stored; delete keys or raise the limit.", dest, lim.MaxKeys, where)
+	case errors.Is(err, kvcore.ErrBucketFull):
+		return fmt.Sprintf("The bucket of %s would hold more than %d bytes (%s max_bytes). Nothing was stored; delete keys or raise the limit.", dest, lim.MaxBytes, where)
+	case errors.Is(err, kvcore.ErrStoreFull):
+		return fmt.Sprintf("All buckets together would hold more than %d bytes (kv.max_total_bytes). Nothing was stored; delete keys or raise the limit.", lim.MaxTotalBytes)
+	case errors.Is(err, kvcore.ErrTooManyBucket):
+		return fmt.Sprintf("%s would make a new bucket, but there are %d already (kv.max_buckets). Nothing was stored.", dest, lim.MaxBuckets)
+	}
+	return fmt.Sprintf("%s: %v. Nothing was stored.", dest, err)
+}
+
+func kvFrame(sub *subscription, e kvcore.Entry, snapshot bool) *stomp.Frame {
+	rev := strconv.FormatUint(e.Revision, 10)
+	f := stomp.NewFrame(stomp.CmdMessage,
+		"subscription", sub.id,
+		"message-id", "kv."+e.Bucket+"."+rev,
+		"destination", prefixKV+e.Bucket+"."+e.Key,
+		"revision", rev,
+		"kv-operation", e.Op.String())
+	if e.ContentType != "" {
+		f.Headers.Add("content-type", e.ContentType)
+	}
+	if snapshot {
+		f.Headers.Add("kv-snapshot", "true")
+	}
+	f.Body = e.Value
+	return f
+}
+
+// deliverKV queues a change for a watcher; a connection with more than
+// kv.watch_buffer_bytes waiting is ended instead (never a silent gap).
+func (s *session) deliverKV(f *stomp.Frame) {
+	limit := s.b.cfg().KV.WatchBufferBytes
+	s.outMu.Lock()
+	over := s.outBytes > limit
+	s.outMu.Unlock()
+	if over {
+		s.b.kv.watchDrops.Add(1)
+		s.log.Warn("slow key-value watcher dropped", "waiting_bytes_over", limit)
+		s.drop("slow consumer", fmt.Sprintf("More than %d bytes were waiting to be written to this connection when a key-value change came (kv.watch_buffer_bytes); it is closed so that no change is skipped. Watch again: the snapshot brings the current values.", limit))
+		return
+	}
+	s.push(outItem{f: f})
+}
+
+func (s *session) onKVSubscribe(f *stomp.Frame, sub *subscription) bool {
+	if sub.ack != ackAuto {
+		s.fail(f, "invalid ack mode", "Key-value watches (/kv/) are ack auto: every change has its revision; a client that loses its place subscribes again.")
+		return false
+	}
+	get := f.Get("kv-get") == "true"
+	bucket, pattern, _ := strings.Cut(sub.name, ".")
+	if f.Get("kv-history") == "true" {
+		return s.onKVHistory(f, sub, bucket, pattern)
+	}
+	kv := &s.b.kv
+	kv.mu.Lock()
+	if kv.core == nil {
+		kv.mu.Unlock()
+		s.fail(f, "key-value store unavailable", errKVUnavailable)
+		return false
+	}
+	var snap []kvcore.Entry
+	var rev uint64
+	if get {
+		snap, rev = kv.core.Snapshot(bucket, pattern)
+	} else {
+		var id uint64
+		id, snap, rev = kv.core.Watch(bucket, pattern)
+		kv.watches[id], kv.ids[sub] = sub, id
+	}
+	s.subsMu.Lock()
+	s.subs[sub.id] = sub
+	s.subsMu.Unlock()
+	s.nsubs.Add(1)
+	// Under the lock: no change is queued to this connection before the
+	// marker, and every change after the snapshot is.
+	for _, e := range snap {
+		s.push(outItem{f: kvFrame(sub, e, true)})
+	}
+	r := strconv.FormatUint(rev, 10)
+	s.push(outItem{f: stomp.NewFrame(stomp.CmdMessage,
+		"subscription", sub.id,
+		"message-id", "kv."+bucket+".snapshot."+r,
+		"destination", sub.dest,
+		"kv-snapshot-complete", r)})
+	kv.mu.Unlock()
+	s.receipt(f)
+	return true
+}
+
+// onKVHistory answers SUBSCRIBE kv-history:true: the kept revisions of one
+// key from the journal, oldest first, then kv-history-complete:COUNT.
+func (s *session) onKVHistory(f *stomp.Frame, sub *subscription, bucket, key string) bool {
+	if hasWildcard(key) {
+		s.fail(f, "invalid destination", fmt.Sprintf("kv-history reads one key: %s has a wildcard.", sub.dest))
+		return false
+	}
+	kv := &s.b.kv
+	kv.mu.Lock()
+	j := kv.j
+	kv.mu.Unlock()
+	if j == nil {
+		s.fail(f, "key-value store unavailable", errKVUnavailable)
+		return false
+	}
+	var frames []*stomp.Frame
+	err := j.KVHistory(s.b.ctx, bucket, key, func(e KVEntry) error {
+		m := kvFrame(sub, e, false)
+		m.Headers.Add("kv-history", "true")
+		frames = append(frames, m)
+		return nil
+	})
+	if err != nil {
+		s.fail(f, "history not read", err.Error())
+		return false
+	}
+	s.subsMu.Lock()
+	s.subs[sub.id] = sub
+	s.subsMu.Unlock()
+	s.nsubs.Add(1)
+	for _, m := range frames {
+		s.push(outItem{f: m})
+	}
+	n := strconv.Itoa(len(frames))
+	s.push(outItem{f: stomp.NewFrame(stomp.CmdMessage,
+		"subscription", sub.id,
+		"message-id", "kv."+bucket+".history."+n,
+		"destination", sub.dest,
+		"kv-history-complete", n)})
+	s.receipt(f)
+	return true
+}
+
+// unwatch ends a watch (UNSUBSCRIBE, connection end).
+func (kv *kvStore) unwatch(sub *subscription) {
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	if id, ok := kv.ids[sub]; ok {
+		kv.core.Unwatch(id)
+		delete(kv.ids, sub)
+		delete(kv.watches, id)
+	}
+}
+
+// KVStats are the key-value store's counts, for views and metrics.
+type KVStats struct {
+	Buckets         []kvcore.BucketStats
+	Bytes           int64
+	Watchers        int
+	Puts, Deletes   uint64
+	Conflicts       uint64
+	WatchersDropped uint64
+}
+
+// KVStats returns the key-value store's counts.
+func (b *Broker) KVStats() KVStats {
+	kv := &b.kv
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	st := KVStats{Puts: kv.puts.Load(), Deletes: kv.deletes.Load(), Conflicts: kv.conflicts.Load(), WatchersDropped: kv.watchDrops.Load()}
+	if kv.core != nil {
+		st.Buckets, st.Bytes, st.Watchers = kv.core.Buckets(), kv.core.Bytes(), kv.core.Watchers()
+	}
+	return st
+}

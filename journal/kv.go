@@ -1,0 +1,145 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/kvcore"
+)
+
+// kvSchema holds the key-value buckets (appliance/kv.go): one counter row
+// per bucket, one row per live key (a delete removes it; the counter keeps
+// the revision it used, so no revision is ever reused). CREATE ... IF NOT
+// EXISTS: a data directory made before the key-value store gains the
+// tables when it is opened.
+var kvSchema = []string{
+	`CREATE TABLE IF NOT EXISTS kv_buckets(
+		name TEXT PRIMARY KEY,
+		revision INTEGER NOT NULL) WITHOUT ROWID`,
+	`CREATE TABLE IF NOT EXISTS kv(
+		bucket TEXT NOT NULL,
+		key TEXT NOT NULL,
+		revision INTEGER NOT NULL,
+		ctype TEXT NOT NULL DEFAULT '',
+		value BLOB NOT NULL,
+		PRIMARY KEY(bucket, key)) WITHOUT ROWID`,
+	// The kept revisions of each live key (KVEntry.History of its last
+	// write), the current one included.
+	`CREATE TABLE IF NOT EXISTS kv_history(
+		bucket TEXT NOT NULL,
+		key TEXT NOT NULL,
+		revision INTEGER NOT NULL,
+		ctype TEXT NOT NULL DEFAULT '',
+		value BLOB NOT NULL,
+		PRIMARY KEY(bucket, key, revision)) WITHOUT ROWID`,
+}
+
+// applyKV stores one key-value change inside the current transaction.
+func (s *Store) applyKV(ctx context.Context, e *appliance.KVEntry) error {
+	if e == nil || e.Bucket == "" || e.Key == "" || e.Revision == 0 {
+		return fmt.Errorf("journal: kv: incomplete change %+v", e)
+	}
+	var cur int64
+	err := s.wc.QueryRowContext(ctx, `SELECT revision FROM kv_buckets WHERE name=?`, e.Bucket).Scan(&cur)
+	if err == nil && uint64(cur) >= e.Revision {
+		return fmt.Errorf("journal: kv: bucket %s is at revision %d; revision %d would be reused", e.Bucket, cur, e.Revision)
+	}
+	if _, err := s.wc.ExecContext(ctx, `INSERT INTO kv_buckets(name, revision) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET revision=excluded.revision`, e.Bucket, int64(e.Revision)); err != nil {
+		return err
+	}
+	switch e.Op {
+	case kvcore.Put:
+		v := e.Value
+		if v == nil {
+			v = []byte{}
+		}
+		if _, err = s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO kv(bucket, key, revision, ctype, value) VALUES(?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v); err != nil {
+			return err
+		}
+		if _, err = s.wc.ExecContext(ctx, `INSERT INTO kv_history(bucket, key, revision, ctype, value) VALUES(?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v); err != nil {
+			return err
+		}
+		// Keep the newest max(History, 1).
+		_, err = s.wc.ExecContext(ctx, `DELETE FROM kv_history WHERE bucket=?1 AND key=?2 AND revision <= coalesce(
+			(SELECT revision FROM kv_history WHERE bucket=?1 AND key=?2 ORDER BY revision DESC LIMIT 1 OFFSET ?3), 0)`,
+			e.Bucket, e.Key, max(e.History, 1))
+	case kvcore.Delete:
+		if _, err = s.wc.ExecContext(ctx, `DELETE FROM kv WHERE bucket=? AND key=?`, e.Bucket, e.Key); err != nil {
+			return err
+		}
+		_, err = s.wc.ExecContext(ctx, `DELETE FROM kv_history WHERE bucket=? AND key=?`, e.Bucket, e.Key)
+	default:
+		err = fmt.Errorf("journal: kv: unknown operation %d", e.Op)
+	}
+	return err
+}
+
+// KVLoad calls fn with every bucket's revision counter (Op 0, no key), then
+// every live key.
+func (s *Store) KVLoad(ctx context.Context, fn func(e appliance.KVEntry) error) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, revision FROM kv_buckets ORDER BY name`)
+	if err != nil {
+		return fmt.Errorf("journal: load kv buckets: %w", err)
+	}
+	var buckets []appliance.KVEntry
+	for rows.Next() {
+		var e appliance.KVEntry
+		var rev int64
+		if err := rows.Scan(&e.Bucket, &rev); err != nil {
+			rows.Close()
+			return fmt.Errorf("journal: load kv buckets: %w", err)
+		}
+		e.Revision = uint64(rev)
+		buckets = append(buckets, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("journal: load kv buckets: %w", err)
+	}
+	for _, e := range buckets {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	rows, err = s.db.QueryContext(ctx, `SELECT bucket, key, revision, ctype, value FROM kv ORDER BY bucket, key`)
+	if err != nil {
+		return fmt.Errorf("journal: load kv: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e := appliance.KVEntry{Op: kvcore.Put}
+		var rev int64
+		if err := rows.Scan(&e.Bucket, &e.Key, &rev, &e.ContentType, &e.Value); err != nil {
+			return fmt.Errorf("journal: load kv: %w", err)
+		}
+		e.Revision = uint64(rev)
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// KVHistory calls fn with the kept revisions of a key, oldest first.
+func (s *Store) KVHistory(ctx context.Context, bucket, key string, fn func(e appliance.KVEntry) error) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT revision, ctype, value FROM kv_history WHERE bucket=? AND key=? ORDER BY revision`, bucket, key)
+	if err != nil {
+		return fmt.Errorf("journal: kv history of %s.%s: %w", bucket, key, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e := appliance.KVEntry{Bucket: bucket, Key: key, Op: kvcore.Put}
+		var rev int64
+		if err := rows.Scan(&rev, &e.ContentType, &e.Value); err != nil {
+			return fmt.Errorf("journal: kv history of %s.%s: %w", bucket, key, err)
+		}
+		e.Revision = uint64(rev)
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+var _ appliance.KVJournal = (*Store)(nil)

@@ -1,0 +1,148 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/kvcore"
+)
+
+func kvOp(bucket, key string, op kvcore.Op, rev uint64, value string) appliance.Op {
+	return appliance.Op{Kind: appliance.OpKV, KV: &appliance.KVEntry{Bucket: bucket, Key: key, Op: op, Revision: rev, ContentType: "text/plain", Value: []byte(value)}}
+}
+
+func kvLoad(t *testing.T, s *Store) (revs map[string]uint64, keys map[string]appliance.KVEntry) {
+	t.Helper()
+	revs, keys = map[string]uint64{}, map[string]appliance.KVEntry{}
+	err := s.KVLoad(context.Background(), func(e appliance.KVEntry) error {
+		if e.Op == 0 {
+			revs[e.Bucket] = e.Revision
+		} else {
+			keys[e.Bucket+"."+e.Key] = e
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return revs, keys
+}
+
+func TestStore_KVPutDeleteReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s := mustOpen(t, Config{Path: path})
+	for _, op := range []appliance.Op{
+		kvOp("config", "site1.a", kvcore.Put, 1, "one"),
+		kvOp("config", "site1.b", kvcore.Put, 2, "two"),
+		kvOp("config", "site1.a", kvcore.Put, 3, "three"),
+		kvOp("config", "site1.b", kvcore.Delete, 4, ""),
+		kvOp("other", "x", kvcore.Put, 1, ""),
+	} {
+		if _, err := apply(t, s, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A reused revision is refused and changes nothing.
+	if _, err := apply(t, s, kvOp("config", "site1.c", kvcore.Put, 4, "again")); err == nil || !strings.Contains(err.Error(), "reused") {
+		t.Fatalf("revision 4 stored twice: %v", err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, Config{Path: path})
+	revs, keys := kvLoad(t, s)
+	if revs["config"] != 4 || revs["other"] != 1 || len(revs) != 2 {
+		t.Errorf("bucket revisions after reopen: %v, want config 4 other 1", revs)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("keys after reopen: %v", keys)
+	}
+	if e := keys["config.site1.a"]; e.Revision != 3 || string(e.Value) != "three" || e.ContentType != "text/plain" || e.Op != kvcore.Put {
+		t.Errorf("config.site1.a = %+v", e)
+	}
+	if e, ok := keys["other.x"]; !ok || e.Value == nil || len(e.Value) != 0 {
+		t.Errorf("empty value: %+v %v", e, ok)
+	}
+}
+
+// A data directory made before the key-value store (no kv tables) opens,
+// keeps its messages and gains the tables.
+func TestStore_KVMigratesOlderDataDir(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s := mustOpen(t, Config{Path: path})
+	if _, err := apply(t, s, enq("q", "kept")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close(context.Background())
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP TABLE kv`, `DROP TABLE kv_buckets`, `DROP TABLE kv_history`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	s = mustOpen(t, Config{Path: path})
+	if ms, err := s.Load(context.Background(), "q", 0, 10); err != nil || len(ms) != 1 || string(ms[0].Body) != "kept" {
+		t.Fatalf("queue after migration: %v %v", ms, err)
+	}
+	if _, err := apply(t, s, kvOp("b", "k", kvcore.Put, 1, "v")); err != nil {
+		t.Fatalf("kv after migration: %v", err)
+	}
+	if _, keys := kvLoad(t, s); len(keys) != 1 {
+		t.Fatalf("keys %v", keys)
+	}
+}
+
+func kvHistory(t *testing.T, s *Store, bucket, key string) (out []string) {
+	t.Helper()
+	err := s.KVHistory(context.Background(), bucket, key, func(e appliance.KVEntry) error {
+		out = append(out, fmt.Sprintf("%d:%s", e.Revision, e.Value))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Each put keeps the newest History revisions of its key; a delete drops
+// them all; other keys keep theirs.
+func TestStore_KVHistory(t *testing.T) {
+	s := mustOpen(t, Config{})
+	put := func(key string, rev uint64, val string, keep int) {
+		op := kvOp("b", key, kvcore.Put, rev, val)
+		op.KV.History = keep
+		if _, err := apply(t, s, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		put("k", uint64(i), "v"+strconv.Itoa(i), 3)
+	}
+	put("other", 6, "o", 3)
+	if h := kvHistory(t, s, "b", "k"); strings.Join(h, " ") != "3:v3 4:v4 5:v5" {
+		t.Fatalf("history of k: %v, want the newest 3", h)
+	}
+	put("k", 7, "v7", 1) // history lowered: trims to 1
+	if h := kvHistory(t, s, "b", "k"); strings.Join(h, " ") != "7:v7" {
+		t.Fatalf("history of k after history 1: %v", h)
+	}
+	if _, err := apply(t, s, kvOp("b", "k", kvcore.Delete, 8, "")); err != nil {
+		t.Fatal(err)
+	}
+	if h := kvHistory(t, s, "b", "k"); len(h) != 0 {
+		t.Fatalf("history after delete: %v", h)
+	}
+	if h := kvHistory(t, s, "b", "other"); strings.Join(h, " ") != "6:o" {
+		t.Fatalf("history of other: %v", h)
+	}
+}
