@@ -261,3 +261,26 @@ func TestBindProblem_PrivilegedPort(t *testing.T) {
 		t.Errorf("EACCES: got %+v, want a config problem naming CAP_NET_BIND_SERVICE and ports from 1024", p)
 	}
 }
+
+// A multicast channel's previous_key_file (a key rotation) is read by
+// --check-config as key_file is: a missing one is reported, not found at the
+// start.
+func TestCheckConfig_PreviousKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "new.key")
+	if err := os.WriteFile(key, []byte("new-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf("data_dir = %q\n[stomp]\nlisten = \"127.0.0.1:0\"\n[admin]\nsocket = %q\n[[multicast.channel]]\nname = \"rot\"\ngroup = \"239.255.0.13:7400\"\ninterface = \"lo\"\ntopics = [\"r.>\"]\nkey_file = %q\nkey_id = 2\nprevious_key_file = %q\nprevious_key_id = 1\n",
+		filepath.Join(dir, "data"), filepath.Join(dir, "admin.sock"), key, filepath.Join(dir, "old.key"))
+	code, out := checkConfig(t, "", src)
+	if code != 78 || !strings.Contains(out, "multicast.channel[0].previous_key_file") || !strings.Contains(out, "old.key: no such file") {
+		t.Fatalf("--check-config with a missing previous_key_file: exit %d\n%s", code, out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "old.key"), []byte("old-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := checkConfig(t, "", src); code != 0 {
+		t.Fatalf("--check-config with both keys: exit %d\n%s", code, out)
+	}
+}

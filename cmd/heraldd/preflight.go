@@ -105,6 +105,12 @@ func preflight(cfg appliance.Config) []problem {
 				add(&problem{sev: sevConfig, key: where + ".key_file", msg: err.Error()})
 			}
 		}
+		if ch.PreviousKeyFile != "" {
+			// The same rules as key_file: the key a rotation still accepts.
+			if _, err := readChannelKey(appliance.ChannelConfig{KeyFile: ch.PreviousKeyFile}); err != nil {
+				add(&problem{sev: sevConfig, key: where + ".previous_key_file", msg: err.Error()})
+			}
+		}
 	}
 	return ps
 }
