@@ -23,7 +23,8 @@ func manCommand() *cli.Command {
 }
 
 const manDescription = `herald talks to a Herald message appliance: it sends and receives messages
-over STOMP (--server, HERALD_SERVER), prints the messages of a multicast channel
+over STOMP (--server, HERALD_SERVER), reads, writes and watches the key-value
+store (kv), prints the messages of a multicast channel
 (listen), checks what makes multicast fail on this host (doctor, which reads the
 channels from /etc/herald/herald.toml), measures a server (bench), and
 administers the local daemon through
@@ -35,9 +36,9 @@ Flags may come before or after the arguments, global ones included; after --
 everything is an argument. --timeout 0 means no limit.`
 
 const manExit = `0 success
-1 other error; for doctor, a check failed (the error names which)
+1 other error; for doctor, a check failed (the error names which); for kv put and kv del, a compare-and-set conflict
 64 usage error (bad flags or arguments, a destination the server refuses)
-66 no such queue or connection; a --file that cannot be read
+66 no such queue, connection or key (kv get); a --file that cannot be read
 69 the daemon is unavailable (not running, connection refused or lost)
 75 timeout
 77 permission denied on the admin socket (join the herald group, or use sudo)`
