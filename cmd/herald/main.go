@@ -89,7 +89,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			return usageErrorf("no command given; see the list above")
 		},
 	}
-	app.Commands = append(app.Commands, kvCommand()) // herald kv: kv.go
+	app.Commands = append(app.Commands, kvCommand())
 	app.Flags = append(app.Flags, authFlags()...) // TLS and client certificates: auth_flags.go
 	for _, c := range app.Commands {
 		if c.OnUsageError == nil {
