@@ -20,8 +20,8 @@ import (
 )
 
 // Linearizability of the key-value store (issue 15): concurrent clients
-// over real TCP put, compare-and-set and get (kv-get) keys of one bucket of
-// a real heraldd with a real SQLite journal; every call and return is timed
+// over real TCP put, compare-and-set, delete and get (kv-get) keys of one
+// bucket of a real heraldd with a real SQLite journal; every call and return is timed
 // on one monotonic clock, and the history is checked by Porcupine against
 // a sequential model: a bucket whose revision grows by one per change, each
 // key holding a value and the revision of its last change.
@@ -30,6 +30,8 @@ import (
 //   - put: the receipt's revision is the bucket's revision + 1;
 //   - compare-and-set (if-revision N): if the key is at N (0: absent), the
 //     same as a put; otherwise a kv-conflict carrying the key's revision;
+//   - delete: of a key that exists, the same as a put (the key is then
+//     absent); of one that does not, kv-noop and no revision;
 //   - get: the key's value and revision, or its absence, and a snapshot
 //     marker equal to the bucket's revision.
 //
@@ -43,7 +45,7 @@ const linKeys = 2
 
 // linInput is one operation.
 type linInput struct {
-	Op    byte // 'p' put, 'c' compare-and-set, 'g' get
+	Op    byte // 'p' put, 'c' compare-and-set, 'd' delete, 'g' get
 	Key   int
 	Value string
 	IfRev uint64
@@ -54,6 +56,7 @@ type linOutput struct {
 	Unknown  bool   // no answer (the connection died)
 	Rev      uint64 // put, CAS: the new revision; get: the key's
 	Conflict bool   // CAS refused
+	Noop     bool   // delete of a key that does not exist
 	Current  uint64 // CAS refused: the key's revision
 	Exists   bool   // get
 	Value    string // get
@@ -70,6 +73,9 @@ type linState struct {
 func linApply(s linState, in linInput) linState {
 	s.Rev++
 	s.Vals[in.Key], s.Revs[in.Key] = in.Value, s.Rev
+	if in.Op == 'd' {
+		s.Vals[in.Key], s.Revs[in.Key] = "", 0
+	}
 	return s
 }
 
@@ -85,6 +91,18 @@ func linStep(state, input, output any) []any {
 		}
 		if out.Rev == s.Rev+1 {
 			return []any{linApply(s, in)}
+		}
+	case 'd':
+		exists := s.Revs[in.Key] != 0
+		switch {
+		case out.Unknown && exists:
+			return []any{s, linApply(s, in)}
+		case out.Unknown:
+			return []any{s}
+		case exists && !out.Noop && out.Rev == s.Rev+1:
+			return []any{linApply(s, in)}
+		case !exists && out.Noop:
+			return []any{s}
 		}
 	case 'c':
 		match := s.Revs[in.Key] == in.IfRev
@@ -135,6 +153,8 @@ var linModel = (&porcupine.NondeterministicModel{
 			return fmt.Sprintf("put(k%d, %s) -> %s", in.Key, in.Value, res)
 		case 'c':
 			return fmt.Sprintf("cas(k%d, %s, if %d) -> %s", in.Key, in.Value, in.IfRev, res)
+		case 'd':
+			return fmt.Sprintf("del(k%d) -> %s", in.Key, res)
 		}
 		return fmt.Sprintf("get(k%d) -> %s", in.Key, res)
 	},
@@ -166,6 +186,7 @@ func TestKVLinearizability_CheckerRejects(t *testing.T) {
 	put := func(k int, v string) linInput { return linInput{Op: 'p', Key: k, Value: v} }
 	cas := func(k int, v string, n uint64) linInput { return linInput{Op: 'c', Key: k, Value: v, IfRev: n} }
 	get := func(k int) linInput { return linInput{Op: 'g', Key: k} }
+	del := func(k int) linInput { return linInput{Op: 'd', Key: k} }
 	for _, tc := range []struct {
 		name string
 		h    []porcupine.Operation
@@ -217,6 +238,26 @@ func TestKVLinearizability_CheckerRejects(t *testing.T) {
 			op(0, put(0, "a"), 0, 10, linOutput{Rev: 1}),
 			op(1, cas(0, "b", 5), 20, 30, linOutput{Unknown: true}),
 			op(2, get(0), 40, 50, linOutput{Exists: true, Value: "b", Rev: 2, Marker: 2}),
+		}, porcupine.Illegal},
+		{"a deleted key read back", []porcupine.Operation{
+			op(0, put(0, "a"), 0, 10, linOutput{Rev: 1}),
+			op(1, del(0), 20, 30, linOutput{Rev: 2}),
+			op(2, get(0), 40, 50, linOutput{Exists: true, Value: "a", Rev: 1, Marker: 2}),
+		}, porcupine.Illegal},
+		{"a delete that moves no revision", []porcupine.Operation{
+			op(0, put(0, "a"), 0, 10, linOutput{Rev: 1}),
+			op(1, del(0), 20, 30, linOutput{Rev: 2}),
+			op(2, get(0), 40, 50, linOutput{Exists: false, Marker: 1}),
+		}, porcupine.Illegal},
+		{"a delete, then the key is absent and the bucket one revision on", []porcupine.Operation{
+			op(0, put(0, "a"), 0, 10, linOutput{Rev: 1}),
+			op(1, del(0), 20, 30, linOutput{Rev: 2}),
+			op(2, get(0), 40, 50, linOutput{Exists: false, Marker: 2}),
+			op(2, del(0), 60, 70, linOutput{Noop: true}),
+		}, porcupine.Ok},
+		{"a no-op delete of a key that exists", []porcupine.Operation{
+			op(0, put(0, "a"), 0, 10, linOutput{Rev: 1}),
+			op(1, del(0), 20, 30, linOutput{Noop: true}),
 		}, porcupine.Illegal},
 		{"conflict naming a wrong current revision", []porcupine.Operation{
 			op(0, put(0, "a"), 0, 10, linOutput{Rev: 1}),
@@ -280,14 +321,20 @@ func linDest(k int) string { return "/kv/lin.k" + strconv.Itoa(k) }
 // outcome is unknown.
 func linWrite(c *client.Conn, in linInput) (linOutput, error) {
 	var hdrs []stomp.Header
-	if in.Op == 'c' {
+	switch in.Op {
+	case 'c':
 		hdrs = append(hdrs, stomp.Header{Key: "if-revision", Value: strconv.FormatUint(in.IfRev, 10)})
+	case 'd':
+		hdrs = append(hdrs, stomp.Header{Key: "kv-operation", Value: "DEL"})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r, err := c.SendReceipt(ctx, linDest(in.Key), []byte(in.Value), hdrs...)
 	if err != nil {
 		return linOutput{}, err
+	}
+	if r.Get("kv-noop") == "true" {
+		return linOutput{Noop: true}, nil
 	}
 	if v := r.Get("kv-conflict"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -372,6 +419,8 @@ func linClientLoop(t *testing.T, id int, addr string, rec *linRecorder, stop <-c
 		switch p := rng.IntN(10); {
 		case p < 4:
 			in = linInput{Op: 'p', Key: k, Value: fmt.Sprintf("c%d-%d", id, i)}
+		case p == 7:
+			in = linInput{Op: 'd', Key: k}
 		case p < 7:
 			in = linInput{Op: 'c', Key: k, Value: fmt.Sprintf("c%d-%d", id, i), IfRev: seen[k]}
 			switch rng.IntN(5) {
@@ -405,14 +454,16 @@ func linClientLoop(t *testing.T, id int, addr string, rec *linRecorder, stop <-c
 		switch {
 		case out.Conflict:
 			seen[k] = out.Current
-		case in.Op == 'g' && out.Exists, in.Op != 'g':
+		case in.Op == 'd', in.Op == 'g' && !out.Exists:
+			seen[k] = 0
+		default:
 			seen[k] = out.Rev
 		}
 		rec.add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: out, Return: ret})
 	}
 }
 
-func linSummary(h []porcupine.Operation) (puts, cas, conflicts, gets, unknown int) {
+func linSummary(h []porcupine.Operation) (puts, cas, conflicts, dels, gets, unknown int) {
 	for _, op := range h {
 		in, out := op.Input.(linInput), op.Output.(linOutput)
 		switch {
@@ -420,6 +471,8 @@ func linSummary(h []porcupine.Operation) (puts, cas, conflicts, gets, unknown in
 			unknown++
 		case in.Op == 'p':
 			puts++
+		case in.Op == 'd':
+			dels++
 		case in.Op == 'c' && out.Conflict:
 			conflicts++
 		case in.Op == 'c':
@@ -436,10 +489,10 @@ func linSummary(h []porcupine.Operation) (puts, cas, conflicts, gets, unknown in
 // written, it must be refused.
 func linRequireChecked(t *testing.T, h []porcupine.Operation) {
 	t.Helper()
-	puts, cas, conflicts, gets, unknown := linSummary(h)
-	t.Logf("%d operations: %d puts, %d CAS applied, %d CAS conflicts, %d gets, %d unknown", len(h), puts, cas, conflicts, gets, unknown)
-	if puts < 20 || cas < 5 || conflicts < 5 || gets < 20 {
-		t.Fatalf("too few operations of some kind to say anything (puts %d, CAS %d, conflicts %d, gets %d)", puts, cas, conflicts, gets)
+	puts, cas, conflicts, dels, gets, unknown := linSummary(h)
+	t.Logf("%d operations: %d puts, %d CAS applied, %d CAS conflicts, %d deletes, %d gets, %d unknown", len(h), puts, cas, conflicts, dels, gets, unknown)
+	if puts < 20 || cas < 5 || conflicts < 5 || dels < 5 || gets < 20 {
+		t.Fatalf("too few operations of some kind to say anything (puts %d, CAS %d, conflicts %d, deletes %d, gets %d)", puts, cas, conflicts, dels, gets)
 	}
 	start := time.Now()
 	if res := linCheck(t, h); res != porcupine.Ok {
@@ -517,7 +570,7 @@ func TestKVLinearizability_KillNineRestart(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	h := rec.history()
-	if _, _, _, _, unknown := linSummary(h); unknown == 0 {
+	if _, _, _, _, _, unknown := linSummary(h); unknown == 0 {
 		t.Logf("no write was caught by a kill (all answered): the crash rounds checked durability only")
 	}
 	linRequireChecked(t, h)
