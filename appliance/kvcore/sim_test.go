@@ -44,17 +44,17 @@ type simWatch struct {
 }
 
 type sim struct {
-	t     *testing.T
-	r     *rand.Rand
-	c     *Core
-	lim   Limits
-	log   []Entry                     // committed changes, in order
-	rows  map[string]map[string]Entry // model journal: live keys
-	revs  map[string]uint64           // model journal: bucket counters
-	watch map[uint64]*simWatch
-	step  int
-	seed  int64
-	now   int64 // the clock the shell passes in (ms)
+	t             *testing.T
+	r             *rand.Rand
+	c             *Core
+	lim           Limits
+	log           []Entry                     // committed changes, in order
+	rows          map[string]map[string]Entry // model journal: live keys
+	revs          map[string]uint64           // model journal: bucket counters
+	watch         map[uint64]*simWatch
+	step          int
+	seed          int64
+	now           int64 // the clock the shell passes in (ms)
 	txns, expired int
 }
 
