@@ -1,6 +1,10 @@
 package kvcore
 
-import "container/heap"
+import (
+	"container/heap"
+	"fmt"
+	"strings"
+)
 
 // ttlKey names a live key with an expiry time.
 type ttlKey struct{ bucket, key string }
@@ -65,4 +69,40 @@ func (h *ttlHeap) due(now int64) []ttlKey {
 	}
 	walk(0)
 	return out
+}
+
+// MaxTTL bounds a TTL (ten years, in milliseconds).
+const MaxTTL = 10 * 365 * 24 * 3600 * 1000
+
+// ParseTTL parses a kv-ttl header into milliseconds: a whole number of
+// seconds ("30", as NATS's Nats-TTL), or a number with a unit, ms, s, m
+// or h ("1500ms", "5m"), from 1 ms to MaxTTL.
+func ParseTTL(v string) (int64, error) {
+	bad := func() (int64, error) {
+		return 0, fmt.Errorf("kv-ttl must be a positive whole number of seconds (30) or of ms, s, m or h (1500ms, 5m), at most ten years; got %q.", v)
+	}
+	num, unit := v, int64(1000)
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"ms", 1}, {"s", 1000}, {"m", 60_000}, {"h", 3_600_000}} {
+		if n, ok := strings.CutSuffix(v, u.s); ok {
+			num, unit = n, u.n
+			break
+		}
+	}
+	if num == "" || len(num) > 15 {
+		return bad()
+	}
+	var n int64
+	for _, c := range num {
+		if c < '0' || c > '9' {
+			return bad()
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n == 0 || n > MaxTTL/unit {
+		return bad()
+	}
+	return n * unit, nil
 }
