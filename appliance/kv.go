@@ -11,6 +11,7 @@ import (
 
 	"github.com/herald-mq/herald/appliance/auth"
 	"github.com/herald-mq/herald/appliance/kvcore"
+	"github.com/herald-mq/herald/appliance/lockcore"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
@@ -60,6 +61,9 @@ type kvStore struct {
 	ids     map[*subscription]uint64
 
 	puts, deletes, conflicts, watchDrops atomic.Uint64
+	expired, txns                        atomic.Uint64
+	// wake tells the expiry loop (kv_ttl.go) that a key got a TTL.
+	wake chan struct{}
 }
 
 // openKV loads the buckets from the journal (Broker.Open).
@@ -97,9 +101,11 @@ func isKVSend(f *stomp.Frame) bool {
 	return f.Command == stomp.CmdSend && strings.HasPrefix(f.Get("destination"), prefixKV)
 }
 
-func (s *session) onKVSend(f *stomp.Frame, name string) bool {
+// kvRequest parses a SEND to /kv/NAME into a request: kv-operation,
+// if-revision, kv-ttl (with the bucket's ttl, it sets Expires from the
+// broker's clock) and if-fence. A bad header is an ERROR; false then.
+func (s *session) kvRequest(f *stomp.Frame, name string) (kvcore.Request, *fence, bool) {
 	bucket, key, _ := strings.Cut(name, ".")
-	dest := prefixKV + name
 	req := kvcore.Request{Bucket: bucket, Key: key, Op: kvcore.Put, IfRevision: kvcore.NoRevision, ContentType: f.Get("content-type"), Value: f.Body}
 	switch op := f.Get("kv-operation"); strings.ToUpper(op) {
 	case "", "PUT":
@@ -107,15 +113,50 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 		req.Op, req.Value, req.ContentType = kvcore.Delete, nil, ""
 	default:
 		s.fail(f, "invalid kv-operation", fmt.Sprintf("kv-operation must be PUT (the default) or DEL; got %q. Nothing was stored.", op))
-		return false
+		return req, nil, false
 	}
 	if v, ok := f.Headers.Lookup("if-revision"); ok {
 		n, err := strconv.ParseUint(v, 10, 63)
 		if err != nil {
 			s.fail(f, "invalid if-revision", fmt.Sprintf("if-revision must be a revision number (0: the key must not exist); got %q. Nothing was stored.", v))
-			return false
+			return req, nil, false
 		}
 		req.IfRevision = int64(n)
+	}
+	ttl := s.b.cfg().KV.ttl(bucket)
+	if v, ok := f.Headers.Lookup("kv-ttl"); ok {
+		if req.Op != kvcore.Put {
+			s.fail(f, "invalid kv-ttl", "kv-ttl is for puts: a delete has no value to expire. Nothing was stored.")
+			return req, nil, false
+		}
+		ms, err := kvcore.ParseTTL(v)
+		if err != nil {
+			s.fail(f, "invalid kv-ttl", err.Error()+" Nothing was stored.")
+			return req, nil, false
+		}
+		ttl = ms
+	}
+	if req.Op == kvcore.Put && ttl > 0 {
+		req.Expires = s.b.now().UnixMilli() + ttl
+	}
+	var fc *fence
+	if v, ok := f.Headers.Lookup("if-fence"); ok {
+		n, t, err := lockcore.ParseFence(v)
+		if err != nil {
+			s.fail(f, "invalid if-fence", err.Error()+" Nothing was stored.")
+			return req, nil, false
+		}
+		fc = &fence{name: n, token: t}
+	}
+	return req, fc, true
+}
+
+func (s *session) onKVSend(f *stomp.Frame, name string) bool {
+	bucket, key, _ := strings.Cut(name, ".")
+	dest := prefixKV + name
+	req, fc, ok := s.kvRequest(f, name)
+	if !ok {
+		return false
 	}
 	if req.Op == kvcore.Put && s.b.checkDisk(false) {
 		s.drainJournal()
@@ -129,6 +170,13 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 	if kv.core == nil {
 		s.fail(f, "key-value store unavailable", errKVUnavailable)
 		return false
+	}
+	if fc != nil {
+		unlock, ok := s.checkFence(f, fc, dest)
+		if !ok {
+			return false
+		}
+		defer unlock()
 	}
 	_, exists := kv.core.Get(bucket, key)
 	lim, where := s.b.cfg().KV.limits(bucket)
@@ -163,20 +211,44 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 		s.fail(f, "value not stored", fmt.Sprintf("%s: %v", dest, err))
 		return false
 	}
-	if e.Op == kvcore.Delete {
-		kv.deletes.Add(1)
-	} else {
-		kv.puts.Add(1)
-	}
-	for _, d := range kv.core.Apply(e) {
-		if sub := kv.watches[d.Watch]; sub != nil {
-			sub.s.deliverKV(kvFrame(sub, d.Entry, false))
-		}
+	kv.count(e)
+	kv.deliver(kv.core.Apply(e))
+	if e.Expires != 0 {
+		kv.wakeExpiry()
 	}
 	if r := f.Get("receipt"); r != "" {
 		s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", r, "revision", strconv.FormatUint(e.Revision, 10)))
 	}
 	return true
+}
+
+// count adds a committed change to the counters.
+func (kv *kvStore) count(e kvcore.Entry) {
+	switch {
+	case e.Expired:
+		kv.expired.Add(1)
+	case e.Op == kvcore.Delete:
+		kv.deletes.Add(1)
+	default:
+		kv.puts.Add(1)
+	}
+}
+
+// deliver queues committed changes to their watchers' connections (under
+// kv.mu).
+func (kv *kvStore) deliver(ds []kvcore.Delivery) {
+	for _, d := range ds {
+		if sub := kv.watches[d.Watch]; sub != nil {
+			f := kvFrame(sub, d.Entry, false)
+			if d.Txn != 0 {
+				f.Headers.Add("kv-transaction", strconv.FormatUint(d.Txn, 10))
+				if d.Last {
+					f.Headers.Add("kv-transaction-last", "true")
+				}
+			}
+			sub.s.deliverKV(f)
+		}
+	}
 }
 
 func kvLimitDetail(err error, dest string, size int, lim kvcore.Limits, where string) string {
@@ -205,6 +277,12 @@ func kvFrame(sub *subscription, e kvcore.Entry, snapshot bool) *stomp.Frame {
 		"kv-operation", e.Op.String())
 	if e.ContentType != "" {
 		f.Headers.Add("content-type", e.ContentType)
+	}
+	if e.Expires != 0 {
+		f.Headers.Add("kv-expires", strconv.FormatInt(e.Expires, 10))
+	}
+	if e.Expired {
+		f.Headers.Add("kv-expired", "true")
 	}
 	if snapshot {
 		f.Headers.Add("kv-snapshot", "true")
