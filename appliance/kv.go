@@ -64,10 +64,34 @@ type kvStore struct {
 	expired, txns                        atomic.Uint64
 	// wake tells the expiry loop (kv_ttl.go) that a key got a TTL.
 	wake chan struct{}
+
+	locks lockStore // advisory locks (lock.go)
 }
 
-// openKV loads the buckets from the journal (Broker.Open).
+// openKV loads the buckets and the lock tokens from the journal, expires
+// the keys whose time passed while the daemon was down, and starts the
+// expiry timer (Broker.Open).
 func (b *Broker) openKV(ctx context.Context) error {
+	if err := b.loadKV(ctx); err != nil {
+		return err
+	}
+	if err := b.openLocks(ctx); err != nil {
+		return err
+	}
+	kv := &b.kv
+	kv.wake = make(chan struct{}, 1)
+	if kv.core == nil {
+		return nil
+	}
+	if err := b.kvExpire(); err != nil {
+		return fmt.Errorf("expire key-value keys past their TTL: %w", err)
+	}
+	b.wg.Add(1)
+	go b.kvExpiryLoop()
+	return nil
+}
+
+func (b *Broker) loadKV(ctx context.Context) error {
 	kv := &b.kv
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
