@@ -439,6 +439,8 @@ type KVStats struct {
 	Puts, Deletes   uint64
 	Conflicts       uint64
 	WatchersDropped uint64
+	Expired         uint64 // keys deleted by their TTL
+	Transactions    uint64 // committed sets of /kv/ SENDs
 }
 
 // KVStats returns the key-value store's counts.
@@ -446,7 +448,7 @@ func (b *Broker) KVStats() KVStats {
 	kv := &b.kv
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
-	st := KVStats{Puts: kv.puts.Load(), Deletes: kv.deletes.Load(), Conflicts: kv.conflicts.Load(), WatchersDropped: kv.watchDrops.Load()}
+	st := KVStats{Puts: kv.puts.Load(), Deletes: kv.deletes.Load(), Conflicts: kv.conflicts.Load(), WatchersDropped: kv.watchDrops.Load(), Expired: kv.expired.Load(), Transactions: kv.txns.Load()}
 	if kv.core != nil {
 		st.Buckets, st.Bytes, st.Watchers = kv.core.Buckets(), kv.core.Bytes(), kv.core.Watchers()
 	}
