@@ -42,7 +42,11 @@ import (
 //   - a delete of a key that does not exist changes nothing: RECEIPT
 //     kv-noop:true, no revision;
 //   - limits (kv.max_value_bytes, max_keys, max_bytes, max_total_bytes,
-//     max_buckets, per [[kv.bucket]]) are ERRORs naming the key to raise.
+//     max_buckets, per [[kv.bucket]]) are ERRORs naming the key to raise;
+//   - kv-ttl:SECONDS (or 1500ms, 30s, 5m, 1h), or the bucket's ttl, makes
+//     a put expire (kv_ttl.go); if-fence:LOCK:TOKEN refuses the write
+//     unless TOKEN is lock LOCK's current holder's (lock.go);
+//   - in BEGIN..COMMIT, a set of them is one journal batch (kv_txn.go).
 //
 // SUBSCRIBE /kv/BUCKET.PATTERN (ack auto): the current value of every
 // matching key (kv-snapshot:true, in key order), then a MESSAGE with
