@@ -68,6 +68,9 @@ type Request struct {
 	// it applies only if the key's revision is this one (0: the key does
 	// not exist).
 	IfRevision int64
+	// NoCreate: a put to a key that does not exist is refused
+	// (ErrCreateDenied): the writer lacks the create permission.
+	NoCreate bool
 	// Expires: for a put, when the value expires (Unix ms, 0: never). The
 	// shell computes it from the time it passes in and the key's or
 	// bucket's TTL; Expire decides, given the time, what has expired.
@@ -84,6 +87,8 @@ var (
 	// ErrNoKey: an unconditional delete of a key that does not exist;
 	// nothing changes and no revision is used.
 	ErrNoKey = errors.New("kv: no such key")
+	// ErrCreateDenied: a put with NoCreate to a key that does not exist.
+	ErrCreateDenied = errors.New("kv: the key does not exist and the writer may not create it")
 )
 
 // ConflictError is a compare-and-set whose expected revision is not the
@@ -212,6 +217,9 @@ func (c *Core) Prepare(r Request, lim Limits) (Entry, error) {
 	}
 	if total := c.bytes - cur.Size() + e.Size(); total > lim.MaxTotalBytes {
 		return Entry{}, ErrStoreFull
+	}
+	if !exists && r.NoCreate {
+		return Entry{}, ErrCreateDenied
 	}
 	return e, nil
 }

@@ -96,6 +96,7 @@ func (s *sim) write() {
 	if req.Op == Put && s.r.IntN(3) == 0 {
 		req.Expires = s.now + 1 + s.r.Int64N(50)
 	}
+	req.NoCreate = s.r.IntN(8) == 0
 	e, err := s.c.Prepare(req, s.lim)
 	// The model's verdict.
 	var ce *ConflictError
@@ -136,6 +137,8 @@ func (s *sim) write() {
 			want = ErrBucketFull
 		case s.totalBytes()-cur.Size()+size > s.lim.MaxTotalBytes:
 			want = ErrStoreFull
+		case !exists && req.NoCreate:
+			want = ErrCreateDenied
 		}
 		if want != nil || err != nil {
 			if !errors.Is(err, want) || want == nil {
@@ -332,6 +335,67 @@ func (s *sim) txn() {
 	s.deliver(es, s.c.ApplyTxn(es), true)
 }
 
+// group plays group commit: writes of several clients prepared together
+// with PrepareEach, journaled in one batch, applied one by one. Each
+// outcome must be what preparing and applying them one after the other
+// gives (checked on a reference core recovered from the model journal).
+func (s *sim) group() {
+	n := 1 + s.r.IntN(5)
+	var rs []Request
+	for i := 0; i < n; i++ {
+		b := simBuckets[s.r.IntN(len(simBuckets))]
+		k := simKeys[s.r.IntN(len(simKeys))]
+		r := Request{Bucket: b, Key: k, Op: Put, IfRevision: NoRevision, Value: make([]byte, s.r.IntN(s.lim.MaxValueBytes+2))}
+		if s.r.IntN(4) == 0 {
+			r.Op = Delete
+		}
+		if s.r.IntN(3) == 0 {
+			r.IfRevision = int64(s.r.Uint64N(s.revs[b] + 2))
+		}
+		r.NoCreate = s.r.IntN(6) == 0
+		rs = append(rs, r)
+	}
+	es, errs := s.c.PrepareEach(rs, func(string) Limits { return s.lim })
+	ref := New()
+	for b, rev := range s.revs {
+		ref.Recover(Entry{Bucket: b, Revision: rev})
+	}
+	for _, rows := range s.rows {
+		for _, e := range rows {
+			ref.Recover(e)
+		}
+	}
+	var commit []Entry
+	for i, r := range rs {
+		want, werr := ref.Prepare(r, s.lim)
+		if werr == nil {
+			ref.Apply(want)
+		}
+		var ce, wce *ConflictError
+		switch {
+		case werr == nil && errs[i] == nil:
+			if es[i].Revision != want.Revision || es[i].Key != want.Key || es[i].Op != want.Op || string(es[i].Value) != string(want.Value) {
+				s.fatalf("group request %d: entry %+v, one by one %+v", i, es[i], want)
+			}
+			commit = append(commit, es[i])
+		case errors.As(werr, &wce):
+			if !errors.As(errs[i], &ce) || *ce != *wce {
+				s.fatalf("group request %d: %v, one by one %v", i, errs[i], werr)
+			}
+		case werr == nil || !errors.Is(errs[i], werr):
+			s.fatalf("group request %d: %v, one by one %v", i, errs[i], werr)
+		}
+	}
+	s.check() // PrepareEach changed nothing
+	if len(commit) == 0 || s.r.IntN(10) == 0 {
+		return // the batch failed: every write of it fails
+	}
+	s.commit(commit)
+	for _, e := range commit {
+		s.deliver([]Entry{e}, s.c.Apply(e), false)
+	}
+}
+
 // expire advances the clock and expires what is due, as the shell's timer.
 func (s *sim) expire() {
 	s.now += s.r.Int64N(30)
@@ -523,8 +587,10 @@ func runSimWith(t *testing.T, seed int64, steps int, r *rand.Rand) {
 		switch x := s.r.IntN(100); {
 		case x < 55:
 			s.write()
-		case x < 62:
+		case x < 59:
 			s.txn()
+		case x < 62:
+			s.group()
 		case x < 70:
 			s.expire()
 		case x < 82:

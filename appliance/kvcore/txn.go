@@ -15,6 +15,36 @@ import (
 // transaction). PrepareTxn changes nothing: it applies the set to the
 // core and undoes it before returning.
 func (c *Core) PrepareTxn(rs []Request, lim func(bucket string) Limits) ([]Entry, int, error) {
+	es, errs := c.prepareSeq(rs, lim, true)
+	for i, err := range errs {
+		if err != nil {
+			return nil, i, err
+		}
+	}
+	var out []Entry
+	for _, e := range es {
+		if e.Revision != 0 {
+			out = append(out, e)
+		}
+	}
+	return out, -1, nil
+}
+
+// PrepareEach checks independent requests (writes of several clients that
+// share one journal commit: group commit) in order, each against the
+// state the earlier successful ones make, as if each were prepared and
+// applied in turn. It returns, per request, the entry to journal or the
+// error Prepare would have returned then (ErrNoKey included); failures do
+// not stop the others. The entries are journaled in one batch and applied
+// one by one with Apply, in order. PrepareEach changes nothing.
+func (c *Core) PrepareEach(rs []Request, lim func(bucket string) Limits) ([]Entry, []error) {
+	return c.prepareSeq(rs, lim, false)
+}
+
+// prepareSeq prepares rs in order on the core, applying each success and
+// undoing all before it returns; with stop, it stops at the first failure
+// other than ErrNoKey (which is no entry, no error in a set).
+func (c *Core) prepareSeq(rs []Request, lim func(bucket string) Limits, stop bool) ([]Entry, []error) {
 	type undo struct {
 		bucket, key string
 		created     bool
@@ -34,14 +64,19 @@ func (c *Core) PrepareTxn(rs []Request, lim func(bucket string) Limits) ([]Entry
 			}
 		}
 	}()
-	var out []Entry
+	out := make([]Entry, len(rs))
+	errs := make([]error, len(rs))
 	for i, r := range rs {
 		e, err := c.Prepare(r, lim(r.Bucket))
-		if errors.Is(err, ErrNoKey) {
+		if errors.Is(err, ErrNoKey) && stop {
 			continue
 		}
 		if err != nil {
-			return nil, i, err
+			errs[i] = err
+			if stop {
+				return nil, errs
+			}
+			continue
 		}
 		u := undo{bucket: r.Bucket, key: r.Key}
 		if b := c.bucket(r.Bucket, false); b == nil {
@@ -52,9 +87,9 @@ func (c *Core) PrepareTxn(rs []Request, lim func(bucket string) Limits) ([]Entry
 		}
 		undos = append(undos, u)
 		c.set(e)
-		out = append(out, e)
+		out[i] = e
 	}
-	return out, -1, nil
+	return out, errs
 }
 
 // ApplyTxn commits a set of entries PrepareTxn (or Expire) returned, which
