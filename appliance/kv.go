@@ -17,15 +17,18 @@ import (
 
 // The key-value store: /kv/BUCKET.KEY, the shell around appliance/kvcore.
 //
-// One lock (kvStore.mu) serialises every write and every watch. A write
-// runs Prepare, journals the entry and waits for its commit, then Apply
-// and pushes the change to the watchers, all under the lock: revisions are
-// given in commit order, a write that fails to commit leaves no trace, and
-// a watch (snapshot, marker) taken under the same lock sits between two
-// writes, so its watcher misses none and sees none twice. The price: writes
-// to the store do not share a journal commit (one fsync each, with
-// journal.sync = "full"); reads of the in-memory state and deliveries to
-// watchers cost no disk access.
+// Writers of the store (a group of SENDs, a transaction, an expiry) take
+// kvStore.commitMu one at a time, across their journal commit; the core
+// itself is under kvStore.mu, held only while it is read or changed. A
+// SEND queues itself (kv.pending) and takes commitMu; whoever holds it
+// flushes every queued SEND as one group: PrepareEach (each sees the
+// earlier ones), one journal batch, then Apply and deliver each, in order.
+// So concurrent writers share a commit (an fsync with journal.sync =
+// "full"), revisions are given in commit order, a write whose batch fails
+// leaves no trace, and a watch taken meanwhile (under mu) sees the state
+// before the group: its marker is below the group's revisions, which are
+// all delivered to it after. RECEIPTs come after Apply, so a read that
+// starts after a RECEIPT sees the write.
 //
 // SEND /kv/BUCKET.KEY:
 //   - sets the key to the body, with the content-type header (kept);
@@ -70,6 +73,13 @@ type kvStore struct {
 	wake chan struct{}
 
 	locks lockStore // advisory locks (lock.go)
+
+	// commitMu serialises the writers of the store (a group of SENDs, a
+	// transaction, an expiry), each across its journal commit; lock order:
+	// commitMu, then locks.mu, then mu.
+	commitMu sync.Mutex
+	pending  []*kvWrite // SENDs waiting for the next group (under mu)
+	groups   atomic.Uint64
 }
 
 // openKV loads the buckets and the lock tokens from the journal, expires
@@ -180,7 +190,6 @@ func (s *session) kvRequest(f *stomp.Frame, name string) (kvcore.Request, *fence
 }
 
 func (s *session) onKVSend(f *stomp.Frame, name string) bool {
-	bucket, key, _ := strings.Cut(name, ".")
 	dest := prefixKV + name
 	req, fc, ok := s.kvRequest(f, name)
 	if !ok {
@@ -191,28 +200,33 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); %s was not stored. Deletes still work.", s.b.cfg().DataDir, s.b.diskFloor(), dest))
 		return false
 	}
-	mayCreate := s.kvMayCreate(name)
+	req.NoCreate = !s.kvMayCreate(name)
+	// The RECEIPT promises that this connection's earlier frames are
+	// durable too: the group's batch does not go through its intake.
+	s.drainJournal()
 	kv := &s.b.kv
+	w := &kvWrite{req: req, fence: fc, done: make(chan kvResult, 1)}
 	kv.mu.Lock()
-	defer kv.mu.Unlock()
 	if kv.core == nil {
+		kv.mu.Unlock()
 		s.fail(f, "key-value store unavailable", errKVUnavailable)
 		return false
 	}
-	if fc != nil {
-		unlock, ok := s.checkFence(f, fc, dest)
-		if !ok {
-			return false
-		}
-		defer unlock()
-	}
-	_, exists := kv.core.Get(bucket, key)
-	lim, where := s.b.cfg().KV.limits(bucket)
-	e, err := kv.core.Prepare(req, lim)
+	kv.pending = append(kv.pending, w)
+	kv.mu.Unlock()
+	kv.commitMu.Lock()
+	kv.flush(s.b) // w's, and those queued meanwhile; or nothing: an earlier flush took w
+	kv.commitMu.Unlock()
+	res := <-w.done
+	e, err := res.e, res.err
+	lim, where := s.b.cfg().KV.limits(req.Bucket)
 	var ce *kvcore.ConflictError
 	switch {
+	case res.fenced:
+		s.drainJournal()
+		s.fail(f, "fenced", fmt.Sprintf("%v (if-fence); nothing was written to %s. The holder of an older token must stop and take the lock again.", err, dest))
+		return false
 	case errors.As(err, &ce):
-		kv.conflicts.Add(1)
 		if f.Get("receipt") == "" {
 			s.drainJournal()
 			s.fail(f, "revision conflict", fmt.Sprintf("%s is at revision %d, not %d (if-revision); nothing was stored. Send with a receipt header to get conflicts as a RECEIPT with kv-conflict:CURRENT instead of an ERROR.", dest, ce.Current, ce.Expected))
@@ -223,31 +237,133 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 	case errors.Is(err, kvcore.ErrNoKey):
 		s.receipt(f, stomp.Header{Key: "kv-noop", Value: "true"})
 		return true
+	case errors.Is(err, kvcore.ErrCreateDenied):
+		return s.deny(f, *s.ident.Load(), dest, auth.Create)
+	case res.journal:
+		s.fail(f, "value not stored", fmt.Sprintf("%s: %v", dest, err))
+		return false
 	case err != nil:
 		s.drainJournal()
 		s.fail(f, "value not stored", kvLimitDetail(err, dest, len(req.Value), lim, where))
 		return false
 	}
-	if !exists && req.Op == kvcore.Put && !mayCreate {
-		return s.deny(f, *s.ident.Load(), dest, auth.Create)
-	}
-	e.History = s.b.cfg().KV.history(bucket)
-	done := make(chan error, 1)
-	s.submit(&Batch{Ops: []Op{{Kind: OpKV, KV: &e}}, Done: func(_ *Batch, err error) { done <- err }})
-	if err := <-done; err != nil {
-		s.b.journalResult(err)
-		s.fail(f, "value not stored", fmt.Sprintf("%s: %v", dest, err))
-		return false
-	}
-	kv.count(e)
-	kv.deliver(kv.core.Apply(e))
-	if e.Expires != 0 {
-		kv.wakeExpiry()
-	}
 	if r := f.Get("receipt"); r != "" {
 		s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", r, "revision", strconv.FormatUint(e.Revision, 10)))
 	}
 	return true
+}
+
+// kvWrite is one SEND to /kv/ waiting for its group's commit.
+type kvWrite struct {
+	req   kvcore.Request
+	fence *fence
+	done  chan kvResult
+}
+
+// kvResult is a write's outcome: its committed entry, or why not (fenced:
+// the if-fence check refused it; journal: the group's batch failed).
+type kvResult struct {
+	e       kvcore.Entry
+	err     error
+	fenced  bool
+	journal bool
+}
+
+// flush commits the writes queued in kv.pending as one group: every write
+// is checked (if-fence, then PrepareEach: each sees the earlier ones of
+// the group), the good ones are journaled in one batch, and once it is
+// durable they are applied and delivered in order. The caller holds
+// kv.commitMu (one group, transaction or expiry at a time); kv.mu is
+// released while the batch commits, so watches and reads go on, and see
+// the state before the group until it is applied (its RECEIPTs come after).
+func (kv *kvStore) flush(b *Broker) {
+	kv.mu.Lock()
+	ws := kv.pending
+	kv.pending = nil
+	kv.mu.Unlock()
+	if len(ws) == 0 {
+		return
+	}
+	results := make([]kvResult, len(ws))
+	defer func() {
+		for i, w := range ws {
+			w.done <- results[i]
+		}
+	}()
+	fenced := false
+	for _, w := range ws {
+		fenced = fenced || w.fence != nil
+	}
+	if fenced {
+		// Held until the group is applied: no new holder between the
+		// check and the commit.
+		kv.locks.mu.Lock()
+		defer kv.locks.mu.Unlock()
+	}
+	var reqs []kvcore.Request
+	var idx []int
+	for i, w := range ws {
+		if w.fence != nil {
+			if kv.locks.core == nil {
+				results[i] = kvResult{err: errors.New(errLocksUnavailable), fenced: true}
+				continue
+			}
+			if err := kv.locks.core.Fence(w.fence.name, w.fence.token); err != nil {
+				kv.locks.fenced.Add(1)
+				results[i] = kvResult{err: err, fenced: true}
+				continue
+			}
+		}
+		reqs = append(reqs, w.req)
+		idx = append(idx, i)
+	}
+	cfg := b.cfg().KV
+	kv.mu.Lock()
+	es, errs := kv.core.PrepareEach(reqs, func(bucket string) kvcore.Limits { l, _ := cfg.limits(bucket); return l })
+	kv.mu.Unlock()
+	var ops []Op
+	var good []int
+	for j, err := range errs {
+		i := idx[j]
+		var ce *kvcore.ConflictError
+		if errors.As(err, &ce) {
+			kv.conflicts.Add(1)
+		}
+		if err != nil {
+			results[i] = kvResult{err: err}
+			continue
+		}
+		es[j].History = cfg.history(es[j].Bucket)
+		ops = append(ops, Op{Kind: OpKV, KV: &es[j]})
+		good = append(good, j)
+	}
+	if len(ops) == 0 {
+		return
+	}
+	done := make(chan error, 1)
+	b.j.Submit(&Batch{Ops: ops, Done: func(_ *Batch, err error) { done <- err }})
+	err := <-done
+	b.journalResult(err)
+	if err != nil {
+		for _, j := range good {
+			results[idx[j]] = kvResult{err: err, journal: true}
+		}
+		return
+	}
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	ttl := false
+	for _, j := range good {
+		e := es[j]
+		kv.count(e)
+		kv.deliver(kv.core.Apply(e))
+		ttl = ttl || e.Expires != 0
+		results[idx[j]] = kvResult{e: e}
+	}
+	kv.groups.Add(1)
+	if ttl {
+		kv.wakeExpiry()
+	}
 }
 
 // count adds a committed change to the counters.
@@ -445,6 +561,7 @@ type KVStats struct {
 	WatchersDropped uint64
 	Expired         uint64 // keys deleted by their TTL
 	Transactions    uint64 // committed sets of /kv/ SENDs
+	Groups          uint64 // journal commits of single SENDs (group commit: Puts+Deletes over Groups per commit)
 }
 
 // KVStats returns the key-value store's counts.
@@ -452,7 +569,7 @@ func (b *Broker) KVStats() KVStats {
 	kv := &b.kv
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
-	st := KVStats{Puts: kv.puts.Load(), Deletes: kv.deletes.Load(), Conflicts: kv.conflicts.Load(), WatchersDropped: kv.watchDrops.Load(), Expired: kv.expired.Load(), Transactions: kv.txns.Load()}
+	st := KVStats{Puts: kv.puts.Load(), Deletes: kv.deletes.Load(), Conflicts: kv.conflicts.Load(), WatchersDropped: kv.watchDrops.Load(), Expired: kv.expired.Load(), Transactions: kv.txns.Load(), Groups: kv.groups.Load()}
 	if kv.core != nil {
 		st.Buckets, st.Bytes, st.Watchers = kv.core.Buckets(), kv.core.Bytes(), kv.core.Watchers()
 	}

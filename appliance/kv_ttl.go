@@ -27,6 +27,8 @@ func (kv *kvStore) wakeExpiry() {
 // batch, if it failed (the keys stay; the loop tries again).
 func (b *Broker) kvExpire() error {
 	kv := &b.kv
+	kv.commitMu.Lock()
+	defer kv.commitMu.Unlock()
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
 	es := kv.core.Expire(b.now().UnixMilli())

@@ -67,7 +67,6 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 	reqs := make([]kvcore.Request, len(tx.frames))
 	fences := make([]*fence, len(tx.frames))
 	dests := make([]string, len(tx.frames))
-	create := make([]bool, len(tx.frames))
 	anyPut := false
 	for i, bf := range tx.frames {
 		_, name, _ := s.dest(bf.Get("destination"), false)
@@ -76,7 +75,7 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 			return false
 		}
 		reqs[i], fences[i], dests[i] = req, fc, prefixKV+name
-		create[i] = s.kvMayCreate(name)
+		reqs[i].NoCreate = !s.kvMayCreate(name)
 		anyPut = anyPut || req.Op == kvcore.Put
 	}
 	if anyPut && s.b.checkDisk(false) {
@@ -85,6 +84,8 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 		return false
 	}
 	kv := &s.b.kv
+	kv.commitMu.Lock()
+	defer kv.commitMu.Unlock()
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
 	if kv.core == nil {
@@ -114,11 +115,6 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 		}
 		break
 	}
-	for i, r := range reqs {
-		if _, exists := kv.core.Get(r.Bucket, r.Key); !exists && r.Op == kvcore.Put && !create[i] {
-			return s.deny(f, *s.ident.Load(), dests[i], auth.Create)
-		}
-	}
 	cfg := s.b.cfg().KV
 	es, idx, err := kv.core.PrepareTxn(reqs, func(bucket string) kvcore.Limits { l, _ := cfg.limits(bucket); return l })
 	var ce *kvcore.ConflictError
@@ -134,6 +130,8 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 			stomp.Header{Key: "kv-conflict", Value: strconv.FormatUint(ce.Current, 10)},
 			stomp.Header{Key: "kv-conflict-destination", Value: dests[idx]})
 		return true
+	case errors.Is(err, kvcore.ErrCreateDenied):
+		return s.deny(f, *s.ident.Load(), dests[idx], auth.Create)
 	case err != nil:
 		lim, where := cfg.limits(reqs[idx].Bucket)
 		s.drainJournal()

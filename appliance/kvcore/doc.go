@@ -30,6 +30,11 @@
 // and marks each watcher's deliveries with the set's first revision and
 // its last one, so a watcher applies the set at once.
 //
+// Group commit: PrepareEach checks independent writes in order, each
+// against the state the earlier successful ones make, and returns an entry
+// or an error for each, changing nothing; the shell journals the entries
+// in one batch and Applies them one by one.
+//
 // Expiry: a put may carry Expires (Unix ms, computed by the shell from the
 // time and a TTL); Expire(now) returns the deletes of every key due at now
 // (the time is a value passed in: the shell's timer only calls it, at
