@@ -190,15 +190,28 @@ func TestLock_HeartbeatTimeoutReleases(t *testing.T) {
 	if f := r.frame(); f.Command != "CONNECTED" {
 		t.Fatalf("%v", f)
 	}
-	r.write("SUBSCRIBE\nid:1\ndestination:/lock/hb\n\n\x00")
+	r.write("SUBSCRIBE\nid:1\ndestination:/lock/hb\nreceipt:r1\n\n\x00")
+	if f := r.frame(); f.Command != "RECEIPT" || f.Get("lock-waiters") != "0" {
+		t.Fatalf("raw holder's RECEIPT: %v", f.Headers)
+	}
 	if f := r.frame(); f.Get("lock-token") != "1" {
 		t.Fatalf("raw holder: %v", f.Headers)
+	}
+	r2 := dialRaw(t, tb)
+	r2.connect("1.2")
+	r2.write("SUBSCRIBE\nid:1\ndestination:/lock/hb\nreceipt:r2\n\n\x00")
+	if f := r2.frame(); f.Command != "RECEIPT" || f.Get("lock-waiters") != "1" {
+		t.Fatalf("waiter's RECEIPT: %v", f.Headers)
 	}
 	c := tb.Dial(t)
 	s, _ := c.SubscribeReceipt(ctxT(t), "/lock/hb", "auto")
 	start := time.Now()
 	// The raw client sends nothing more.
-	if tok := grantOf(t, s); tok != 2 {
+	if f := r2.frame(); f.Get("lock-token") != "2" {
+		t.Fatalf("first waiter: %v", f.Headers)
+	}
+	r2.c.Close()
+	if tok := grantOf(t, s); tok != 3 {
 		t.Fatalf("token %d", tok)
 	}
 	if d := time.Since(start); d < 100*time.Millisecond {
