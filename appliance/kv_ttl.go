@@ -30,8 +30,8 @@ func (b *Broker) kvExpire() error {
 	kv.commitMu.Lock()
 	defer kv.commitMu.Unlock()
 	kv.mu.Lock()
-	defer kv.mu.Unlock()
 	es := kv.core.Expire(b.now().UnixMilli())
+	kv.mu.Unlock()
 	if len(es) == 0 {
 		return nil
 	}
@@ -48,7 +48,9 @@ func (b *Broker) kvExpire() error {
 	for _, e := range es {
 		kv.count(e)
 	}
+	kv.mu.Lock()
 	kv.deliver(kv.core.ApplyTxn(es))
+	kv.mu.Unlock()
 	return nil
 }
 

@@ -87,8 +87,9 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 	kv.commitMu.Lock()
 	defer kv.commitMu.Unlock()
 	kv.mu.Lock()
-	defer kv.mu.Unlock()
-	if kv.core == nil {
+	unavailable := kv.core == nil
+	kv.mu.Unlock()
+	if unavailable {
 		s.fail(f, "key-value store unavailable", errKVUnavailable)
 		return false
 	}
@@ -115,8 +116,12 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 		}
 		break
 	}
+	// The core's lock is held while the set is prepared and while it is
+	// applied, not across the commit (commitMu keeps other writers out).
 	cfg := s.b.cfg().KV
+	kv.mu.Lock()
 	es, idx, err := kv.core.PrepareTxn(reqs, func(bucket string) kvcore.Limits { l, _ := cfg.limits(bucket); return l })
+	kv.mu.Unlock()
 	var ce *kvcore.ConflictError
 	switch {
 	case errors.As(err, &ce):
@@ -160,7 +165,9 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 	for _, e := range es {
 		kv.count(e)
 	}
+	kv.mu.Lock()
 	kv.deliver(kv.core.ApplyTxn(es))
+	kv.mu.Unlock()
 	if hasTTL {
 		kv.wakeExpiry()
 	}
