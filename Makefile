@@ -49,6 +49,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzWebSocketStream$$' -fuzztime $(FUZZTIME) ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/queuecore
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/kvcore
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTTL$$' -fuzztime $(FUZZTIME) ./appliance/kvcore
+	$(GO) test -run '^$$' -fuzz '^FuzzParseFence$$' -fuzztime $(FUZZTIME) ./appliance/lockcore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeUsers$$' -fuzztime $(FUZZTIME) ./appliance/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePattern$$' -fuzztime $(FUZZTIME) ./appliance/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNft$$' -fuzztime $(FUZZTIME) ./internal/mcdoctor

@@ -214,9 +214,13 @@ func (b *Broker) SetAuth(p *auth.Policy) {
 			continue
 		}
 		for _, sd := range s.subDests() {
-			if !p.Allowed(*id, auth.Read, sd.kind, sd.name) {
-				s.log.Warn("read permission revoked; closing connection", "user", id.Name(), "destination", sd.dest)
-				s.drop("permission denied: read on "+sd.dest, fmt.Sprintf("The permission to read %s was revoked; the subscription and the connection end.", sd.dest))
+			perm := auth.Read
+			if sd.kind == auth.KindLock {
+				perm = auth.Write // a lock is held with write
+			}
+			if !p.Allowed(*id, perm, sd.kind, sd.name) {
+				s.log.Warn(perm.String()+" permission revoked; closing connection", "user", id.Name(), "destination", sd.dest)
+				s.drop("permission denied: "+perm.String()+" on "+sd.dest, fmt.Sprintf("The permission to %s %s was revoked; the subscription and the connection end.", perm, sd.dest))
 				break
 			}
 		}
@@ -232,6 +236,9 @@ func kindName(k destKind) string {
 	}
 	if k == destKV {
 		return auth.KindKV
+	}
+	if k == destLock {
+		return auth.KindLock
 	}
 	return auth.KindQueue
 }
@@ -356,7 +363,7 @@ func (s *session) authorize(f *stomp.Frame) bool {
 	}
 	id := *s.ident.Load()
 	perm := auth.Write
-	if subscribing {
+	if subscribing && kind != destLock { // taking a lock is a write
 		perm = auth.Read
 	}
 	k := kindName(kind)

@@ -3,6 +3,8 @@ package appliance
 import (
 	"fmt"
 	"strings"
+
+	"github.com/herald-mq/herald/appliance/lockcore"
 )
 
 // Destination kinds.
@@ -11,7 +13,8 @@ const (
 	prefixTopic = "/topic/"
 	// prefixStream: retained, ordered logs with offsets (stream.go).
 	prefixStream = "/stream/"
-	prefixKV     = "/kv/" // key-value buckets (kv.go)
+	prefixKV     = "/kv/"   // key-value buckets (kv.go)
+	prefixLock   = "/lock/" // advisory locks (lock.go)
 )
 
 type destKind int
@@ -21,6 +24,7 @@ const (
 	destTopic
 	destStream
 	destKV
+	destLock
 )
 
 // parseDest splits a STOMP destination into its kind and name, and checks
@@ -39,8 +43,13 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 		kind, name = destStream, d[len(prefixStream):]
 	case strings.HasPrefix(d, prefixKV):
 		kind, name = destKV, d[len(prefixKV):]
+	case strings.HasPrefix(d, prefixLock):
+		kind, name = destLock, d[len(prefixLock):]
+		if err := lockcore.CheckName(name); err != nil {
+			return 0, "", fmt.Errorf("%w %q: %v", ErrBadDest, d, err)
+		}
 	default:
-		return 0, "", fmt.Errorf("%w %q: use /queue/NAME, /topic/NAME, /stream/NAME or /kv/BUCKET.KEY", ErrBadDest, d)
+		return 0, "", fmt.Errorf("%w %q: use /queue/NAME, /topic/NAME, /stream/NAME, /kv/BUCKET.KEY or /lock/NAME", ErrBadDest, d)
 	}
 	if name == "" || len(name) > 255 {
 		return 0, "", fmt.Errorf("%w %q: the name must be 1 to 255 bytes", ErrBadDest, d)

@@ -31,10 +31,6 @@ func (s *session) handle(f *stomp.Frame) bool {
 		return false
 	}
 	if tx := f.Get("transaction"); tx != "" {
-		if isKVSend(f) {
-			s.fail(f, "key-value writes are not transactional", "A SEND to /kv/ may not carry a transaction header (yet): send it outside the transaction. Nothing was stored.")
-			return false
-		}
 		switch f.Command {
 		case stomp.CmdSend, stomp.CmdAck, stomp.CmdNack:
 			return s.buffer(tx, f)
@@ -165,6 +161,10 @@ func (s *session) onSend(f *stomp.Frame) bool {
 	}
 	if kind == destKV {
 		return s.onKVSend(f, name)
+	}
+	if kind == destLock {
+		s.fail(f, "invalid destination", fmt.Sprintf("A lock is taken with SUBSCRIBE to %s and given back with UNSUBSCRIBE; nothing is sent to it.", dest))
+		return false
 	}
 	if kind == destTopic {
 		h := userHeaders(f)
@@ -370,6 +370,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 	if kind == destKV {
 		return s.onKVSubscribe(f, sub)
 	}
+	if kind == destLock {
+		return s.onLockSubscribe(f, sub)
+	}
 	if kind == destTopic {
 		s.subsMu.Lock()
 		s.subs[id] = sub
@@ -456,6 +459,10 @@ func (s *session) endSubscription(sub *subscription) {
 		s.b.kv.unwatch(sub)
 		return
 	}
+	if sub.kind == destLock {
+		s.b.kv.locks.release(s.b, sub)
+		return
+	}
 	if sub.kind == destTopic {
 		s.b.topics.remove(sub)
 		s.forgetDrops(sub)
@@ -539,7 +546,7 @@ func (s *session) ackResult(f *stomp.Frame) (ackResult, bool) {
 	if res, ok := s.streamAck(token, f.Command == stomp.CmdNack); ok {
 		return res, true
 	}
-	if sub == nil || sub.kind == destTopic || sub.kind == destKV {
+	if sub == nil || sub.kind == destTopic || sub.kind == destKV || sub.kind == destLock {
 		if sub == nil && !strings.HasPrefix(token, "t") {
 			s.b.stats.staleAcks.Add(1)
 			s.log.Debug("ack for no held message ignored", "token", token)

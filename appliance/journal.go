@@ -37,6 +37,9 @@ const (
 	// one; a put replaces the key's row and adds it to the key's history
 	// (keeping the newest KV.History), a delete removes row and history.
 	OpKV
+	// OpLock stores advisory lock Lock.Name's last fencing token (lock.go),
+	// which must be higher than the stored one.
+	OpLock
 )
 
 // Op is one journal operation. Inputs are set by the caller; outputs by the
@@ -58,8 +61,9 @@ type Op struct {
 	Affected  int      // out, OpPurge
 	Bytes     int64    // out, OpPurge
 
-	Stream *StreamOp // OpAppend, OpTrim, OpCursor (stream_journal.go)
-	KV     *KVEntry  // OpKV
+	Stream *StreamOp  // OpAppend, OpTrim, OpCursor (stream_journal.go)
+	KV     *KVEntry   // OpKV
+	Lock   *LockToken // OpLock
 }
 
 // Batch is a set of operations applied atomically, in order.

@@ -11,20 +11,24 @@ import (
 
 	"github.com/herald-mq/herald/appliance/auth"
 	"github.com/herald-mq/herald/appliance/kvcore"
+	"github.com/herald-mq/herald/appliance/lockcore"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
 // The key-value store: /kv/BUCKET.KEY, the shell around appliance/kvcore.
 //
-// One lock (kvStore.mu) serialises every write and every watch. A write
-// runs Prepare, journals the entry and waits for its commit, then Apply
-// and pushes the change to the watchers, all under the lock: revisions are
-// given in commit order, a write that fails to commit leaves no trace, and
-// a watch (snapshot, marker) taken under the same lock sits between two
-// writes, so its watcher misses none and sees none twice. The price: writes
-// to the store do not share a journal commit (one fsync each, with
-// journal.sync = "full"); reads of the in-memory state and deliveries to
-// watchers cost no disk access.
+// Writers of the store (a group of SENDs, a transaction, an expiry) take
+// kvStore.commitMu one at a time, across their journal commit; the core
+// itself is under kvStore.mu, held only while it is read or changed. A
+// SEND queues itself (kv.pending) and takes commitMu; whoever holds it
+// flushes every queued SEND as one group: PrepareEach (each sees the
+// earlier ones), one journal batch, then Apply and deliver each, in order.
+// So concurrent writers share a commit (an fsync with journal.sync =
+// "full"), revisions are given in commit order, a write whose batch fails
+// leaves no trace, and a watch taken meanwhile (under mu) sees the state
+// before the group: its marker is below the group's revisions, which are
+// all delivered to it after. RECEIPTs come after Apply, so a read that
+// starts after a RECEIPT sees the write.
 //
 // SEND /kv/BUCKET.KEY:
 //   - sets the key to the body, with the content-type header (kept);
@@ -41,7 +45,11 @@ import (
 //   - a delete of a key that does not exist changes nothing: RECEIPT
 //     kv-noop:true, no revision;
 //   - limits (kv.max_value_bytes, max_keys, max_bytes, max_total_bytes,
-//     max_buckets, per [[kv.bucket]]) are ERRORs naming the key to raise.
+//     max_buckets, per [[kv.bucket]]) are ERRORs naming the key to raise;
+//   - kv-ttl:SECONDS (or 1500ms, 30s, 5m, 1h), or the bucket's ttl, makes
+//     a put expire (kv_ttl.go); if-fence:LOCK:TOKEN refuses the write
+//     unless TOKEN is lock LOCK's current holder's (lock.go);
+//   - in BEGIN..COMMIT, a set of them is one journal batch (kv_txn.go).
 //
 // SUBSCRIBE /kv/BUCKET.PATTERN (ack auto): the current value of every
 // matching key (kv-snapshot:true, in key order), then a MESSAGE with
@@ -60,10 +68,44 @@ type kvStore struct {
 	ids     map[*subscription]uint64
 
 	puts, deletes, conflicts, watchDrops atomic.Uint64
+	expired, txns                        atomic.Uint64
+	// wake tells the expiry loop (kv_ttl.go) that a key got a TTL.
+	wake chan struct{}
+
+	locks lockStore // advisory locks (lock.go)
+
+	// commitMu serialises the writers of the store (a group of SENDs, a
+	// transaction, an expiry), each across its journal commit; lock order:
+	// commitMu, then locks.mu, then mu.
+	commitMu sync.Mutex
+	pending  []*kvWrite // SENDs waiting for the next group (under mu)
+	groups   atomic.Uint64
 }
 
-// openKV loads the buckets from the journal (Broker.Open).
+// openKV loads the buckets and the lock tokens from the journal, expires
+// the keys whose time passed while the daemon was down, and starts the
+// expiry timer (Broker.Open).
 func (b *Broker) openKV(ctx context.Context) error {
+	if err := b.loadKV(ctx); err != nil {
+		return err
+	}
+	if err := b.openLocks(ctx); err != nil {
+		return err
+	}
+	kv := &b.kv
+	kv.wake = make(chan struct{}, 1)
+	if kv.core == nil {
+		return nil
+	}
+	if err := b.kvExpire(); err != nil {
+		return fmt.Errorf("expire key-value keys past their TTL: %w", err)
+	}
+	b.wg.Add(1)
+	go b.kvExpiryLoop()
+	return nil
+}
+
+func (b *Broker) loadKV(ctx context.Context) error {
 	kv := &b.kv
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
@@ -97,9 +139,11 @@ func isKVSend(f *stomp.Frame) bool {
 	return f.Command == stomp.CmdSend && strings.HasPrefix(f.Get("destination"), prefixKV)
 }
 
-func (s *session) onKVSend(f *stomp.Frame, name string) bool {
+// kvRequest parses a SEND to /kv/NAME into a request: kv-operation,
+// if-revision, kv-ttl (with the bucket's ttl, it sets Expires from the
+// broker's clock) and if-fence. A bad header is an ERROR; false then.
+func (s *session) kvRequest(f *stomp.Frame, name string) (kvcore.Request, *fence, bool) {
 	bucket, key, _ := strings.Cut(name, ".")
-	dest := prefixKV + name
 	req := kvcore.Request{Bucket: bucket, Key: key, Op: kvcore.Put, IfRevision: kvcore.NoRevision, ContentType: f.Get("content-type"), Value: f.Body}
 	switch op := f.Get("kv-operation"); strings.ToUpper(op) {
 	case "", "PUT":
@@ -107,36 +151,82 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 		req.Op, req.Value, req.ContentType = kvcore.Delete, nil, ""
 	default:
 		s.fail(f, "invalid kv-operation", fmt.Sprintf("kv-operation must be PUT (the default) or DEL; got %q. Nothing was stored.", op))
-		return false
+		return req, nil, false
 	}
 	if v, ok := f.Headers.Lookup("if-revision"); ok {
 		n, err := strconv.ParseUint(v, 10, 63)
 		if err != nil {
 			s.fail(f, "invalid if-revision", fmt.Sprintf("if-revision must be a revision number (0: the key must not exist); got %q. Nothing was stored.", v))
-			return false
+			return req, nil, false
 		}
 		req.IfRevision = int64(n)
+	}
+	ttl := s.b.cfg().KV.ttl(bucket)
+	if v, ok := f.Headers.Lookup("kv-ttl"); ok {
+		if req.Op != kvcore.Put {
+			s.fail(f, "invalid kv-ttl", "kv-ttl is for puts: a delete has no value to expire. Nothing was stored.")
+			return req, nil, false
+		}
+		ms, err := kvcore.ParseTTL(v)
+		if err != nil {
+			s.fail(f, "invalid kv-ttl", err.Error()+" Nothing was stored.")
+			return req, nil, false
+		}
+		ttl = ms
+	}
+	if req.Op == kvcore.Put && ttl > 0 {
+		req.Expires = s.b.now().UnixMilli() + ttl
+	}
+	var fc *fence
+	if v, ok := f.Headers.Lookup("if-fence"); ok {
+		n, t, err := lockcore.ParseFence(v)
+		if err != nil {
+			s.fail(f, "invalid if-fence", err.Error()+" Nothing was stored.")
+			return req, nil, false
+		}
+		fc = &fence{name: n, token: t}
+	}
+	return req, fc, true
+}
+
+func (s *session) onKVSend(f *stomp.Frame, name string) bool {
+	dest := prefixKV + name
+	req, fc, ok := s.kvRequest(f, name)
+	if !ok {
+		return false
 	}
 	if req.Op == kvcore.Put && s.b.checkDisk(false) {
 		s.drainJournal()
 		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); %s was not stored. Deletes still work.", s.b.cfg().DataDir, s.b.diskFloor(), dest))
 		return false
 	}
-	mayCreate := s.kvMayCreate(name)
+	req.NoCreate = !s.kvMayCreate(name)
+	// The RECEIPT promises that this connection's earlier frames are
+	// durable too: the group's batch does not go through its intake.
+	s.drainJournal()
 	kv := &s.b.kv
+	w := &kvWrite{req: req, fence: fc, done: make(chan kvResult, 1)}
 	kv.mu.Lock()
-	defer kv.mu.Unlock()
 	if kv.core == nil {
+		kv.mu.Unlock()
 		s.fail(f, "key-value store unavailable", errKVUnavailable)
 		return false
 	}
-	_, exists := kv.core.Get(bucket, key)
-	lim, where := s.b.cfg().KV.limits(bucket)
-	e, err := kv.core.Prepare(req, lim)
+	kv.pending = append(kv.pending, w)
+	kv.mu.Unlock()
+	kv.commitMu.Lock()
+	kv.flush(s.b) // w's, and those queued meanwhile; or nothing: an earlier flush took w
+	kv.commitMu.Unlock()
+	res := <-w.done
+	e, err := res.e, res.err
+	lim, where := s.b.cfg().KV.limits(req.Bucket)
 	var ce *kvcore.ConflictError
 	switch {
+	case res.fenced:
+		s.drainJournal()
+		s.fail(f, "fenced", fmt.Sprintf("%v (if-fence); nothing was written to %s. The holder of an older token must stop and take the lock again.", err, dest))
+		return false
 	case errors.As(err, &ce):
-		kv.conflicts.Add(1)
 		if f.Get("receipt") == "" {
 			s.drainJournal()
 			s.fail(f, "revision conflict", fmt.Sprintf("%s is at revision %d, not %d (if-revision); nothing was stored. Send with a receipt header to get conflicts as a RECEIPT with kv-conflict:CURRENT instead of an ERROR.", dest, ce.Current, ce.Expected))
@@ -147,36 +237,162 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 	case errors.Is(err, kvcore.ErrNoKey):
 		s.receipt(f, stomp.Header{Key: "kv-noop", Value: "true"})
 		return true
+	case errors.Is(err, kvcore.ErrCreateDenied):
+		return s.deny(f, *s.ident.Load(), dest, auth.Create)
+	case res.journal:
+		s.fail(f, "value not stored", fmt.Sprintf("%s: %v", dest, err))
+		return false
 	case err != nil:
 		s.drainJournal()
 		s.fail(f, "value not stored", kvLimitDetail(err, dest, len(req.Value), lim, where))
 		return false
 	}
-	if !exists && req.Op == kvcore.Put && !mayCreate {
-		return s.deny(f, *s.ident.Load(), dest, auth.Create)
-	}
-	e.History = s.b.cfg().KV.history(bucket)
-	done := make(chan error, 1)
-	s.submit(&Batch{Ops: []Op{{Kind: OpKV, KV: &e}}, Done: func(_ *Batch, err error) { done <- err }})
-	if err := <-done; err != nil {
-		s.b.journalResult(err)
-		s.fail(f, "value not stored", fmt.Sprintf("%s: %v", dest, err))
-		return false
-	}
-	if e.Op == kvcore.Delete {
-		kv.deletes.Add(1)
-	} else {
-		kv.puts.Add(1)
-	}
-	for _, d := range kv.core.Apply(e) {
-		if sub := kv.watches[d.Watch]; sub != nil {
-			sub.s.deliverKV(kvFrame(sub, d.Entry, false))
-		}
-	}
 	if r := f.Get("receipt"); r != "" {
 		s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", r, "revision", strconv.FormatUint(e.Revision, 10)))
 	}
 	return true
+}
+
+// kvWrite is one SEND to /kv/ waiting for its group's commit.
+type kvWrite struct {
+	req   kvcore.Request
+	fence *fence
+	done  chan kvResult
+}
+
+// kvResult is a write's outcome: its committed entry, or why not (fenced:
+// the if-fence check refused it; journal: the group's batch failed).
+type kvResult struct {
+	e       kvcore.Entry
+	err     error
+	fenced  bool
+	journal bool
+}
+
+// flush commits the writes queued in kv.pending as one group: every write
+// is checked (if-fence, then PrepareEach: each sees the earlier ones of
+// the group), the good ones are journaled in one batch, and once it is
+// durable they are applied and delivered in order. The caller holds
+// kv.commitMu (one group, transaction or expiry at a time); kv.mu is
+// released while the batch commits, so watches and reads go on, and see
+// the state before the group until it is applied (its RECEIPTs come after).
+func (kv *kvStore) flush(b *Broker) {
+	kv.mu.Lock()
+	ws := kv.pending
+	kv.pending = nil
+	kv.mu.Unlock()
+	if len(ws) == 0 {
+		return
+	}
+	results := make([]kvResult, len(ws))
+	defer func() {
+		for i, w := range ws {
+			w.done <- results[i]
+		}
+	}()
+	fenced := false
+	for _, w := range ws {
+		fenced = fenced || w.fence != nil
+	}
+	if fenced {
+		// Held until the group is applied: no new holder between the
+		// check and the commit.
+		kv.locks.mu.Lock()
+		defer kv.locks.mu.Unlock()
+	}
+	var reqs []kvcore.Request
+	var idx []int
+	for i, w := range ws {
+		if w.fence != nil {
+			if kv.locks.core == nil {
+				results[i] = kvResult{err: errors.New(errLocksUnavailable), fenced: true}
+				continue
+			}
+			if err := kv.locks.core.Fence(w.fence.name, w.fence.token); err != nil {
+				kv.locks.fenced.Add(1)
+				results[i] = kvResult{err: err, fenced: true}
+				continue
+			}
+		}
+		reqs = append(reqs, w.req)
+		idx = append(idx, i)
+	}
+	cfg := b.cfg().KV
+	kv.mu.Lock()
+	es, errs := kv.core.PrepareEach(reqs, func(bucket string) kvcore.Limits { l, _ := cfg.limits(bucket); return l })
+	kv.mu.Unlock()
+	var ops []Op
+	var good []int
+	for j, err := range errs {
+		i := idx[j]
+		var ce *kvcore.ConflictError
+		if errors.As(err, &ce) {
+			kv.conflicts.Add(1)
+		}
+		if err != nil {
+			results[i] = kvResult{err: err}
+			continue
+		}
+		es[j].History = cfg.history(es[j].Bucket)
+		ops = append(ops, Op{Kind: OpKV, KV: &es[j]})
+		good = append(good, j)
+	}
+	if len(ops) == 0 {
+		return
+	}
+	done := make(chan error, 1)
+	b.j.Submit(&Batch{Ops: ops, Done: func(_ *Batch, err error) { done <- err }})
+	err := <-done
+	b.journalResult(err)
+	if err != nil {
+		for _, j := range good {
+			results[idx[j]] = kvResult{err: err, journal: true}
+		}
+		return
+	}
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	ttl := false
+	for _, j := range good {
+		e := es[j]
+		kv.count(e)
+		kv.deliver(kv.core.Apply(e))
+		ttl = ttl || e.Expires != 0
+		results[idx[j]] = kvResult{e: e}
+	}
+	kv.groups.Add(1)
+	if ttl {
+		kv.wakeExpiry()
+	}
+}
+
+// count adds a committed change to the counters.
+func (kv *kvStore) count(e kvcore.Entry) {
+	switch {
+	case e.Expired:
+		kv.expired.Add(1)
+	case e.Op == kvcore.Delete:
+		kv.deletes.Add(1)
+	default:
+		kv.puts.Add(1)
+	}
+}
+
+// deliver queues committed changes to their watchers' connections (under
+// kv.mu).
+func (kv *kvStore) deliver(ds []kvcore.Delivery) {
+	for _, d := range ds {
+		if sub := kv.watches[d.Watch]; sub != nil {
+			f := kvFrame(sub, d.Entry, false)
+			if d.Txn != 0 {
+				f.Headers.Add("kv-transaction", strconv.FormatUint(d.Txn, 10))
+				if d.Last {
+					f.Headers.Add("kv-transaction-last", "true")
+				}
+			}
+			sub.s.deliverKV(f)
+		}
+	}
 }
 
 func kvLimitDetail(err error, dest string, size int, lim kvcore.Limits, where string) string {
@@ -205,6 +421,12 @@ func kvFrame(sub *subscription, e kvcore.Entry, snapshot bool) *stomp.Frame {
 		"kv-operation", e.Op.String())
 	if e.ContentType != "" {
 		f.Headers.Add("content-type", e.ContentType)
+	}
+	if e.Expires != 0 {
+		f.Headers.Add("kv-expires", strconv.FormatInt(e.Expires, 10))
+	}
+	if e.Expired {
+		f.Headers.Add("kv-expired", "true")
 	}
 	if snapshot {
 		f.Headers.Add("kv-snapshot", "true")
@@ -337,6 +559,9 @@ type KVStats struct {
 	Puts, Deletes   uint64
 	Conflicts       uint64
 	WatchersDropped uint64
+	Expired         uint64 // keys deleted by their TTL
+	Transactions    uint64 // committed sets of /kv/ SENDs
+	Groups          uint64 // journal commits of single SENDs (group commit: Puts+Deletes over Groups per commit)
 }
 
 // KVStats returns the key-value store's counts.
@@ -344,7 +569,7 @@ func (b *Broker) KVStats() KVStats {
 	kv := &b.kv
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
-	st := KVStats{Puts: kv.puts.Load(), Deletes: kv.deletes.Load(), Conflicts: kv.conflicts.Load(), WatchersDropped: kv.watchDrops.Load()}
+	st := KVStats{Puts: kv.puts.Load(), Deletes: kv.deletes.Load(), Conflicts: kv.conflicts.Load(), WatchersDropped: kv.watchDrops.Load(), Expired: kv.expired.Load(), Transactions: kv.txns.Load(), Groups: kv.groups.Load()}
 	if kv.core != nil {
 		st.Buckets, st.Bytes, st.Watchers = kv.core.Buckets(), kv.core.Bytes(), kv.core.Watchers()
 	}

@@ -20,7 +20,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkKVPut ./appliance
 func BenchmarkKVPut(b *testing.B) {
-	for _, writers := range []int{1, 4} {
+	for _, writers := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("kv-put/writers=%d", writers), func(b *testing.B) {
 			benchWriters(b, writers, func(c *client.Conn, w, i int) error {
 				_, err := c.SendReceipt(context.Background(), "/kv/bench.w"+strconv.Itoa(w)+".k"+strconv.Itoa(i%100), []byte("value-0123456789"))
@@ -60,7 +60,7 @@ func BenchmarkKVPut(b *testing.B) {
 }
 
 func benchWriters(b *testing.B, writers int, op func(c *client.Conn, w, i int) error) {
-	tb := mustStartBroker(b, func(c *appliance.Config) { c.Journal.Sync = "full"; c.KV.MaxKeys = 1000 })
+	tb := mustStartBroker(b, func(c *appliance.Config) { c.Journal.Sync = "full"; c.KV.MaxKeys = 2000 })
 	conns := make([]*client.Conn, writers)
 	for i := range conns {
 		c, err := client.Dial(context.Background(), tb.Addr, client.Options{})
@@ -93,6 +93,9 @@ func benchWriters(b *testing.B, writers int, op func(c *client.Conn, w, i int) e
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(per*writers)/b.Elapsed().Seconds(), "ops/s")
+	if st := tb.B.KVStats(); st.Groups > 0 {
+		b.ReportMetric(float64(st.Puts+st.Deletes)/float64(st.Groups), "writes/commit")
+	}
 }
 
 // BenchmarkKVWatchFanout: one put (with receipt) and its arrival at 20

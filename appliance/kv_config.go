@@ -21,8 +21,13 @@ type KVConfig struct {
 	// WatchBufferBytes: a change for a watcher whose connection has more
 	// than this waiting to be written ends that connection (an ERROR
 	// naming this key), never a silent gap.
-	WatchBufferBytes int64            `toml:"watch_buffer_bytes" json:"watch_buffer_bytes"`
-	Bucket           []KVBucketConfig `toml:"bucket" json:"bucket"`
+	WatchBufferBytes int64 `toml:"watch_buffer_bytes" json:"watch_buffer_bytes"`
+	// MaxLockNames bounds the advisory lock names (/lock/NAME) known: each
+	// keeps its last fencing token, in memory and in the journal, for good.
+	MaxLockNames int `toml:"max_lock_names" json:"max_lock_names"`
+	// MaxLockWaiters bounds the requests waiting for one lock.
+	MaxLockWaiters int              `toml:"max_lock_waiters" json:"max_lock_waiters"`
+	Bucket         []KVBucketConfig `toml:"bucket" json:"bucket"`
 }
 
 // KVBucketConfig overrides the [kv] limits for one bucket; 0 inherits.
@@ -32,6 +37,9 @@ type KVBucketConfig struct {
 	MaxKeys       int    `toml:"max_keys" json:"max_keys"`
 	MaxBytes      int64  `toml:"max_bytes" json:"max_bytes"`
 	History       int    `toml:"history" json:"history"`
+	// TTL: every put to the bucket without a kv-ttl header expires this
+	// long after it (0: never).
+	TTL Duration `toml:"ttl" json:"ttl"`
 }
 
 func defaultKVConfig() KVConfig {
@@ -43,6 +51,8 @@ func defaultKVConfig() KVConfig {
 		MaxBuckets:       100,
 		History:          1,
 		WatchBufferBytes: 32 << 20,
+		MaxLockNames:     10000,
+		MaxLockWaiters:   1000,
 	}
 }
 
@@ -63,6 +73,16 @@ func (c *KVConfig) history(bucket string) int {
 		}
 	}
 	return c.History
+}
+
+// ttl returns the bucket's TTL in milliseconds (0: none).
+func (c *KVConfig) ttl(bucket string) int64 {
+	for _, b := range c.Bucket {
+		if b.Name == bucket {
+			return b.TTL.Milliseconds()
+		}
+	}
+	return 0
 }
 
 // limits returns the limits of bucket, with where naming the keys that set
@@ -105,6 +125,8 @@ func (c *Config) validateKV() []error {
 	in("kv.max_buckets", int64(k.MaxBuckets), 1, kvMaxBuckets)
 	in("kv.watch_buffer_bytes", k.WatchBufferBytes, 1, kvMaxBytes)
 	in("kv.history", int64(k.History), 1, kvMaxHistory)
+	in("kv.max_lock_names", int64(k.MaxLockNames), 1, kvMaxKeys)
+	in("kv.max_lock_waiters", int64(k.MaxLockWaiters), 1, kvMaxKeys)
 	seen := map[string]bool{}
 	for i, b := range k.Bucket {
 		where := fmt.Sprintf("kv.bucket[%d]", i)
@@ -118,6 +140,9 @@ func (c *Config) validateKV() []error {
 		in(where+".max_keys", int64(b.MaxKeys), 0, kvMaxKeys)
 		in(where+".max_bytes", b.MaxBytes, 0, kvMaxBytes)
 		in(where+".history", int64(b.History), 0, kvMaxHistory)
+		if ms := b.TTL.Milliseconds(); b.TTL.Duration < 0 || ms > kvcore.MaxTTL || (b.TTL.Duration > 0 && ms == 0) {
+			bad("%s.ttl: %s: want 0 (never) or 1ms to 87600h", where, b.TTL)
+		}
 	}
 	return errs
 }

@@ -154,7 +154,9 @@ var reloadKeys = map[string]reloadClass{
 	"kv.max_buckets":        reloadable,
 	"kv.watch_buffer_bytes": reloadable,
 	"kv.history":            reloadable, // from the next write of each key
-	"kv.bucket":             reloadable,
+	"kv.bucket":             reloadable, // ttl: for the next put
+	"kv.max_lock_names":     reloadable, // for the next new name
+	"kv.max_lock_waiters":   reloadable, // for the next request
 }
 
 // configKeys lists the TOML path of every key of Config with its field

@@ -19,7 +19,8 @@ func txWeight(f *stomp.Frame) int64 {
 // disconnect discard them.
 type transaction struct {
 	frames []*stomp.Frame
-	bytes  int64 // txWeight of frames
+	bytes  int64  // txWeight of frames
+	kv     string // the bucket of its /kv/ SENDs (kv_txn.go); then it holds only those
 }
 
 func (s *session) onBegin(f *stomp.Frame) bool {
@@ -72,8 +73,12 @@ func (s *session) buffer(id string, f *stomp.Frame) bool {
 		if !ok {
 			return false
 		}
-		if _, _, err := s.dest(dest, false); err != nil {
+		kind, name, err := s.dest(dest, false)
+		if err != nil {
 			s.fail(f, "invalid destination", err.Error())
+			return false
+		}
+		if !s.bufferKV(f, tx, kind, name) {
 			return false
 		}
 	}
@@ -98,6 +103,9 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 	s.txBytes -= tx.bytes
 	s.b.mem.release(tx.bytes)
 	delete(s.txs, id)
+	if tx.kv != "" {
+		return s.commitKV(f, id, tx)
+	}
 
 	type topicMsg struct {
 		name    string

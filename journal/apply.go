@@ -133,6 +133,10 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 			if err := s.applyKV(ctx, op.KV); err != nil {
 				return err
 			}
+		case appliance.OpLock:
+			if err := s.applyLock(ctx, op.Lock); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("journal: unknown op kind %d", op.Kind)
 		}

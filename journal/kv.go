@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/herald-mq/herald/appliance"
@@ -33,7 +34,86 @@ var kvSchema = []string{
 		ctype TEXT NOT NULL DEFAULT '',
 		value BLOB NOT NULL,
 		PRIMARY KEY(bucket, key, revision)) WITHOUT ROWID`,
+	// The last fencing token of each advisory lock (appliance/lock.go).
+	`CREATE TABLE IF NOT EXISTS lock_tokens(
+		name TEXT PRIMARY KEY,
+		token INTEGER NOT NULL) WITHOUT ROWID`,
 }
+
+// migrateKV adds what data directories made by earlier versions lack: the
+// expiry time of a key's value (0: never).
+func migrateKV(ctx context.Context, c *sql.Conn) error {
+	rows, err := c.QueryContext(ctx, `SELECT name FROM pragma_table_info('kv')`)
+	if err != nil {
+		return fmt.Errorf("kv schema: %w", err)
+	}
+	has := false
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return fmt.Errorf("kv schema: %w", err)
+		}
+		has = has || n == "expires"
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("kv schema: %w", err)
+	}
+	if !has {
+		if _, err := c.ExecContext(ctx, `ALTER TABLE kv ADD COLUMN expires INTEGER NOT NULL DEFAULT 0`); err != nil {
+			return fmt.Errorf("kv schema: add expires: %w", err)
+		}
+	}
+	return nil
+}
+
+// applyLock stores a lock's new fencing token inside the current
+// transaction; a token not above the stored one is refused (it would go
+// back or be given twice).
+func (s *Store) applyLock(ctx context.Context, t *appliance.LockToken) error {
+	if t == nil || t.Name == "" || t.Token == 0 {
+		return fmt.Errorf("journal: lock: incomplete token %+v", t)
+	}
+	var cur int64
+	err := s.wc.QueryRowContext(ctx, `SELECT token FROM lock_tokens WHERE name=?`, t.Name).Scan(&cur)
+	if err == nil && uint64(cur) >= t.Token {
+		return fmt.Errorf("journal: lock %s is at token %d; token %d would be given twice", t.Name, cur, t.Token)
+	}
+	_, err = s.wc.ExecContext(ctx, `INSERT INTO lock_tokens(name, token) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET token=excluded.token`, t.Name, int64(t.Token))
+	return err
+}
+
+// LockLoad calls fn with every lock's last token.
+func (s *Store) LockLoad(ctx context.Context, fn func(t appliance.LockToken) error) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, token FROM lock_tokens ORDER BY name`)
+	if err != nil {
+		return fmt.Errorf("journal: load lock tokens: %w", err)
+	}
+	var ts []appliance.LockToken
+	for rows.Next() {
+		var t appliance.LockToken
+		var tok int64
+		if err := rows.Scan(&t.Name, &tok); err != nil {
+			rows.Close()
+			return fmt.Errorf("journal: load lock tokens: %w", err)
+		}
+		t.Token = uint64(tok)
+		ts = append(ts, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("journal: load lock tokens: %w", err)
+	}
+	for _, t := range ts {
+		if err := fn(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ appliance.LockJournal = (*Store)(nil)
 
 // applyKV stores one key-value change inside the current transaction.
 func (s *Store) applyKV(ctx context.Context, e *appliance.KVEntry) error {
@@ -54,7 +134,7 @@ func (s *Store) applyKV(ctx context.Context, e *appliance.KVEntry) error {
 		if v == nil {
 			v = []byte{}
 		}
-		if _, err = s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO kv(bucket, key, revision, ctype, value) VALUES(?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v); err != nil {
+		if _, err = s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO kv(bucket, key, revision, ctype, value, expires) VALUES(?,?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v, e.Expires); err != nil {
 			return err
 		}
 		if _, err = s.wc.ExecContext(ctx, `INSERT INTO kv_history(bucket, key, revision, ctype, value) VALUES(?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v); err != nil {
@@ -102,7 +182,7 @@ func (s *Store) KVLoad(ctx context.Context, fn func(e appliance.KVEntry) error) 
 			return err
 		}
 	}
-	rows, err = s.db.QueryContext(ctx, `SELECT bucket, key, revision, ctype, value FROM kv ORDER BY bucket, key`)
+	rows, err = s.db.QueryContext(ctx, `SELECT bucket, key, revision, ctype, value, expires FROM kv ORDER BY bucket, key`)
 	if err != nil {
 		return fmt.Errorf("journal: load kv: %w", err)
 	}
@@ -110,7 +190,7 @@ func (s *Store) KVLoad(ctx context.Context, fn func(e appliance.KVEntry) error) 
 	for rows.Next() {
 		e := appliance.KVEntry{Op: kvcore.Put}
 		var rev int64
-		if err := rows.Scan(&e.Bucket, &e.Key, &rev, &e.ContentType, &e.Value); err != nil {
+		if err := rows.Scan(&e.Bucket, &e.Key, &rev, &e.ContentType, &e.Value, &e.Expires); err != nil {
 			return fmt.Errorf("journal: load kv: %w", err)
 		}
 		e.Revision = uint64(rev)

@@ -146,3 +146,53 @@ func TestStore_KVHistory(t *testing.T) {
 		t.Fatalf("history of other: %v", h)
 	}
 }
+
+// A data directory made by the first key-value version (kv without the
+// expires column, no lock_tokens) gains both: its keys are kept, without
+// expiry, and new puts store theirs.
+func TestStore_KVMigratesExpiresAndLockTokens(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s := mustOpen(t, Config{Path: path})
+	s.Close(context.Background())
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP TABLE kv`, `DROP TABLE lock_tokens`,
+		`CREATE TABLE kv(bucket TEXT NOT NULL, key TEXT NOT NULL, revision INTEGER NOT NULL, ctype TEXT NOT NULL DEFAULT '', value BLOB NOT NULL, PRIMARY KEY(bucket, key)) WITHOUT ROWID`,
+		`INSERT INTO kv VALUES('b', 'old', 1, '', x'6f6c64')`,
+		`INSERT INTO kv_buckets VALUES('b', 1)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s = mustOpen(t, Config{Path: path})
+	op := kvOp("b", "new", kvcore.Put, 2, "v")
+	op.KV.Expires = 1234
+	if _, err := apply(t, s, op); err != nil {
+		t.Fatalf("put with expiry after migration: %v", err)
+	}
+	if _, err := apply(t, s, appliance.Op{Kind: appliance.OpLock, Lock: &appliance.LockToken{Name: "deploy", Token: 3}}); err != nil {
+		t.Fatalf("lock token after migration: %v", err)
+	}
+	if _, err := apply(t, s, appliance.Op{Kind: appliance.OpLock, Lock: &appliance.LockToken{Name: "deploy", Token: 3}}); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Fatalf("token 3 stored twice: %v", err)
+	}
+	_, keys := kvLoad(t, s)
+	if e := keys["b.old"]; string(e.Value) != "old" || e.Expires != 0 {
+		t.Errorf("old key %+v", e)
+	}
+	if e := keys["b.new"]; e.Expires != 1234 {
+		t.Errorf("new key's expiry %+v", e)
+	}
+	var toks []string
+	s.LockLoad(context.Background(), func(l appliance.LockToken) error {
+		toks = append(toks, l.Name+"="+strconv.FormatUint(l.Token, 10))
+		return nil
+	})
+	if fmt.Sprint(toks) != "[deploy=3]" {
+		t.Errorf("lock tokens %v", toks)
+	}
+}

@@ -63,6 +63,9 @@ func migrate(ctx context.Context, c *sql.Conn) error {
 			return fmt.Errorf("create schema: %w", err)
 		}
 	}
+	if err := migrateKV(ctx, c); err != nil {
+		return err
+	}
 	var v int
 	err := c.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM meta WHERE key='schema_version'`).Scan(&v)
 	switch {

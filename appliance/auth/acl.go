@@ -51,6 +51,8 @@ const (
 	// create to make a stream that does not exist yet (as for queues).
 	KindStream = "/stream/"
 	KindKV     = "/kv/" // key-value buckets: /kv/BUCKET.KEY
+	// KindLock names advisory locks: write to take one (SUBSCRIBE).
+	KindLock = "/lock/"
 )
 
 // MaxPatternBytes bounds one pattern, as a destination name is bounded (255
@@ -84,8 +86,10 @@ func ParsePattern(s string) (Pattern, error) {
 		kind, name = KindStream, s[len(KindStream):]
 	case strings.HasPrefix(s, KindKV):
 		kind, name = KindKV, s[len(KindKV):]
+	case strings.HasPrefix(s, KindLock):
+		kind, name = KindLock, s[len(KindLock):]
 	default:
-		return Pattern{}, fmt.Errorf("%w %q: start it with /queue/, /topic/, /stream/ or /kv/ (example: /queue/orders.>)", ErrPattern, s)
+		return Pattern{}, fmt.Errorf("%w %q: start it with /queue/, /topic/, /stream/, /kv/ or /lock/ (example: /queue/orders.>)", ErrPattern, s)
 	}
 	if name == "" || len(name) > 255 {
 		return Pattern{}, fmt.Errorf("%w %q: the name must be 1 to 255 bytes (use > for everything: %s>)", ErrPattern, s, kind)

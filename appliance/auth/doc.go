@@ -8,7 +8,8 @@
 // the current *Policy and swaps it atomically on reload.
 //
 // Permissions are granted on destination patterns: /queue/NAME,
-// /topic/NAME or /kv/BUCKET.KEY (key-value store), where NAME is dot-separated segments and the segment * matches
+// /topic/NAME, /kv/BUCKET.KEY (key-value store) or /lock/NAME (advisory
+// locks: taking one, a SUBSCRIBE, needs write), where NAME is dot-separated segments and the segment * matches
 // one segment, > one or more trailing segments (as topic subscriptions and
 // queue policies use them). Three permissions exist:
 //

@@ -45,6 +45,11 @@ type Entry struct {
 	// History, for the journal only: how many revisions of the key to
 	// keep, this one included (the core keeps the current one).
 	History int
+	// Expires: when a put's value expires, in Unix milliseconds (0:
+	// never). Journaled with the value, so expiry survives restarts.
+	Expires int64
+	// Expired marks a delete made by Expire (watchers see kv-expired:true).
+	Expired bool
 }
 
 // Size is what an entry weighs against Limits.MaxBytes.
@@ -63,6 +68,13 @@ type Request struct {
 	// it applies only if the key's revision is this one (0: the key does
 	// not exist).
 	IfRevision int64
+	// NoCreate: a put to a key that does not exist is refused
+	// (ErrCreateDenied): the writer lacks the create permission.
+	NoCreate bool
+	// Expires: for a put, when the value expires (Unix ms, 0: never). The
+	// shell computes it from the time it passes in and the key's or
+	// bucket's TTL; Expire decides, given the time, what has expired.
+	Expires int64
 }
 
 // Errors of Prepare. Conflicts are *ConflictError.
@@ -75,6 +87,8 @@ var (
 	// ErrNoKey: an unconditional delete of a key that does not exist;
 	// nothing changes and no revision is used.
 	ErrNoKey = errors.New("kv: no such key")
+	// ErrCreateDenied: a put with NoCreate to a key that does not exist.
+	ErrCreateDenied = errors.New("kv: the key does not exist and the writer may not create it")
 )
 
 // ConflictError is a compare-and-set whose expected revision is not the
@@ -91,6 +105,11 @@ func (e *ConflictError) Error() string {
 type Delivery struct {
 	Watch uint64
 	Entry Entry
+	// Txn, for a change made by ApplyTxn: the set's first revision in the
+	// entry's bucket (0: a single change). Last marks the last change of
+	// the set this watcher receives.
+	Txn  uint64
+	Last bool
 }
 
 type bucket struct {
@@ -109,11 +128,12 @@ type Core struct {
 	watchers  map[uint64]watcher
 	nextWatch uint64
 	bytes     int64 // every bucket's
+	ttl       ttlHeap
 }
 
 // New returns an empty store.
 func New() *Core {
-	return &Core{buckets: map[string]*bucket{}, watchers: map[uint64]watcher{}}
+	return &Core{buckets: map[string]*bucket{}, watchers: map[uint64]watcher{}, ttl: ttlHeap{at: map[ttlKey]int{}}}
 }
 
 // Recover restores a committed entry (a live key) or, with e.Op == 0, only
@@ -132,6 +152,7 @@ func (c *Core) Recover(e Entry) {
 		b.keys[e.Key] = e
 		b.bytes += e.Size()
 		c.bytes += e.Size()
+		c.ttl.set(ttlKey{e.Bucket, e.Key}, e.Expires)
 	}
 }
 
@@ -172,7 +193,7 @@ func (c *Core) Prepare(r Request, lim Limits) (Entry, error) {
 	default:
 		return Entry{}, fmt.Errorf("kv: unknown operation %d", r.Op)
 	}
-	e.ContentType, e.Value = r.ContentType, r.Value
+	e.ContentType, e.Value, e.Expires = r.ContentType, r.Value, r.Expires
 	if len(r.Value) > lim.MaxValueBytes {
 		return Entry{}, ErrValueTooLarge
 	}
@@ -197,6 +218,9 @@ func (c *Core) Prepare(r Request, lim Limits) (Entry, error) {
 	if total := c.bytes - cur.Size() + e.Size(); total > lim.MaxTotalBytes {
 		return Entry{}, ErrStoreFull
 	}
+	if !exists && r.NoCreate {
+		return Entry{}, ErrCreateDenied
+	}
 	return e, nil
 }
 
@@ -205,21 +229,7 @@ func (c *Core) Prepare(r Request, lim Limits) (Entry, error) {
 // the bucket's next one: Apply panics otherwise (a shell that did not
 // serialise Prepare and Apply).
 func (c *Core) Apply(e Entry) []Delivery {
-	b := c.bucket(e.Bucket, true)
-	if e.Revision != b.rev+1 {
-		panic(fmt.Sprintf("kvcore: Apply of revision %d of bucket %s at revision %d", e.Revision, e.Bucket, b.rev))
-	}
-	b.rev = e.Revision
-	if old, ok := b.keys[e.Key]; ok {
-		b.bytes -= old.Size()
-		c.bytes -= old.Size()
-		delete(b.keys, e.Key)
-	}
-	if e.Op == Put {
-		b.keys[e.Key] = e
-		b.bytes += e.Size()
-		c.bytes += e.Size()
-	}
+	c.set(e)
 	var out []Delivery
 	for _, id := range c.watchIDs() {
 		w := c.watchers[id]
@@ -228,6 +238,35 @@ func (c *Core) Apply(e Entry) []Delivery {
 		}
 	}
 	return out
+}
+
+// set makes e the key's state (a put's value, or no key for a delete) and
+// moves the bucket's counter to its revision, which must be the next one.
+func (c *Core) set(e Entry) {
+	b := c.bucket(e.Bucket, true)
+	if e.Revision != b.rev+1 {
+		panic(fmt.Sprintf("kvcore: Apply of revision %d of bucket %s at revision %d", e.Revision, e.Bucket, b.rev))
+	}
+	b.rev = e.Revision
+	c.replace(b, e.Bucket, e.Key, e, e.Op == Put)
+}
+
+// replace puts e (live) or nothing as the key's state, keeping the byte
+// counts and the expiry heap.
+func (c *Core) replace(b *bucket, bucket, key string, e Entry, live bool) {
+	if old, ok := b.keys[key]; ok {
+		b.bytes -= old.Size()
+		c.bytes -= old.Size()
+		delete(b.keys, key)
+	}
+	var exp int64
+	if live {
+		b.keys[key] = e
+		b.bytes += e.Size()
+		c.bytes += e.Size()
+		exp = e.Expires
+	}
+	c.ttl.set(ttlKey{bucket, key}, exp)
 }
 
 func (c *Core) watchIDs() []uint64 {

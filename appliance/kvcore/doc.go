@@ -23,6 +23,24 @@
 // snapshot and the live changes, however writes interleave with the
 // subscription (the shell makes both calls under its lock).
 //
+// Transactions: PrepareTxn checks a set of requests as if applied in order
+// (conditions judged against the state the earlier ones make) and returns
+// entries with consecutive revisions of each bucket, changing nothing;
+// ApplyTxn commits them together (the journal stored them in one batch)
+// and marks each watcher's deliveries with the set's first revision and
+// its last one, so a watcher applies the set at once.
+//
+// Group commit: PrepareEach checks independent writes in order, each
+// against the state the earlier successful ones make, and returns an entry
+// or an error for each, changing nothing; the shell journals the entries
+// in one batch and Applies them one by one.
+//
+// Expiry: a put may carry Expires (Unix ms, computed by the shell from the
+// time and a TTL); Expire(now) returns the deletes of every key due at now
+// (the time is a value passed in: the shell's timer only calls it, at
+// NextExpiry), committed like a transaction. A key past its time when the
+// store is recovered is due at the first Expire.
+//
 // Invariants (checked by the seeded simulation in sim_test.go after every
 // step):
 //   - revisions of a bucket grow by one with each committed change and are
@@ -32,5 +50,9 @@
 //   - a bucket never holds more keys, value bytes or buckets than its
 //     limits allow, and no value is larger than MaxValueBytes;
 //   - a watcher's snapshot plus its live changes replay to exactly the
-//     committed state of the keys it matches.
+//     committed state of the keys it matches;
+//   - a transaction's compare-and-set conditions all hold in order, or
+//     nothing of it is prepared; its deliveries to each watcher are in
+//     order, complete, and the last is marked;
+//   - Expire returns exactly the keys whose expiry time has passed.
 package kvcore

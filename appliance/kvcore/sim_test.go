@@ -44,16 +44,18 @@ type simWatch struct {
 }
 
 type sim struct {
-	t     *testing.T
-	r     *rand.Rand
-	c     *Core
-	lim   Limits
-	log   []Entry                     // committed changes, in order
-	rows  map[string]map[string]Entry // model journal: live keys
-	revs  map[string]uint64           // model journal: bucket counters
-	watch map[uint64]*simWatch
-	step  int
-	seed  int64
+	t             *testing.T
+	r             *rand.Rand
+	c             *Core
+	lim           Limits
+	log           []Entry                     // committed changes, in order
+	rows          map[string]map[string]Entry // model journal: live keys
+	revs          map[string]uint64           // model journal: bucket counters
+	watch         map[uint64]*simWatch
+	step          int
+	seed          int64
+	now           int64 // the clock the shell passes in (ms)
+	txns, expired int
 }
 
 var simBuckets = []string{"config", "locks"}
@@ -91,6 +93,10 @@ func (s *sim) write() {
 	for i := range req.Value {
 		req.Value[i] = byte(s.r.Uint32())
 	}
+	if req.Op == Put && s.r.IntN(3) == 0 {
+		req.Expires = s.now + 1 + s.r.Int64N(50)
+	}
+	req.NoCreate = s.r.IntN(8) == 0
 	e, err := s.c.Prepare(req, s.lim)
 	// The model's verdict.
 	var ce *ConflictError
@@ -131,6 +137,8 @@ func (s *sim) write() {
 			want = ErrBucketFull
 		case s.totalBytes()-cur.Size()+size > s.lim.MaxTotalBytes:
 			want = ErrStoreFull
+		case !exists && req.NoCreate:
+			want = ErrCreateDenied
 		}
 		if want != nil || err != nil {
 			if !errors.Is(err, want) || want == nil {
@@ -148,30 +156,82 @@ func (s *sim) write() {
 	if s.r.IntN(10) == 0 {
 		return // the journal batch failed: nothing applied
 	}
+	if e.Expires != req.Expires {
+		s.fatalf("prepared expiry %d, asked %d", e.Expires, req.Expires)
+	}
 	// Committed: model journal first, then the core.
-	s.log = append(s.log, e)
-	s.revs[b] = e.Revision
-	if s.rows[b] == nil {
-		s.rows[b] = map[string]Entry{}
+	s.commit([]Entry{e})
+	s.deliver([]Entry{e}, s.c.Apply(e), false)
+}
+
+// commit appends committed entries to the model journal.
+func (s *sim) commit(es []Entry) {
+	for _, e := range es {
+		b, k := e.Bucket, e.Key
+		if e.Revision != s.revs[b]+1 {
+			s.fatalf("committed revision %d of bucket %s at %d", e.Revision, b, s.revs[b])
+		}
+		s.log = append(s.log, e)
+		s.revs[b] = e.Revision
+		if s.rows[b] == nil {
+			s.rows[b] = map[string]Entry{}
+		}
+		if e.Op == Put {
+			s.rows[b][k] = e
+		} else {
+			delete(s.rows[b], k)
+		}
 	}
-	if e.Op == Put {
-		s.rows[b][k] = e
-	} else {
-		delete(s.rows[b], k)
+}
+
+// deliver checks the deliveries of committed entries es: every matching
+// watcher gets each of them exactly once, in order, above its marker; for
+// a set (txn), each carries the set's first revision in its bucket and the
+// last one to each watcher is marked Last.
+func (s *sim) deliver(es []Entry, ds []Delivery, txn bool) {
+	want := map[uint64][]Entry{}
+	first := map[string]uint64{}
+	for _, e := range es {
+		if _, ok := first[e.Bucket]; !ok {
+			first[e.Bucket] = e.Revision
+		}
+		for id, w := range s.watch {
+			if w.bucket == e.Bucket && Match(w.pattern, e.Key) {
+				want[id] = append(want[id], e)
+			}
+		}
 	}
-	ds := s.c.Apply(e)
-	got := map[uint64]bool{}
-	for _, d := range ds {
+	got := map[uint64]int{}
+	for i, d := range ds {
 		w := s.watch[d.Watch]
 		if w == nil {
 			s.fatalf("delivery to unknown watcher %d", d.Watch)
 		}
-		if got[d.Watch] {
-			s.fatalf("two deliveries of one change to watcher %d", d.Watch)
+		n := got[d.Watch]
+		if n >= len(want[d.Watch]) || want[d.Watch][n].Revision != d.Entry.Revision || want[d.Watch][n].Bucket != d.Entry.Bucket {
+			s.fatalf("watcher %d: delivery %d is %s rev %d, not the next matching change", d.Watch, n, d.Entry.Key, d.Entry.Revision)
 		}
-		got[d.Watch] = true
+		got[d.Watch] = n + 1
 		if d.Entry.Revision <= w.marker || d.Entry.Revision <= w.lastRev {
 			s.fatalf("watcher %d got revision %d after marker %d / last %d", d.Watch, d.Entry.Revision, w.marker, w.lastRev)
+		}
+		if txn {
+			if d.Txn != first[d.Entry.Bucket] {
+				s.fatalf("watcher %d: txn id %d, set begins at %d", d.Watch, d.Txn, first[d.Entry.Bucket])
+			}
+			if d.Last != (n+1 == len(want[d.Watch])) {
+				s.fatalf("watcher %d: Last %v on delivery %d of %d", d.Watch, d.Last, n+1, len(want[d.Watch]))
+			}
+			for _, o := range ds[i+1:] {
+				if d.Last && o.Watch == d.Watch {
+					s.fatalf("watcher %d: delivery after Last", d.Watch)
+				}
+			}
+		} else if d.Txn != 0 || d.Last {
+			s.fatalf("single change delivered as a set: %+v", d)
+		}
+		if d.Entry.Expired != (d.Entry.Op == Delete && es[0].Expired) {
+			s.fatalf("Expired %v on %v", d.Entry.Expired, d.Entry.Op)
 		}
 		w.lastRev = d.Entry.Revision
 		if d.Entry.Op == Put {
@@ -180,11 +240,198 @@ func (s *sim) write() {
 			delete(w.state, d.Entry.Key)
 		}
 	}
-	for id, w := range s.watch {
-		if w.bucket == b && Match(w.pattern, k) && !got[id] {
-			s.fatalf("watcher %d (%s %s) missed revision %d of %s", id, w.bucket, w.pattern, e.Revision, k)
+	for id, es := range want {
+		if got[id] != len(es) {
+			s.fatalf("watcher %d got %d of %d matching changes", id, got[id], len(es))
 		}
 	}
+}
+
+// txn plays a transaction of 1 to 4 puts and deletes: compare-and-set is
+// judged against the state the set's earlier requests make.
+func (s *sim) txn() {
+	n := 1 + s.r.IntN(4)
+	var rs []Request
+	for i := 0; i < n; i++ {
+		b := simBuckets[s.r.IntN(len(simBuckets))]
+		k := simKeys[s.r.IntN(len(simKeys))]
+		r := Request{Bucket: b, Key: k, Op: Put, IfRevision: NoRevision, Value: make([]byte, s.r.IntN(s.lim.MaxValueBytes+1))}
+		if s.r.IntN(4) == 0 {
+			r.Op = Delete
+		}
+		if s.r.IntN(3) == 0 {
+			r.IfRevision = int64(s.rows[b][k].Revision) // right unless the set wrote k before
+			if s.r.IntN(3) == 0 {
+				r.IfRevision = int64(s.r.Uint64N(s.revs[b] + 2))
+			}
+		}
+		if r.Op == Put && s.r.IntN(3) == 0 {
+			r.Expires = s.now + 1 + s.r.Int64N(50)
+		}
+		rs = append(rs, r)
+	}
+	es, idx, err := s.c.PrepareTxn(rs, func(string) Limits { return s.lim })
+	var ce *ConflictError
+	if err != nil {
+		if idx < 0 || idx >= len(rs) {
+			s.fatalf("txn failed at index %d of %d: %v", idx, len(rs), err)
+		}
+		if errors.As(err, &ce) && rs[idx].IfRevision == NoRevision {
+			s.fatalf("conflict on an unconditional request")
+		}
+		return
+	}
+	// Replay on a copy of the model: every condition holds in order, and
+	// the entries are the requests' (deletes of absent keys left out)
+	// with consecutive revisions.
+	rows := map[string]map[string]Entry{}
+	revs := map[string]uint64{}
+	for b, m := range s.rows {
+		rows[b] = map[string]Entry{}
+		for k, e := range m {
+			rows[b][k] = e
+		}
+	}
+	for b, r := range s.revs {
+		revs[b] = r
+	}
+	j := 0
+	for _, r := range rs {
+		old, exists := rows[r.Bucket][r.Key]
+		if r.IfRevision != NoRevision && uint64(r.IfRevision) != old.Revision {
+			s.fatalf("txn committed a CAS expecting %d on %s.%s at %d", r.IfRevision, r.Bucket, r.Key, old.Revision)
+		}
+		if r.Op == Delete && !exists {
+			continue
+		}
+		if j >= len(es) {
+			s.fatalf("txn: %d entries for more requests", len(es))
+		}
+		e := es[j]
+		j++
+		if e.Bucket != r.Bucket || e.Key != r.Key || e.Op != r.Op || e.Revision != revs[r.Bucket]+1 {
+			s.fatalf("txn entry %+v for request %s.%s %v at bucket revision %d", e, r.Bucket, r.Key, r.Op, revs[r.Bucket])
+		}
+		revs[r.Bucket] = e.Revision
+		if rows[r.Bucket] == nil {
+			rows[r.Bucket] = map[string]Entry{}
+		}
+		if r.Op == Put {
+			rows[r.Bucket][r.Key] = e
+		} else {
+			delete(rows[r.Bucket], r.Key)
+		}
+	}
+	if j != len(es) {
+		s.fatalf("txn: %d entries, %d expected", len(es), j)
+	}
+	// Prepare changed nothing.
+	s.check()
+	if len(es) == 0 || s.r.IntN(10) == 0 {
+		return // nothing to do, or the journal batch failed
+	}
+	s.txns++
+	s.commit(es)
+	s.deliver(es, s.c.ApplyTxn(es), true)
+}
+
+// group plays group commit: writes of several clients prepared together
+// with PrepareEach, journaled in one batch, applied one by one. Each
+// outcome must be what preparing and applying them one after the other
+// gives (checked on a reference core recovered from the model journal).
+func (s *sim) group() {
+	n := 1 + s.r.IntN(5)
+	var rs []Request
+	for i := 0; i < n; i++ {
+		b := simBuckets[s.r.IntN(len(simBuckets))]
+		k := simKeys[s.r.IntN(len(simKeys))]
+		r := Request{Bucket: b, Key: k, Op: Put, IfRevision: NoRevision, Value: make([]byte, s.r.IntN(s.lim.MaxValueBytes+2))}
+		if s.r.IntN(4) == 0 {
+			r.Op = Delete
+		}
+		if s.r.IntN(3) == 0 {
+			r.IfRevision = int64(s.r.Uint64N(s.revs[b] + 2))
+		}
+		r.NoCreate = s.r.IntN(6) == 0
+		rs = append(rs, r)
+	}
+	es, errs := s.c.PrepareEach(rs, func(string) Limits { return s.lim })
+	ref := New()
+	for b, rev := range s.revs {
+		ref.Recover(Entry{Bucket: b, Revision: rev})
+	}
+	for _, rows := range s.rows {
+		for _, e := range rows {
+			ref.Recover(e)
+		}
+	}
+	var commit []Entry
+	for i, r := range rs {
+		want, werr := ref.Prepare(r, s.lim)
+		if werr == nil {
+			ref.Apply(want)
+		}
+		var ce, wce *ConflictError
+		switch {
+		case werr == nil && errs[i] == nil:
+			if es[i].Revision != want.Revision || es[i].Key != want.Key || es[i].Op != want.Op || string(es[i].Value) != string(want.Value) {
+				s.fatalf("group request %d: entry %+v, one by one %+v", i, es[i], want)
+			}
+			commit = append(commit, es[i])
+		case errors.As(werr, &wce):
+			if !errors.As(errs[i], &ce) || *ce != *wce {
+				s.fatalf("group request %d: %v, one by one %v", i, errs[i], werr)
+			}
+		case werr == nil || !errors.Is(errs[i], werr):
+			s.fatalf("group request %d: %v, one by one %v", i, errs[i], werr)
+		}
+	}
+	s.check() // PrepareEach changed nothing
+	if len(commit) == 0 || s.r.IntN(10) == 0 {
+		return // the batch failed: every write of it fails
+	}
+	s.commit(commit)
+	for _, e := range commit {
+		s.deliver([]Entry{e}, s.c.Apply(e), false)
+	}
+}
+
+// expire advances the clock and expires what is due, as the shell's timer.
+func (s *sim) expire() {
+	s.now += s.r.Int64N(30)
+	es := s.c.Expire(s.now)
+	want := 0
+	for b, rows := range s.rows {
+		for k, e := range rows {
+			if e.Expires != 0 && e.Expires <= s.now {
+				want++
+				found := false
+				for _, x := range es {
+					found = found || (x.Bucket == b && x.Key == k)
+				}
+				if !found {
+					s.fatalf("%s.%s expired at %d, now %d, not in Expire", b, k, e.Expires, s.now)
+				}
+			}
+		}
+	}
+	if len(es) != want {
+		s.fatalf("Expire returned %d entries, %d keys are due", len(es), want)
+	}
+	if ne := s.c.NextExpiry(); ne != 0 && want == 0 && ne <= s.now {
+		s.fatalf("next expiry %d at %d with nothing due", ne, s.now)
+	}
+	for _, e := range es {
+		if e.Op != Delete || !e.Expired {
+			s.fatalf("expiry entry %+v", e)
+		}
+	}
+	if len(es) == 0 || s.r.IntN(10) == 0 {
+		return
+	}
+	s.expired += len(es)
+	s.commit(es)
+	s.deliver(es, s.c.ApplyTxn(es), true)
 }
 
 func (s *sim) totalBytes() int64 {
@@ -336,9 +583,16 @@ func runSimWith(t *testing.T, seed int64, steps int, r *rand.Rand) {
 	s.lim.MaxBytes = int64(s.r.IntN(3*s.lim.MaxValueBytes*s.lim.MaxKeys) + 1)
 	s.lim.MaxTotalBytes = int64(s.r.IntN(int(2*s.lim.MaxBytes)) + 1)
 	for s.step = 0; s.step < steps; s.step++ {
+		s.now += s.r.Int64N(3)
 		switch x := s.r.IntN(100); {
-		case x < 70:
+		case x < 55:
 			s.write()
+		case x < 59:
+			s.txn()
+		case x < 62:
+			s.group()
+		case x < 70:
+			s.expire()
 		case x < 82:
 			s.openWatch()
 		case x < 90:
@@ -357,16 +611,27 @@ func runSimWith(t *testing.T, seed int64, steps int, r *rand.Rand) {
 	if s.c.Watchers() != len(s.watch) {
 		s.fatalf("core has %d watchers, sim %d", s.c.Watchers(), len(s.watch))
 	}
+	simTxns += s.txns
+	simExpired += s.expired
 }
+
+var simTxns, simExpired int
 
 func TestSim(t *testing.T) {
 	if *simSeed >= 0 {
 		runSim(t, *simSeed, *simSteps)
 		return
 	}
+	simTxns, simExpired = 0, 0
 	for seed := int64(0); seed < int64(*simSeeds); seed++ {
 		runSim(t, seed, *simSteps)
 	}
+	// The schedules must commit transactions and expire keys, or the
+	// simulation proves nothing about them.
+	if *simSeeds >= 100 && (simTxns < 1000 || simExpired < 500) {
+		t.Errorf("%d transactions committed, %d keys expired over the seeds", simTxns, simExpired)
+	}
+	t.Logf("%d transactions committed, %d keys expired", simTxns, simExpired)
 }
 
 // The simulation must exercise every outcome, or it proves little.

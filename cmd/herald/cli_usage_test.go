@@ -153,10 +153,10 @@ func TestCLI_BadDestination(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"send", "/bogus", "x"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME, /stream/NAME or /kv/BUCKET.KEY`},
-		{[]string{"send", "--receipt", "/bogus", "x"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME, /stream/NAME or /kv/BUCKET.KEY`},
+		{[]string{"send", "/bogus", "x"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME, /stream/NAME, /kv/BUCKET.KEY or /lock/NAME`},
+		{[]string{"send", "--receipt", "/bogus", "x"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME, /stream/NAME, /kv/BUCKET.KEY or /lock/NAME`},
 		{[]string{"send", "/queue/a.*", "x"}, `invalid destination "/queue/a.*": wildcards are for topics only`},
-		{[]string{"receive", "--timeout", "5s", "/bogus"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME, /stream/NAME or /kv/BUCKET.KEY`},
+		{[]string{"receive", "--timeout", "5s", "/bogus"}, `invalid destination "/bogus": use /queue/NAME, /topic/NAME, /stream/NAME, /kv/BUCKET.KEY or /lock/NAME`},
 	} {
 		code, _, stderr := runCLI(t, "a\nb\n", append([]string{"--server", addr}, tc.args...)...)
 		if code != exitUsage {

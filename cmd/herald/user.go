@@ -60,7 +60,7 @@ func userCommands() []*cli.Command {
 		Usage: "add, change, delete, grant, revoke or list users of a users file",
 		Description: "Edits the users file in place, atomically (a new file renamed over the old, keeping its mode and owner).\n" +
 			"heraldd reads it at start and on SIGHUP (auth.users_file, --users-file). Permissions: read (SUBSCRIBE), write (SEND),\n" +
-			"create (a SEND or SUBSCRIBE that creates a queue or stream, a put that creates a key) on /queue/, /topic/, /stream/ or /kv/ patterns: * one segment, > the rest.",
+			"create (a SEND or SUBSCRIBE that creates a queue or stream, a put that creates a key) on /queue/, /topic/, /stream/, /kv/ or /lock/ patterns (a lock is taken with write): * one segment, > the rest.",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",

@@ -98,7 +98,7 @@ func TestUser_Errors(t *testing.T) {
 		{"", []string{"user", "passwd", "--file", path, "bob"}, 64, "--password-stdin"},
 		{"", []string{"user", "del", "--file", path, "nobody"}, 66, `no user "nobody"`},
 		{"", []string{"user", "grant", "--file", path, "bob", "admin", "/queue/x"}, 64, "read, write or create"},
-		{"", []string{"user", "grant", "--file", path, "bob", "read", "orders"}, 64, "start it with /queue/, /topic/, /stream/ or /kv/"},
+		{"", []string{"user", "grant", "--file", path, "bob", "read", "orders"}, 64, "start it with /queue/, /topic/, /stream/, /kv/ or /lock/"},
 		{"", []string{"user", "revoke", "--file", path, "bob", "read", "/queue/x"}, 66, "has no read grant"},
 		{"", []string{"user", "list", "--file", filepath.Join(dir, "missing.toml")}, 66, "does not exist"},
 		{"\n", []string{"hash-password", "--password-stdin"}, 64, "empty password"},

@@ -15,7 +15,12 @@ var (
 	dKVKeys       = prometheus.NewDesc("herald_kv_keys", "Keys in a key-value bucket.", []string{"bucket"}, nil)
 	dKVBytes      = prometheus.NewDesc("herald_kv_bytes", "Bytes of the values in a key-value bucket.", []string{"bucket"}, nil)
 	dKVRevision   = prometheus.NewDesc("herald_kv_revision", "A key-value bucket's latest revision.", []string{"bucket"}, nil)
-	kvDescriptors = []*prometheus.Desc{dKVPuts, dKVDeletes, dKVConflicts, dKVDropped, dKVWatchers, dKVKeys, dKVBytes, dKVRevision}
+	dKVExpired    = prometheus.NewDesc("herald_kv_expired_total", "Key-value keys deleted by their TTL.", nil, nil)
+	dKVTxns       = prometheus.NewDesc("herald_kv_transactions_total", "Key-value transactions (BEGIN..COMMIT of /kv/ SENDs) committed.", nil, nil)
+	dLockGrants   = prometheus.NewDesc("herald_lock_grants_total", "Advisory locks granted (fencing tokens given).", nil, nil)
+	dLockFenced   = prometheus.NewDesc("herald_lock_fenced_total", "Writes refused for a stale fencing token (if-fence).", nil, nil)
+	dLockNames    = prometheus.NewDesc("herald_lock_names", "Advisory lock names known (kv.max_lock_names bounds them).", nil, nil)
+	kvDescriptors = []*prometheus.Desc{dKVPuts, dKVDeletes, dKVConflicts, dKVDropped, dKVWatchers, dKVKeys, dKVBytes, dKVRevision, dKVExpired, dKVTxns, dLockGrants, dLockFenced, dLockNames}
 )
 
 // kvCollector reads the key-value store's counts at scrape time.
@@ -34,6 +39,12 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dKVConflicts, prometheus.CounterValue, float64(st.Conflicts))
 	ch <- prometheus.MustNewConstMetric(dKVDropped, prometheus.CounterValue, float64(st.WatchersDropped))
 	ch <- prometheus.MustNewConstMetric(dKVWatchers, prometheus.GaugeValue, float64(st.Watchers))
+	ch <- prometheus.MustNewConstMetric(dKVExpired, prometheus.CounterValue, float64(st.Expired))
+	ch <- prometheus.MustNewConstMetric(dKVTxns, prometheus.CounterValue, float64(st.Transactions))
+	ls := c.b.LockStats()
+	ch <- prometheus.MustNewConstMetric(dLockGrants, prometheus.CounterValue, float64(ls.Grants))
+	ch <- prometheus.MustNewConstMetric(dLockFenced, prometheus.CounterValue, float64(ls.Fenced))
+	ch <- prometheus.MustNewConstMetric(dLockNames, prometheus.GaugeValue, float64(ls.Names))
 	for _, bk := range st.Buckets {
 		ch <- prometheus.MustNewConstMetric(dKVKeys, prometheus.GaugeValue, float64(bk.Keys), bk.Name)
 		ch <- prometheus.MustNewConstMetric(dKVBytes, prometheus.GaugeValue, float64(bk.Bytes), bk.Name)
