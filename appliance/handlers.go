@@ -371,6 +371,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		return s.onKVSubscribe(f, sub)
 	}
 	if kind == destTopic {
+		if !s.parseHistory(f, sub) {
+			return false
+		}
 		s.subsMu.Lock()
 		s.subs[id] = sub
 		s.subsMu.Unlock()

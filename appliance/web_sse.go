@@ -84,6 +84,10 @@ type sseJSON struct {
 	Body      string            `json:"body"`
 	Headers   map[string]string `json:"headers,omitempty"`
 	LastValue bool              `json:"last_value,omitempty"`
+	// Timestamp is the broker's: ms since the epoch the SEND was accepted.
+	Timestamp  int64 `json:"timestamp,omitempty"`
+	History    bool  `json:"history,omitempty"`     // from topic history (history=N, Last-Event-ID)
+	HistoryGap bool  `json:"history_gap,omitempty"` // messages before this one were lost from history
 }
 
 // serveEvents streams a topic pattern's messages as server-sent events.
@@ -124,6 +128,23 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		topicsEvery = d
+	}
+	// History: the last N of each topic first (history=N), or, on a
+	// reconnect (Last-Event-ID), every kept message after the last seen.
+	var subHdrs []stomp.Header
+	if v := r.URL.Query().Get("history"); v != "" {
+		n, err := strconv.Atoi(v)
+		if lim := b.cfg().Topics.SubscriberBuffer; err != nil || n < 0 || n > lim {
+			http.Error(w, fmt.Sprintf("history %q: want how many of each topic's latest messages to send first, from 0 to %d (topics.subscriber_buffer)", v, lim), http.StatusBadRequest)
+			return
+		}
+		subHdrs = append(subHdrs, stomp.Header{Key: hdrHistory, Value: v})
+	}
+	last := r.Header.Get("Last-Event-ID")
+	resumed := false
+	if _, ok := parseTopicID(last); ok && b.historyMayKeep(pattern) {
+		subHdrs = []stomp.Header{{Key: hdrHistory, Value: strconv.Itoa(b.cfg().Topics.SubscriberBuffer)}, {Key: hdrHistoryAfter, Value: last}}
+		resumed = true
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -177,7 +198,7 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer conn.Close()
-	sub, err := conn.SubscribeReceipt(ctx, prefixTopic+pattern, "auto")
+	sub, err := conn.SubscribeReceipt(ctx, prefixTopic+pattern, "auto", subHdrs...)
 	if err != nil {
 		b.httpSTOMPError(w, err, false)
 		return
@@ -197,8 +218,11 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	hello := fmt.Sprintf("herald: topic %s", pattern)
-	if last := r.Header.Get("Last-Event-ID"); last != "" {
-		hello += fmt.Sprintf("\nresuming from now: Herald keeps no topic history, messages after %s are not replayed (topics.last_value = true sends each topic's latest message first)", last)
+	switch {
+	case resumed:
+		hello += fmt.Sprintf("\nresuming after %s from topic history (topics.history)", last)
+	case last != "":
+		hello += fmt.Sprintf("\nresuming from now: no topics.history rule keeps %s, messages after %s are not replayed (a [[topics.history]] rule for it, or topics.last_value = true, sends the latest first)", pattern, last)
 	}
 	w.Write(sseComment(hello))
 	flusher.Flush()
@@ -360,18 +384,25 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 // headers).
 func (b *Broker) formatEvent(f *stomp.Frame, asJSON bool) []byte {
 	id := f.Get("message-id")
+	var gap []byte
+	if f.Get(hdrHistoryGap) == "true" {
+		gap = sseComment(fmt.Sprintf("history gap: messages of %s before %s were dropped from history (topics.history keep and max_age, topics.history_max_bytes)", strings.TrimPrefix(f.Get("destination"), prefixTopic), id))
+	}
 	if !asJSON {
-		return sseEvent(id, "", f.Body)
+		return append(gap, sseEvent(id, "", f.Body)...)
 	}
 	j := sseJSON{
-		Topic:     strings.TrimPrefix(f.Get("destination"), prefixTopic),
-		ID:        id,
-		Body:      string(f.Body),
-		LastValue: f.Get("last-value") == "true",
+		Topic:      strings.TrimPrefix(f.Get("destination"), prefixTopic),
+		ID:         id,
+		Body:       string(f.Body),
+		LastValue:  f.Get("last-value") == "true",
+		History:    f.Get(hdrHistory) == "true",
+		HistoryGap: gap != nil,
 	}
+	j.Timestamp, _ = strconv.ParseInt(f.Get(hdrTimestampT), 10, 64)
 	for _, h := range f.Headers {
 		switch h.Key {
-		case "subscription", "message-id", "destination", "last-value", "content-length":
+		case "subscription", "message-id", "destination", "last-value", "content-length", hdrHistory, hdrHistoryGap, hdrTimestampT:
 			continue
 		}
 		if j.Headers == nil {
@@ -382,7 +413,7 @@ func (b *Broker) formatEvent(f *stomp.Frame, asJSON bool) []byte {
 		}
 	}
 	data, _ := json.Marshal(j)
-	return sseEvent(id, "", data)
+	return append(gap, sseEvent(id, "", data)...)
 }
 
 // httpSTOMPError answers a CONNECT or SUBSCRIBE refused by the session:
