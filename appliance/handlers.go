@@ -292,6 +292,7 @@ func (s *session) newMessage(f *stomp.Frame, queue string) (*Message, error) {
 	m := &Message{Queue: queue, Headers: userHeaders(f), Body: f.Body}
 	s.rewriteReplyTo(m.Headers)
 	now := s.b.now()
+	m.Enqueued = now.UnixMilli() // journaled: the MESSAGE's timestamp, kept across restarts
 	if v := f.Get("expires"); v != "" && v != "0" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
