@@ -14,6 +14,7 @@ package appliance
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,16 @@ import (
 type pipeConn struct {
 	net.Conn
 	local, remote net.Addr
+	tls           *tls.ConnectionState // of the HTTPS request, nil for HTTP
+}
+
+// TLSConnectionState is the HTTPS request's: a client certificate logs
+// the stream in as on the STOMP TLS listener.
+func (p pipeConn) TLSConnectionState() (tls.ConnectionState, bool) {
+	if p.tls == nil {
+		return tls.ConnectionState{}, false
+	}
+	return *p.tls, true
 }
 
 func (p pipeConn) LocalAddr() net.Addr  { return p.local }
@@ -179,7 +190,7 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		local = httpAddr("")
 	}
 	remote := httpAddr(r.RemoteAddr)
-	b.accept(pipeConn{srvEnd, local, remote})
+	b.accept(pipeConn{srvEnd, local, remote, r.TLS})
 	opts := client.Options{
 		Host:          "herald",
 		AcceptVersion: "1.2",
@@ -191,7 +202,7 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if user, pass, ok := r.BasicAuth(); ok {
 		opts.Login, opts.Passcode = user, pass
 	}
-	conn, err := client.Handshake(ctx, pipeConn{cliEnd, remote, local}, "herald", opts)
+	conn, err := client.Handshake(ctx, pipeConn{cliEnd, remote, local, nil}, "herald", opts)
 	if err != nil {
 		cliEnd.Close()
 		b.httpSTOMPError(w, err, true)
