@@ -131,14 +131,22 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("format %q: want text (the body as data, the default) or json", f), http.StatusBadRequest)
 		return
 	}
-	var topicsEvery time.Duration
-	if v := r.URL.Query().Get("topics"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Second || d > 10*time.Minute {
-			http.Error(w, fmt.Sprintf("topics %q: want a duration from 1s to 10m (how often to send the list of live topics)", v), http.StatusBadRequest)
-			return
+	var topicsEvery, overviewEvery time.Duration
+	for _, p := range []struct {
+		key, what string
+		d         *time.Duration
+	}{
+		{"topics", "the list of live topics", &topicsEvery},
+		{"overview", "the overview of queues, topics and channels", &overviewEvery},
+	} {
+		if v := r.URL.Query().Get(p.key); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second || d > 10*time.Minute {
+				http.Error(w, fmt.Sprintf("%s %q: want a duration from 1s to 10m (how often to send %s)", p.key, v, p.what), http.StatusBadRequest)
+				return
+			}
+			*p.d = d
 		}
-		topicsEvery = d
 	}
 	// History: the last N of each topic first (history=N), or, on a
 	// reconnect (Last-Event-ID), every kept message after the last seen.
@@ -310,7 +318,7 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	beat := time.NewTicker(b.cfg().Web.SSEHeartbeat.Duration)
 	defer beat.Stop()
 	writeTimeout := b.cfg().Stomp.WriteTimeout.Duration
-	var topicsTick <-chan time.Time
+	var topicsTick, overviewTick <-chan time.Time
 	sessionID := strings.TrimPrefix(conn.Session(), "herald-")
 	if topicsEvery > 0 {
 		t := time.NewTicker(topicsEvery)
@@ -319,10 +327,26 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		w.Write(b.topicsEvent(sessionID, pattern))
 		flusher.Flush()
 	}
+	if overviewEvery > 0 {
+		t := time.NewTicker(overviewEvery)
+		defer t.Stop()
+		overviewTick = t.C
+		w.Write(b.overviewEvent(sessionID))
+		flusher.Flush()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-overviewTick:
+			rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if _, err := w.Write(b.overviewEvent(sessionID)); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+			continue
 		case <-topicsTick:
 			rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if _, err := w.Write(b.topicsEvent(sessionID, pattern)); err != nil {
@@ -459,17 +483,7 @@ const maxTopicsEvent = 1000
 // that match pattern and that the stream's user may read, at most
 // maxTopicsEvent of them, by name.
 func (b *Broker) topicsEvent(sessionID, pattern string) []byte {
-	id := auth.Identity{Anonymous: true}
-	if n, err := strconv.ParseUint(sessionID, 10, 64); err == nil {
-		b.mu.Lock()
-		s := b.sessions[n]
-		b.mu.Unlock()
-		if s != nil {
-			if i := s.ident.Load(); i != nil {
-				id = *i
-			}
-		}
-	}
+	id := b.sseIdentity(sessionID)
 	p := b.authz.policy.Load()
 	out := []TopicView{}
 	for _, v := range b.Topics() {
@@ -486,4 +500,70 @@ func (b *Broker) topicsEvent(sessionID, pattern string) []byte {
 	}
 	data, _ := json.Marshal(out)
 	return sseEvent("", "topics", data)
+}
+
+// sseIdentity is who the stream's session logged in as.
+func (b *Broker) sseIdentity(sessionID string) auth.Identity {
+	id := auth.Identity{Anonymous: true}
+	if n, err := strconv.ParseUint(sessionID, 10, 64); err == nil {
+		b.mu.Lock()
+		s := b.sessions[n]
+		b.mu.Unlock()
+		if s != nil {
+			if i := s.ident.Load(); i != nil {
+				id = *i
+			}
+		}
+	}
+	return id
+}
+
+// overviewChannel is a multicast channel in the overview.
+type overviewChannel struct {
+	Name   string   `json:"name"`
+	Group  string   `json:"group"`
+	Topics []string `json:"topics"`
+}
+
+// overview is the data of an "overview" event: what the stream's user may
+// read, for the dashboard's read-only overview page. Clients compute rates
+// from the counters of successive events.
+type overview struct {
+	Queues   []QueueView       `json:"queues"`
+	Topics   []TopicView       `json:"topics"`
+	Channels []overviewChannel `json:"channels"`
+	Time     int64             `json:"time"` // ms since the epoch
+}
+
+// maxOverviewRows bounds each list of an "overview" event.
+const maxOverviewRows = 1000
+
+// overviewEvent is an "overview" event: the queues and topics the stream's
+// user may read (at most maxOverviewRows of each, by name), and the
+// multicast channels that carry a topic pattern it may read.
+func (b *Broker) overviewEvent(sessionID string) []byte {
+	id := b.sseIdentity(sessionID)
+	p := b.authz.policy.Load()
+	may := func(kind, name string) bool { return p == nil || p.Allowed(id, auth.Read, kind, name) }
+	o := overview{Queues: []QueueView{}, Topics: []TopicView{}, Channels: []overviewChannel{}, Time: b.now().UnixMilli()}
+	for _, q := range b.Queues() {
+		if len(o.Queues) < maxOverviewRows && may(auth.KindQueue, q.Name) {
+			o.Queues = append(o.Queues, q)
+		}
+	}
+	for _, t := range b.Topics() {
+		if len(o.Topics) < maxOverviewRows && !hasWildcard(t.Name) && may(auth.KindTopic, t.Name) {
+			o.Topics = append(o.Topics, t)
+		}
+	}
+	for _, c := range b.cfg().Multicast.Channels {
+		for _, t := range c.Topics {
+			if may(auth.KindTopic, t) {
+				o.Channels = append(o.Channels, overviewChannel{Name: c.Name, Group: c.Group, Topics: c.Topics})
+				break
+			}
+		}
+	}
+	data, _ := json.Marshal(o)
+	return sseEvent("", "overview", data)
 }
