@@ -296,3 +296,12 @@ func TestSim(t *testing.T) {
 		runSim(t, seed, *simSteps)
 	}
 }
+
+// FuzzSim runs the simulation on fuzzed seeds and lengths.
+func FuzzSim(f *testing.F) {
+	f.Add(int64(1), uint16(400))
+	f.Add(int64(42), uint16(1500))
+	f.Fuzz(func(t *testing.T, seed int64, steps uint16) {
+		runSim(t, seed, int(steps%3000))
+	})
+}
