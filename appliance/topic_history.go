@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/herald-mq/herald/appliance/histcore"
 	"github.com/herald-mq/herald/appliance/stomp"
@@ -187,6 +188,7 @@ type subHistory struct {
 	n     int    // the last n messages of each topic
 	after uint64 // only those after this sequence (history-after)
 
+	done       atomic.Bool // the hand-over is finished: live messages go straight through
 	mu         sync.Mutex
 	h          *histcore.Handover // nil once finished; under mu
 	heldBytes  int64
@@ -249,6 +251,9 @@ func parseTopicID(s string) (uint64, bool) {
 // false: send it now.
 func (b *Broker) holdLive(sub *subscription, name string, seq uint64, now int64, m *histMsg) bool {
 	sh := sub.hist
+	if sh.done.Load() {
+		return false
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.h == nil {
@@ -312,6 +317,7 @@ func (b *Broker) sendHistory(sub *subscription) {
 			st.dropped.Add(1)
 		}
 	}
+	sh.done.Store(true)
 	if sh.overflowed {
 		limit, byteLimit := b.cfg().Topics.SubscriberBuffer, b.cfg().Topics.SubscriberBufferBytes
 		sub.s.drop("slow consumer", fmt.Sprintf("More than %d topic messages or %d bytes arrived while this subscription's history was being read (topics.subscriber_buffer, topics.subscriber_buffer_bytes); subscribe again.", limit, byteLimit))
