@@ -11,7 +11,9 @@
 # Needs root (apt-get, writing /etc/rabbitmq/rabbitmq.conf), Debian 12, Go.
 # Ports: Herald STOMP 61614 and web 15680; RabbitMQ STOMP 61615, Web-STOMP
 # 15674, AMQP 5672. Results: $OUT (default /tmp/herald-web-peers-DATE):
-# result.json and table.md.
+# result.json and table.md. A broker that falls behind is waited for (up to
+# webfanout's --drain) before the next one's turn, so a backlog does not
+# spill into the other's measurement.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -88,7 +90,11 @@ EOF
 		rabbitmq-plugins --offline enable rabbitmq_stomp rabbitmq_web_stomp >/dev/null
 		pgrep -x epmd >/dev/null || EPMD_STARTED=1
 		log "starting RabbitMQ"
-		rabbitmq-server -detached >"$OUT/rabbitmq-start.log" 2>&1 || true
+		# Erlang's schedulers spin while idle by default: on a small shared
+		# machine that takes CPU from Herald's turns. Off, as for any
+		# co-located service.
+		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none" \
+			rabbitmq-server -detached >"$OUT/rabbitmq-start.log" 2>&1 || true
 		RABBIT_STARTED=1
 	fi
 	up=

@@ -62,6 +62,8 @@ func main() {
 		warmup      = flag.Duration("warmup", time.Second, "time before measuring, per round")
 		rounds      = flag.Int("rounds", 3, "rounds; targets alternate within each")
 		asJSON      = flag.Bool("json", false, "print JSON")
+		drain       = flag.Duration("drain", 90*time.Second, "how long a subscriber waits for a message before it counts the rest lost: a broker that falls behind finishes its backlog before the next target's turn")
+		settle      = flag.Duration("settle", 3*time.Second, "pause between turns")
 	)
 	flag.Parse()
 	targets := []target{
@@ -75,20 +77,24 @@ func main() {
 	for r := 1; r <= *rounds; r++ {
 		// Herald's WebSocket and TCP subscribers share one publisher
 		// and one topic: the same messages, at the same moments.
-		res, err := run(r, targets[:2], *subs, *rate, *size, *warmup, *duration)
+		res, err := run(r, targets[:2], *subs, *rate, *size, *warmup, *duration, *drain)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "webfanout:", err)
 			os.Exit(1)
 		}
 		all = append(all, res...)
 		if len(targets) > 2 {
-			res, err := run(r, targets[2:], *subs, *rate, *size, *warmup, *duration)
+			fmt.Fprintf(os.Stderr, "webfanout: round %d herald done\n", r)
+			time.Sleep(*settle)
+			res, err := run(r, targets[2:], *subs, *rate, *size, *warmup, *duration, *drain)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "webfanout:", err)
 				os.Exit(1)
 			}
 			all = append(all, res...)
+			fmt.Fprintf(os.Stderr, "webfanout: round %d rabbitmq done\n", r)
 		}
+		time.Sleep(*settle)
 	}
 	med := medians(all)
 	if *asJSON {
@@ -156,7 +162,7 @@ func dialSub(ctx context.Context, t target) (*client.Conn, error) {
 }
 
 // run measures targets that share a publisher (the first's).
-func run(round int, targets []target, n, rate, size int, warmup, duration time.Duration) ([]result, error) {
+func run(round int, targets []target, n, rate, size int, warmup, duration, drain time.Duration) ([]result, error) {
 	ctx := context.Background()
 	dest := fmt.Sprintf("/topic/webfanout.%d.%d", round, time.Now().UnixNano())
 	type sub struct {
@@ -204,7 +210,7 @@ func run(round int, targets []target, n, rate, size int, warmup, duration time.D
 		go func() {
 			defer wg.Done()
 			s.lat = make([]time.Duration, 0, total)
-			idle := time.NewTimer(5 * time.Second)
+			idle := time.NewTimer(drain)
 			defer idle.Stop()
 			for {
 				select {
@@ -222,7 +228,7 @@ func run(round int, targets []target, n, rate, size int, warmup, duration time.D
 					if i == total-1 {
 						return
 					}
-					idle.Reset(5 * time.Second)
+					idle.Reset(drain)
 				case <-idle.C:
 					return // the rest was lost
 				}
