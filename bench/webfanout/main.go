@@ -47,6 +47,10 @@ type result struct {
 	P99us    float64 `json:"p99_us"`
 	P999us   float64 `json:"p999_us"`
 	MaxUs    float64 `json:"max_us"`
+	// Closed counts subscribers whose connection the broker ended before
+	// the last message; Reason is the first one's error.
+	Closed int    `json:"closed,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 func main() {
@@ -63,7 +67,7 @@ func main() {
 		rounds      = flag.Int("rounds", 3, "rounds; targets alternate within each")
 		asJSON      = flag.Bool("json", false, "print JSON")
 		drain       = flag.Duration("drain", 90*time.Second, "how long a subscriber waits for a message before it counts the rest lost: a broker that falls behind finishes its backlog before the next target's turn")
-		settle      = flag.Duration("settle", 3*time.Second, "pause between turns")
+		settle      = flag.Duration("settle", 15*time.Second, "pause between turns, for the last broker to finish its work")
 	)
 	flag.Parse()
 	targets := []target{
@@ -169,8 +173,9 @@ func run(round int, targets []target, n, rate, size int, warmup, duration, drain
 		t    int
 		c    *client.Conn
 		s    *client.Subscription
-		lat  []time.Duration
-		seen int
+		lat    []time.Duration
+		seen   int
+		closed error
 	}
 	var all []*sub
 	defer func() {
@@ -216,6 +221,10 @@ func run(round int, targets []target, n, rate, size int, warmup, duration, drain
 				select {
 				case m, ok := <-s.s.C():
 					if !ok {
+						s.closed = s.c.Err()
+						if s.closed == nil {
+							s.closed = fmt.Errorf("subscription ended")
+						}
 						return
 					}
 					now := time.Now().UnixNano()
@@ -249,11 +258,17 @@ func run(round int, targets []target, n, rate, size int, warmup, duration, drain
 	var out []result
 	for ti, t := range targets {
 		var lat []time.Duration
-		lost := 0
+		lost, closed, reason := 0, 0, ""
 		for _, s := range all {
 			if s.t == ti {
 				lat = append(lat, s.lat...)
 				lost += total - s.seen
+				if s.closed != nil {
+					closed++
+					if reason == "" {
+						reason = s.closed.Error()
+					}
+				}
 			}
 		}
 		slices.Sort(lat)
@@ -264,7 +279,7 @@ func run(round int, targets []target, n, rate, size int, warmup, duration, drain
 			return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1000
 		}
 		out = append(out, result{Target: t.name, Round: round, Sent: total, Received: len(lat), Lost: lost,
-			P50us: q(0.50), P99us: q(0.99), P999us: q(0.999), MaxUs: q(1)})
+			P50us: q(0.50), P99us: q(0.99), P999us: q(0.999), MaxUs: q(1), Closed: closed, Reason: reason})
 	}
 	return out, nil
 }
