@@ -28,4 +28,7 @@
 //     queue.mu. Work found under the lock (claims, dead-letter moves, drops)
 //     is collected and submitted by flush after unlocking.
 //   - Lock order: Broker.mu, then queue.mu, then session.outMu.
+//   - Topic history: hist.mu, then topicRegistry.mu (last values); hist.mu,
+//     then a subscription's subHistory.mu, then session.outMu. Nothing
+//     under them writes to a socket.
 package appliance
