@@ -183,8 +183,10 @@ func TestTopicHistory_ConcurrentHandover(t *testing.T) {
 		for published.Load() < at {
 			time.Sleep(100 * time.Microsecond)
 		}
-		// TCP
-		c := tb.Dial(t)
+		// TCP. Each client buffers every message the test sends: its
+		// reader must not stall on a full subscription channel before
+		// the RECEIPT arrives (the collector starts after it).
+		c := tb.Dial(t, func(o *client.Options) { o.SubscriptionBuffer = 1 << 16 })
 		sub, err := c.SubscribeReceipt(ctxT(t), "/topic/h.conc", "auto", hdr("history", strconv.Itoa(n)))
 		if err != nil {
 			t.Fatal(err)
@@ -195,7 +197,7 @@ func TestTopicHistory_ConcurrentHandover(t *testing.T) {
 			collect(fmt.Sprintf("tcp%d", k), frameNext(sub))
 		}()
 		// WebSocket
-		wc, err := wsClient(t, addr, client.Options{})
+		wc, err := wsClient(t, addr, client.Options{SubscriptionBuffer: 1 << 16})
 		if err != nil {
 			t.Fatal(err)
 		}
