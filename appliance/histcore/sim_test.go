@@ -104,6 +104,7 @@ type simSub struct {
 	n          int
 	after      uint64
 	registered bool
+	hist       []TopicHistory // read, not yet finished (the shell reads under the store's lock, then finishes under the subscriber's)
 	got        []Item
 	// expected, per topic: the history part (computed at read) and the
 	// live part (every later publish)
@@ -111,6 +112,9 @@ type simSub struct {
 }
 
 var simTopics = []string{"a", "b", "c", "d"}
+
+// simCounts tallies what the schedules exercised (TestSim_Coverage).
+var simCounts = map[string]int{}
 
 func runSim(t *testing.T, seed int64, steps int) {
 	t.Helper()
@@ -166,7 +170,9 @@ func runSim(t *testing.T, seed int64, steps int) {
 				if sb.h.Live(tp, e) {
 					sb.got = append(sb.got, Item{Topic: tp, Entry: e})
 				}
-				if sb.h.Done() {
+				// After the read every message is expected: held
+				// until Finish, then straight through.
+				if sb.hist != nil || sb.h.Done() {
 					sb.want[tp] = append(sb.want[tp], e.Seq)
 				}
 			}
@@ -207,10 +213,29 @@ func runSim(t *testing.T, seed int64, steps int) {
 				sb.n = 1 << 20
 			}
 			subs = append(subs, sb)
-		default: // a registered subscriber reads its history
+		default: // a registered subscriber reads its history, or finishes
 			for _, sb := range subs {
 				if sb.h.Done() {
 					continue
+				}
+				if sb.hist != nil {
+					held := sb.h.Held()
+					items := sb.h.Finish(sb.hist)
+					sb.hist = nil
+					live := 0
+					for _, it := range items {
+						if !it.History {
+							live++
+						}
+					}
+					if held > live {
+						simCounts["held duplicate skipped"]++
+					}
+					if live > 0 {
+						simCounts["held sent"]++
+					}
+					sb.got = append(sb.got, items...)
+					break
 				}
 				var hist []TopicHistory
 				for _, tp := range simTopics {
@@ -231,11 +256,17 @@ func runSim(t *testing.T, seed int64, steps int) {
 						w = w[len(w)-sb.n:]
 					}
 					sb.want[tp] = w
+					if th.Gap {
+						simCounts["gap"]++
+					}
 					if wantGap := sb.after > 0 && m.evictedOf(tp) > sb.after; th.Gap != wantGap {
 						fail(step, "topic %s after %d: gap %v, model evicted %d", tp, sb.after, th.Gap, m.evictedOf(tp))
 					}
 				}
-				sb.got = append(sb.got, sb.h.Finish(hist)...)
+				sb.hist = hist
+				if sb.hist == nil {
+					sb.hist = []TopicHistory{}
+				}
 				break
 			}
 		}
@@ -263,6 +294,8 @@ func runSim(t *testing.T, seed int64, steps int) {
 			}
 		}
 	}
+	simCounts["dropped for bytes"] += int(s.Dropped)
+	simCounts["expired"] += int(s.Expired)
 	// Every finished subscriber got, per topic, exactly its history then
 	// every later live message, once each, in order.
 	for i, sb := range subs {
@@ -304,4 +337,17 @@ func FuzzSim(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed int64, steps uint16) {
 		runSim(t, seed, int(steps%3000))
 	})
+}
+
+// The simulation must exercise every path, or it proves little.
+func TestSim_Coverage(t *testing.T) {
+	clear(simCounts)
+	for seed := int64(0); seed < 50; seed++ {
+		runSim(t, seed, 400)
+	}
+	for _, k := range []string{"gap", "held duplicate skipped", "held sent", "dropped for bytes", "expired"} {
+		if simCounts[k] == 0 {
+			t.Errorf("no %q in the schedules: %v", k, simCounts)
+		}
+	}
 }
