@@ -237,7 +237,8 @@ func (s *Store) Range(fn func(topic string) bool) {
 // Read returns topic's history for a subscriber: the messages with Seq >
 // after, at most n of them (the most recent), oldest first, none older
 // than the ring's max_age at now. When after is not 0 (a reader resuming),
-// Gap says that messages after it left the ring unread. Upto is the
+// Gap says that messages after it are not all given: they left the ring,
+// or there are more than n, or they are past max_age. Upto is the
 // highest Seq the topic's ring has seen (see Handover.Finish).
 func (s *Store) Read(topic string, n int, after uint64, now int64) TopicHistory {
 	th := TopicHistory{Topic: topic}
@@ -254,12 +255,18 @@ func (s *Store) Read(topic string, n int, after uint64, now int64) TopicHistory 
 	if r.len() > 0 {
 		th.Upto = max(th.Upto, r.entries[len(r.entries)-1].Value.(*item).e.Seq)
 	}
-	for i := len(r.entries) - 1; i >= r.head && len(th.Entries) < n; i-- {
+	i := len(r.entries) - 1
+	for ; i >= r.head && len(th.Entries) < n; i-- {
 		e := r.entries[i].Value.(*item).e
 		if e.Seq <= after || (r.maxAge > 0 && e.At <= now-r.maxAge) {
 			break
 		}
 		th.Entries = append(th.Entries, e)
+	}
+	// A resuming reader also missed what the ring holds after its point
+	// but is not given (past n, or past max_age and not yet trimmed).
+	if after > 0 && i >= r.head && r.entries[i].Value.(*item).e.Seq > after {
+		th.Gap = true
 	}
 	slices.Reverse(th.Entries)
 	return th
