@@ -170,9 +170,9 @@ func run(round int, targets []target, n, rate, size int, warmup, duration, drain
 	ctx := context.Background()
 	dest := fmt.Sprintf("/topic/webfanout.%d.%d", round, time.Now().UnixNano())
 	type sub struct {
-		t    int
-		c    *client.Conn
-		s    *client.Subscription
+		t      int
+		c      *client.Conn
+		s      *client.Subscription
 		lat    []time.Duration
 		seen   int
 		closed error
