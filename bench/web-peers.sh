@@ -74,7 +74,10 @@ wait_port 127.0.0.1 "$HERALD_WEB" heraldd-web
 
 RABBIT_ARGS=()
 if [ -z "${SKIP_RABBIT:-}" ]; then
+	# rabbitmqctl itself starts Erlang's port mapper: look for it first.
+	pgrep -x epmd >/dev/null || EPMD_STARTED=1
 	if rabbitmqctl status >/dev/null 2>&1; then
+		EPMD_STARTED=
 		log "RabbitMQ already running; using it (Web-STOMP must be on $RABBIT_WEB, STOMP on $RABBIT_PORT)"
 	else
 		mkdir -p /etc/rabbitmq
@@ -88,7 +91,6 @@ web_stomp.tcp.port = $RABBIT_WEB
 loopback_users.guest = true
 EOF
 		rabbitmq-plugins --offline enable rabbitmq_stomp rabbitmq_web_stomp >/dev/null
-		pgrep -x epmd >/dev/null || EPMD_STARTED=1
 		log "starting RabbitMQ"
 		# Erlang's schedulers spin while idle by default: on a small shared
 		# machine that takes CPU from Herald's turns. Off, as for any
