@@ -46,6 +46,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeaders$$' -fuzztime $(FUZZTIME) ./journal
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzParseOrigin$$' -fuzztime $(FUZZTIME) ./appliance
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicID$$' -fuzztime $(FUZZTIME) ./appliance
+	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/histcore
 	$(GO) test -run '^$$' -fuzz '^FuzzWebSocketStream$$' -fuzztime $(FUZZTIME) ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/queuecore
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/kvcore

@@ -130,6 +130,9 @@ var (
 	dTopicsForgot = desc("herald_topics_forgotten_total", "Idle topics forgotten (topics.idle_forget).")
 	dLVEvicted    = desc("herald_topic_last_values_evicted_total", "Topic last values dropped for topics.last_value_max_bytes.")
 	dLVBytes      = desc("herald_topic_last_value_bytes", "Weight of the topic last values kept.")
+	dHistBytes    = desc("herald_topic_history_bytes", "Weight of the topic messages kept by topics.history rules.")
+	dHistMsgs     = desc("herald_topic_history_messages", "Topic messages kept by topics.history rules.")
+	dHistDropped  = desc("herald_topic_history_dropped_total", "Topic history messages dropped for topics.history_max_bytes.")
 	dDiskLow      = desc("herald_disk_low", "1 when free disk space is below journal.min_free_bytes (queues refuse SENDs).")
 	dStart        = desc("herald_start_time_seconds", "Start time of the daemon, seconds since the epoch.")
 	// Journal.
@@ -168,7 +171,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dQueueMessages, dQueueBytes, dQueueReady, dQueueInFlight, dQueueDelayed, dQueueConsumers, dQueueOldest, dQueueDLQ,
 		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
 		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
-		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dQueuesForgot, dLVEvicted, dLVBytes, dDiskLow, dStart,
+		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dQueuesForgot, dLVEvicted, dLVBytes, dHistBytes, dHistMsgs, dHistDropped, dDiskLow, dStart,
 		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJCkpt, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
 		dChRepairBytes, dChNAKsDropped, dChSources, dChSrcNAKs, dChSrcRepBytes, dChSrcRefused,
@@ -236,6 +239,9 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dQueuesForgot, float64(st.QueuesForgotten))
 	counter(dLVEvicted, float64(st.LastValueEvicted))
 	gauge(dLVBytes, float64(st.LastValueBytes))
+	gauge(dHistBytes, float64(st.HistoryBytes))
+	gauge(dHistMsgs, float64(st.HistoryMessages))
+	counter(dHistDropped, float64(st.HistoryDropped))
 	low := 0.0
 	if st.DiskLow {
 		low = 1

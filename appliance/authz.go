@@ -246,11 +246,10 @@ func kindName(k destKind) string {
 // certNames are the identities of a verified client certificate: the
 // subject's common name, then DNS, email and URI subject alternative names.
 func certNames(c net.Conn) []string {
-	tc, ok := c.(*tls.Conn)
+	st, ok := connTLS(c)
 	if !ok {
 		return nil
 	}
-	st := tc.ConnectionState()
 	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
 		return nil
 	}
@@ -426,12 +425,28 @@ func (s *session) authView() (user, method, tlsVersion string) {
 	if id := s.ident.Load(); id != nil {
 		user, method = id.Name(), id.Method
 	}
-	if tc, ok := s.conn.(*tls.Conn); ok {
-		if st := tc.ConnectionState(); st.HandshakeComplete {
-			tlsVersion = tls.VersionName(st.Version)
-		}
+	if st, ok := connTLS(s.conn); ok && st.HandshakeComplete {
+		tlsVersion = tls.VersionName(st.Version)
 	}
 	return user, method, tlsVersion
+}
+
+// tlsStater is a connection carried over TLS by another layer: a
+// WebSocket or an SSE stream of an HTTPS request (web.go, web_sse.go).
+type tlsStater interface {
+	TLSConnectionState() (tls.ConnectionState, bool)
+}
+
+// connTLS is c's TLS state: of the TLS connection itself, or of the HTTPS
+// request that carries it.
+func connTLS(c net.Conn) (tls.ConnectionState, bool) {
+	switch tc := c.(type) {
+	case *tls.Conn:
+		return tc.ConnectionState(), true
+	case tlsStater:
+		return tc.TLSConnectionState()
+	}
+	return tls.ConnectionState{}, false
 }
 
 // subDest is a subscription's destination, for SetAuth.

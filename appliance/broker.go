@@ -73,6 +73,7 @@ type Broker struct {
 	authz authState           // users, permissions, failed logins (authz.go)
 
 	topics  *topicRegistry
+	hist    topicHistory // topics.history (topic_history.go)
 	sinks   []TopicSink
 	streams streamRegistry // stream.go
 	kv      kvStore        // key-value buckets (kv.go)

@@ -228,6 +228,12 @@ type TopicConfig struct {
 	// IdleForget: a topic with no subscriber, no last value and no message
 	// for this long is forgotten (its counters start again from 0).
 	IdleForget Duration `toml:"idle_forget" json:"idle_forget"`
+	// History keeps recent messages of the topics each rule matches, for
+	// subscribers asking with history:N (topic_history.go).
+	History []TopicHistoryRule `toml:"history" json:"history"`
+	// HistoryMaxBytes bounds the memory of all history together; the
+	// oldest messages go first.
+	HistoryMaxBytes int64 `toml:"history_max_bytes" json:"history_max_bytes"`
 }
 
 // AdminConfig configures the admin socket and metrics listener.
@@ -348,6 +354,7 @@ func DefaultConfig() Config {
 			SubscriberBufferBytes: 64 << 20,
 			SlowSubscriber:        "disconnect",
 			LastValueMaxBytes:     64 << 20,
+			HistoryMaxBytes:       64 << 20,
 			IdleForget:            Duration{10 * time.Minute},
 		},
 		Streams: defaultStreamsConfig(),
@@ -680,6 +687,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, c.validateHistory()...)
 	errs = append(errs, c.validateStreams()...)
 	errs = append(errs, c.validateKV()...)
 	names := map[string]bool{}

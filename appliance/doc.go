@@ -8,7 +8,8 @@
 // the RECEIPT is written only after the batch committed, and only then is
 // the message handed to the queue (queue.committed). A SEND to /topic/NAME
 // is fanned out at once to the matching subscribers and TopicSinks
-// (multicast channels). A session's writer goroutine batches outgoing frames
+// (multicast channels), and kept in memory when a topics.history rule
+// matches it (topic_history.go, core in package histcore). A session's writer goroutine batches outgoing frames
 // into few writes and sends heart-beats.
 //
 // Queues. Each queue keeps in memory only a window of its ready messages
@@ -27,4 +28,7 @@
 //     queue.mu. Work found under the lock (claims, dead-letter moves, drops)
 //     is collected and submitted by flush after unlocking.
 //   - Lock order: Broker.mu, then queue.mu, then session.outMu.
+//   - Topic history: hist.mu, then topicRegistry.mu (last values); hist.mu,
+//     then a subscription's subHistory.mu, then session.outMu. Nothing
+//     under them writes to a socket.
 package appliance

@@ -292,6 +292,7 @@ func (s *session) newMessage(f *stomp.Frame, queue string) (*Message, error) {
 	m := &Message{Queue: queue, Headers: userHeaders(f), Body: f.Body}
 	s.rewriteReplyTo(m.Headers)
 	now := s.b.now()
+	m.Enqueued = now.UnixMilli() // journaled: the MESSAGE's timestamp, kept across restarts
 	if v := f.Get("expires"); v != "" && v != "0" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
@@ -374,6 +375,9 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		return s.onLockSubscribe(f, sub)
 	}
 	if kind == destTopic {
+		if !s.parseHistory(f, sub) {
+			return false
+		}
 		s.subsMu.Lock()
 		s.subs[id] = sub
 		s.subsMu.Unlock()

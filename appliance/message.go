@@ -15,7 +15,11 @@ type Message struct {
 	Expires    int64 // ms since epoch; 0 = never
 	Group      string
 	DedupID    string
-	Enqueued   int64 // ms since epoch of the first commit
+	// Enqueued is ms since the epoch the SEND was accepted (for a
+	// transaction, its COMMIT; the first commit when the session did not
+	// set it): the MESSAGE's timestamp header, journaled, kept by moves to
+	// a dead-letter queue and across restarts.
+	Enqueued int64
 }
 
 // Size is the message's weight for byte limits and memory accounting.

@@ -533,7 +533,14 @@ func (q *queue) frameFor(d *delivery) *stomp.Frame {
 		f.Headers = append(f.Headers, stomp.Header{Key: "redelivered", Value: "true"})
 	}
 	f.Headers = append(f.Headers, stomp.Header{Key: "delivery-count", Value: strconv.Itoa(d.Attempt)})
-	f.Headers = append(f.Headers, m.Headers...)
+	if m.Enqueued > 0 {
+		f.Headers = append(f.Headers, stomp.Header{Key: hdrTimestampT, Value: strconv.FormatInt(m.Enqueued, 10)})
+	}
+	for _, h := range m.Headers {
+		if h.Key != hdrTimestampT { // the broker's only
+			f.Headers = append(f.Headers, h)
+		}
+	}
 	return f
 }
 

@@ -133,6 +133,8 @@ var reloadKeys = map[string]reloadClass{
 	"topics.last_value":              reloadable,
 	"topics.last_value_max_bytes":    reloadable,
 	"topics.idle_forget":             restartOnly, // the forgetting ticker's period is set at start
+	"topics.history":                 reloadable,  // rings are trimmed (or dropped) to the new rules
+	"topics.history_max_bytes":       reloadable,
 
 	"admin.socket":         restartOnly,
 	"admin.metrics_listen": restartOnly,
@@ -319,6 +321,7 @@ func (b *Broker) Reload(c Config) (ConfigChanges, error) {
 	if !eff.Topics.LastValue {
 		maxLV = 0
 	}
+	b.reloadHistory(b.now().UnixMilli())
 	if n := b.topics.trimLast(maxLV); n > 0 {
 		b.log.Info("last values dropped for the reloaded topics settings", "dropped", n, "last_value", eff.Topics.LastValue, "last_value_max_bytes", eff.Topics.LastValueMaxBytes)
 	}

@@ -43,4 +43,7 @@ type subscription struct {
 	st     *stream
 	sid    streamcore.SubID
 	cursor string
+
+	// topic subscriptions with history:N (topic_history.go)
+	hist *subHistory
 }

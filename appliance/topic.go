@@ -168,6 +168,7 @@ func (b *Broker) forgetTopics() {
 		case <-t.C:
 			cutoff := b.now().Add(-idle).UnixMilli()
 			b.topics.forgetIdle(cutoff)
+			b.expireHistory(b.now().UnixMilli())
 			b.forgetIdleQueues(cutoff)
 		case <-b.stop:
 			return
@@ -185,7 +186,18 @@ func newTopicRegistry() *topicRegistry {
 // message of every topic sub matches, under the lock publish takes to
 // record last values, so that the subscriber sees each message once and in
 // order.
+//
+// A subscription with history (sub.hist) is registered with its hand-over
+// pending, then served its history (sendHistory), which lets live
+// messages through once the history is out.
 func (r *topicRegistry) add(b *Broker, sub *subscription) {
+	r.addLocked(b, sub)
+	if sub.hist != nil {
+		b.sendHistory(sub)
+	}
+}
+
+func (r *topicRegistry) addLocked(b *Broker, sub *subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b.sendLastValues(sub)
@@ -242,13 +254,26 @@ func (r *topicRegistry) statsFor(name string, now int64) *topicStats {
 	return v.(*topicStats)
 }
 
-// publish fans a message out to every matching subscriber and sink. Nothing
-// is stored: with no subscriber the message is gone.
-func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
+// publish fans a message out to every matching subscriber and sink. With
+// no subscriber the message is gone, unless a topics.history rule keeps
+// it (topic_history.go) or topics.last_value is on.
+func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte) {
 	now := b.now().UnixMilli()
 	st := b.topics.statsFor(name, now)
-	id := "t" + strconv.FormatUint(b.topics.seq.Add(1), 10)
 	dest := prefixTopic + name
+	headers := stampHeaders(userHeaders, now)
+	rule, kept := b.historyRule(name)
+	if kept {
+		// The sequence, the ring and the hand-out to the subscriptions
+		// in one critical section: see topic_history.go.
+		b.hist.mu.Lock()
+	}
+	seq := b.topics.seq.Add(1)
+	id := "t" + strconv.FormatUint(seq, 10)
+	msg := &histMsg{id: id, headers: headers, body: body}
+	if kept {
+		b.appendHistory(name, rule, seq, now, msg)
+	}
 	var exact, wild []*subscription
 	if b.cfg().Topics.LastValue {
 		b.topics.mu.Lock()
@@ -264,6 +289,9 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 	st.in.Add(1)
 	b.stats.topicIn.Add(1)
 	deliver := func(sub *subscription) {
+		if sub.hist != nil && b.holdLive(sub, name, seq, now, msg) {
+			return
+		}
 		f := topicFrame(sub, dest, id, headers, body)
 		if sub.s.deliverTopic(sub, st, f) {
 			st.out.Add(1)
@@ -280,9 +308,12 @@ func (b *Broker) publish(name string, headers stomp.Headers, body []byte) {
 			deliver(sub)
 		}
 	}
+	if kept {
+		b.hist.mu.Unlock()
+	}
 	for _, sink := range b.sinks {
 		if sink.Matches(name) {
-			if err := sink.Publish(name, headers, body); err != nil {
+			if err := sink.Publish(name, userHeaders, body); err != nil {
 				b.log.Warn("topic sink publish failed", "sink", sink.Name(), "topic", name, "err", err)
 			}
 		}
@@ -302,7 +333,7 @@ func topicFrame(sub *subscription, dest, id string, headers stomp.Headers, body 
 	f.Headers = append(f.Headers, extra...)
 	for _, h := range headers {
 		// The broker's own: a publisher's would fake (or hide) drops.
-		if h.Key != "dropped-before" {
+		if h.Key != "dropped-before" && h.Key != hdrHistory && h.Key != hdrHistoryGap && h.Key != "last-value" {
 			f.Headers = append(f.Headers, h)
 		}
 	}
@@ -319,6 +350,9 @@ func (b *Broker) sendLastValues(sub *subscription) {
 		name := k.(string)
 		if name != sub.name && !MatchTopic(sub.name, name) {
 			return true
+		}
+		if _, kept := b.historyRule(name); kept && sub.hist != nil {
+			return true // its history comes instead
 		}
 		if lv := v.(*topicStats).last.Load(); lv != nil {
 			sub.s.deliverTopic(sub, v.(*topicStats), topicFrame(sub, prefixTopic+name, lv.id, lv.headers, lv.body, stomp.Header{Key: "last-value", Value: "true"}))

@@ -85,6 +85,9 @@ type StatsView struct {
 	QueuesForgotten  uint64   `json:"queues_forgotten_total"`          // idle empty queues forgotten (topics.idle_forget)
 	LastValueEvicted uint64   `json:"topic_last_values_evicted_total"` // over topics.last_value_max_bytes
 	LastValueBytes   int64    `json:"topic_last_value_bytes"`          // weight of the last values kept
+	HistoryBytes     int64    `json:"topic_history_bytes"`             // weight of the messages kept (topics.history)
+	HistoryMessages  int      `json:"topic_history_messages"`          // messages kept in topic history
+	HistoryDropped   uint64   `json:"topic_history_dropped_total"`     // left history for topics.history_max_bytes
 	DiskLow          bool     `json:"disk_low"`
 	Listeners        []string `json:"listeners"`
 }
@@ -101,7 +104,11 @@ func (b *Broker) Stats() StatsView {
 	b.topics.mu.Lock()
 	lvBytes := b.topics.lvBytes
 	b.topics.mu.Unlock()
+	hs := b.historyStats()
 	return StatsView{
+		HistoryBytes:     hs.Bytes,
+		HistoryMessages:  hs.Messages,
+		HistoryDropped:   hs.Dropped,
 		Connections:      n,
 		ConnectionsTotal: b.stats.connections.Load(),
 		Refused:          b.stats.refused.Load(),

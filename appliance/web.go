@@ -240,6 +240,17 @@ type wsConn struct {
 	wtimer        *time.Timer   // cancels the write in progress at wdl
 	rdlChanged    chan struct{} // closed and replaced by SetReadDeadline
 	closed        chan struct{}
+	tls           *tls.ConnectionState // of the HTTPS request upgraded (wss), nil for ws
+}
+
+// TLSConnectionState is the TLS state of the HTTPS connection the
+// WebSocket was upgraded from: its client certificate logs in as on the
+// STOMP TLS listener, and herald connections shows its version.
+func (w *wsConn) TLSConnectionState() (tls.ConnectionState, bool) {
+	if w.tls == nil {
+		return tls.ConnectionState{}, false
+	}
+	return *w.tls, true
 }
 
 func newWSConn(c *websocket.Conn, r *http.Request) net.Conn {
@@ -247,7 +258,9 @@ func newWSConn(c *websocket.Conn, r *http.Request) net.Conn {
 	if !ok {
 		local = httpAddr("")
 	}
-	return NewWebSocketConn(c, local, httpAddr(r.RemoteAddr))
+	nc := NewWebSocketConn(c, local, httpAddr(r.RemoteAddr))
+	nc.(*wsConn).tls = r.TLS
+	return nc
 }
 
 // NewWebSocketConn adapts c (either end) to a net.Conn carrying a STOMP

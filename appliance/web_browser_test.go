@@ -3,6 +3,7 @@ package appliance_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -212,43 +213,90 @@ func splitLines(s string) []string {
 	return append(out, s[start:])
 }
 
-// The built-in dashboard at / in headless Chromium: it lists the live
-// topic and shows the latest value of a Graphite plaintext series and of
-// a JSON field published from Go. With HERALD_TEST_ARTIFACTS set, a
-// screenshot is saved there.
+// The built-in dashboard at / in headless Chromium: its charts (uPlot)
+// are full at once from topic history, before any live message; it then
+// shows the latest value of Graphite plaintext series and of a JSON field
+// published from Go, lists the live topics, and its overview page lists
+// queues and topics. With HERALD_TEST_ARTIFACTS set, a screenshot is saved
+// there (docs/dashboard.png is one).
 func TestWeb_BrowserDashboard(t *testing.T) {
 	ctx := chromium(t)
-	tb := mustStartBroker(t, nil)
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Topics.History = []appliance.TopicHistoryRule{{Match: "metrics.>", Keep: 600}}
+	})
 	addr := startWeb(t, tb, nil)
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/?topic=metrics.>")); err != nil {
-		t.Fatal(err)
-	}
-	evalUntil(t, ctx, 20*time.Second, "its event stream open", `document.body.dataset.state === "live"`)
 	p := tb.Dial(t)
 	cctx := ctxT(t)
-	for i, body := range []string{
-		"servers.web1.cpu 41.5 1700000000\nservers.web1.mem 2048 1700000000",
-		"servers.web1.cpu 42.5 1700000010",
-		`{"temp": 21.25, "label": "hall"}`,
-	} {
-		topic := "/topic/metrics.web1"
-		if i == 2 {
-			topic = "/topic/metrics.room"
+	// 40 points of history per series, a minute apart, ending now.
+	const points = 40
+	now := time.Now().Unix()
+	for i := 0; i < points; i++ {
+		ts := now - int64(points-1-i)*60
+		x := float64(i)
+		cpu1 := 40 + 15*math.Sin(x/5)
+		cpu2 := 55 + 10*math.Cos(x/7)
+		body := fmt.Sprintf("servers.web1.cpu %.1f %d\nservers.web2.cpu %.1f %d", cpu1, ts, cpu2, ts)
+		if _, err := p.SendReceipt(cctx, "/topic/metrics.web", []byte(body)); err != nil {
+			t.Fatal(err)
 		}
-		if _, err := p.SendReceipt(cctx, topic, []byte(body)); err != nil {
+		if _, err := p.SendReceipt(cctx, "/topic/metrics.room", fmt.Appendf(nil, `{"temp": %.2f, "label": "hall", "time": %d}`, 20+math.Sin(x/9), ts)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cell := func(series string) string {
-		return fmt.Sprintf(`(document.querySelector('tr[data-series="%s"] td.value') || {}).textContent`, series)
+	// A queue for the overview.
+	if _, err := p.SendReceipt(cctx, "/queue/jobs", []byte("j")); err != nil {
+		t.Fatal(err)
 	}
-	evalUntil(t, ctx, 10*time.Second, "the latest values in its table",
-		cell("servers.web1.cpu")+` === "42.5" && `+cell("servers.web1.mem")+` === "2048" && `+cell("metrics.room.temp")+` === "21.25"`)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1400, 800), chromedp.Navigate("http://"+addr+"/?topic=metrics.>")); err != nil {
+		t.Fatal(err)
+	}
+	evalUntil(t, ctx, 20*time.Second, "its event stream open", `document.body.dataset.state === "live"`)
+	card := func(series string) string {
+		return fmt.Sprintf(`document.querySelector('.card[data-series="%s"]')`, series)
+	}
+	full := fmt.Sprintf(`["servers.web1.cpu", "servers.web2.cpu", "metrics.room.temp"].every(s => { const c = document.querySelector('.card[data-series="' + s + '"]'); return c && c.dataset.points === "%d" && c.querySelector("canvas"); })`, points)
+	evalUntil(t, ctx, 10*time.Second, "three charts drawn full from history", full)
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[struct {
+		History int `json:"history"`
+		Live    int `json:"live"`
+	}](`window.dashboard`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.History != 2*points || got.Live != 0 {
+		t.Fatalf("the page got %d history and %d live messages, want %d and 0", got.History, got.Live, 2*points)
+	}
+	temps, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`window.dashboard.series.get("metrics.room.temp").ys`))
+	if err != nil || len(temps) != points {
+		t.Fatalf("metrics.room.temp points %v (%v)", temps, err)
+	}
+	for i, v := range temps {
+		if want := math.Round((20+math.Sin(float64(i)/9))*100) / 100; v != want {
+			t.Fatalf("metrics.room.temp point %d is %v, want %v (out of order or lost): %v", i, v, want, temps)
+		}
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#cards .card").length`)); err != nil || n != 3 {
+		t.Fatalf("%d charts (%v), want 3 (neither the non-numeric label field nor the time field is a series)", n, err)
+	}
+	// The canvas was drawn on: some pixels are not the background.
+	painted, err := chromedp.Run(ctx, chromedp.Evaluate[bool](card("servers.web1.cpu")+`.querySelector("canvas").getContext("2d").getImageData(0, 0, 400, 100).data.some((v, i) => i % 4 === 3 && v > 0)`))
+	if err != nil || !painted {
+		t.Fatalf("the chart's canvas is blank (%v)", err)
+	}
+	// Live: the latest values, one more point.
+	for _, m := range []struct{ topic, body string }{
+		{"/topic/metrics.web", fmt.Sprintf("servers.web1.cpu 42.5 %d\nservers.web2.cpu 50 %d", now+60, now+60)},
+		{"/topic/metrics.room", fmt.Sprintf(`{"temp": 21.25, "label": "hall", "time": %d}`, now+60)},
+	} {
+		if _, err := p.SendReceipt(cctx, m.topic, []byte(m.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	value := func(series string) string { return card(series) + `.querySelector(".value").textContent` }
+	evalUntil(t, ctx, 10*time.Second, "the latest values on its charts",
+		value("servers.web1.cpu")+` === "42.5" && `+value("metrics.room.temp")+` === "21.25" && `+card("servers.web1.cpu")+fmt.Sprintf(`.dataset.points === "%d"`, points+1))
 	evalUntil(t, ctx, 10*time.Second, "the live topics listed",
-		`!!document.querySelector('tr[data-topic="metrics.web1"]') && !!document.querySelector('tr[data-topic="metrics.room"]')`)
-	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#values tbody tr").length`)); err != nil || n != 3 {
-		t.Fatalf("%d rows in the values table (%v), want 3 (the non-numeric label field is not a series)", n, err)
-	}
+		`!!document.querySelector('#topics tr[data-topic="metrics.web"]') && !!document.querySelector('#topics tr[data-topic="metrics.room"]')`)
 	if dir := os.Getenv("HERALD_TEST_ARTIFACTS"); dir != "" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
@@ -258,4 +306,10 @@ func TestWeb_BrowserDashboard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The overview page: queues and topics with their figures.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`location.hash = "#overview"; true`)); err != nil {
+		t.Fatal(err)
+	}
+	evalUntil(t, ctx, 15*time.Second, "the overview of queues and topics",
+		`!document.getElementById("overview").hidden && !!document.querySelector('#ov-queues tr[data-queue="jobs"]') && !!document.querySelector('#ov-topics tr[data-topic="metrics.room"]')`)
 }

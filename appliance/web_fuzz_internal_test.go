@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -26,6 +27,24 @@ func FuzzParseOrigin(f *testing.F) {
 		}
 		if strings.Contains(strings.SplitN(o, "://", 2)[1], "/") {
 			t.Fatalf("%q -> %q: a path", s, o)
+		}
+	})
+}
+
+// FuzzParseTopicID: no history-after header or Last-Event-ID may panic
+// parseTopicID; what it accepts is t and a positive sequence that formats
+// back to the same text, leading zeros aside.
+func FuzzParseTopicID(f *testing.F) {
+	for _, s := range []string{"t1", "t0", "t", "1", "t-1", "t+5", "t0042", "t18446744073709551615", "T1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, ok := parseTopicID(s)
+		if !ok {
+			return
+		}
+		if n == 0 || !strings.HasPrefix(s, "t") || strings.TrimLeft(s[1:], "0") != strconv.FormatUint(n, 10) {
+			t.Fatalf("%q -> %d accepted", s, n)
 		}
 	})
 }

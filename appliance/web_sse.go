@@ -14,6 +14,7 @@ package appliance
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,16 @@ import (
 type pipeConn struct {
 	net.Conn
 	local, remote net.Addr
+	tls           *tls.ConnectionState // of the HTTPS request, nil for HTTP
+}
+
+// TLSConnectionState is the HTTPS request's: a client certificate logs
+// the stream in as on the STOMP TLS listener.
+func (p pipeConn) TLSConnectionState() (tls.ConnectionState, bool) {
+	if p.tls == nil {
+		return tls.ConnectionState{}, false
+	}
+	return *p.tls, true
 }
 
 func (p pipeConn) LocalAddr() net.Addr  { return p.local }
@@ -84,6 +95,10 @@ type sseJSON struct {
 	Body      string            `json:"body"`
 	Headers   map[string]string `json:"headers,omitempty"`
 	LastValue bool              `json:"last_value,omitempty"`
+	// Timestamp is the broker's: ms since the epoch the SEND was accepted.
+	Timestamp  int64 `json:"timestamp,omitempty"`
+	History    bool  `json:"history,omitempty"`     // from topic history (history=N, Last-Event-ID)
+	HistoryGap bool  `json:"history_gap,omitempty"` // messages before this one were lost from history
 }
 
 // serveEvents streams a topic pattern's messages as server-sent events.
@@ -116,14 +131,39 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("format %q: want text (the body as data, the default) or json", f), http.StatusBadRequest)
 		return
 	}
-	var topicsEvery time.Duration
-	if v := r.URL.Query().Get("topics"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Second || d > 10*time.Minute {
-			http.Error(w, fmt.Sprintf("topics %q: want a duration from 1s to 10m (how often to send the list of live topics)", v), http.StatusBadRequest)
+	var topicsEvery, overviewEvery time.Duration
+	for _, p := range []struct {
+		key, what string
+		d         *time.Duration
+	}{
+		{"topics", "the list of live topics", &topicsEvery},
+		{"overview", "the overview of queues, topics and channels", &overviewEvery},
+	} {
+		if v := r.URL.Query().Get(p.key); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second || d > 10*time.Minute {
+				http.Error(w, fmt.Sprintf("%s %q: want a duration from 1s to 10m (how often to send %s)", p.key, v, p.what), http.StatusBadRequest)
+				return
+			}
+			*p.d = d
+		}
+	}
+	// History: the last N of each topic first (history=N), or, on a
+	// reconnect (Last-Event-ID), every kept message after the last seen.
+	var subHdrs []stomp.Header
+	if v := r.URL.Query().Get("history"); v != "" {
+		n, err := strconv.Atoi(v)
+		if lim := b.cfg().Topics.SubscriberBuffer; err != nil || n < 0 || n > lim {
+			http.Error(w, fmt.Sprintf("history %q: want how many of each topic's latest messages to send first, from 0 to %d (topics.subscriber_buffer)", v, lim), http.StatusBadRequest)
 			return
 		}
-		topicsEvery = d
+		subHdrs = append(subHdrs, stomp.Header{Key: hdrHistory, Value: v})
+	}
+	last := r.Header.Get("Last-Event-ID")
+	resumed := false
+	if _, ok := parseTopicID(last); ok && b.historyMayKeep(pattern) {
+		subHdrs = []stomp.Header{{Key: hdrHistory, Value: strconv.Itoa(b.cfg().Topics.SubscriberBuffer)}, {Key: hdrHistoryAfter, Value: last}}
+		resumed = true
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -158,7 +198,7 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		local = httpAddr("")
 	}
 	remote := httpAddr(r.RemoteAddr)
-	b.accept(pipeConn{srvEnd, local, remote})
+	b.accept(pipeConn{srvEnd, local, remote, r.TLS})
 	opts := client.Options{
 		Host:          "herald",
 		AcceptVersion: "1.2",
@@ -170,14 +210,14 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if user, pass, ok := r.BasicAuth(); ok {
 		opts.Login, opts.Passcode = user, pass
 	}
-	conn, err := client.Handshake(ctx, pipeConn{cliEnd, remote, local}, "herald", opts)
+	conn, err := client.Handshake(ctx, pipeConn{cliEnd, remote, local, nil}, "herald", opts)
 	if err != nil {
 		cliEnd.Close()
 		b.httpSTOMPError(w, err, true)
 		return
 	}
 	defer conn.Close()
-	sub, err := conn.SubscribeReceipt(ctx, prefixTopic+pattern, "auto")
+	sub, err := conn.SubscribeReceipt(ctx, prefixTopic+pattern, "auto", subHdrs...)
 	if err != nil {
 		b.httpSTOMPError(w, err, false)
 		return
@@ -197,8 +237,11 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	hello := fmt.Sprintf("herald: topic %s", pattern)
-	if last := r.Header.Get("Last-Event-ID"); last != "" {
-		hello += fmt.Sprintf("\nresuming from now: Herald keeps no topic history, messages after %s are not replayed (topics.last_value = true sends each topic's latest message first)", last)
+	switch {
+	case resumed:
+		hello += fmt.Sprintf("\nresuming after %s from topic history (topics.history)", last)
+	case last != "":
+		hello += fmt.Sprintf("\nresuming from now: no topics.history rule keeps %s, messages after %s are not replayed (a [[topics.history]] rule for it, or topics.last_value = true, sends the latest first)", pattern, last)
 	}
 	w.Write(sseComment(hello))
 	flusher.Flush()
@@ -275,7 +318,7 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	beat := time.NewTicker(b.cfg().Web.SSEHeartbeat.Duration)
 	defer beat.Stop()
 	writeTimeout := b.cfg().Stomp.WriteTimeout.Duration
-	var topicsTick <-chan time.Time
+	var topicsTick, overviewTick <-chan time.Time
 	sessionID := strings.TrimPrefix(conn.Session(), "herald-")
 	if topicsEvery > 0 {
 		t := time.NewTicker(topicsEvery)
@@ -284,10 +327,26 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		w.Write(b.topicsEvent(sessionID, pattern))
 		flusher.Flush()
 	}
+	if overviewEvery > 0 {
+		t := time.NewTicker(overviewEvery)
+		defer t.Stop()
+		overviewTick = t.C
+		w.Write(b.overviewEvent(sessionID))
+		flusher.Flush()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-overviewTick:
+			rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if _, err := w.Write(b.overviewEvent(sessionID)); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+			continue
 		case <-topicsTick:
 			rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if _, err := w.Write(b.topicsEvent(sessionID, pattern)); err != nil {
@@ -360,18 +419,25 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 // headers).
 func (b *Broker) formatEvent(f *stomp.Frame, asJSON bool) []byte {
 	id := f.Get("message-id")
+	var gap []byte
+	if f.Get(hdrHistoryGap) == "true" {
+		gap = sseComment(fmt.Sprintf("history gap: messages of %s before %s were dropped from history (topics.history keep and max_age, topics.history_max_bytes)", strings.TrimPrefix(f.Get("destination"), prefixTopic), id))
+	}
 	if !asJSON {
-		return sseEvent(id, "", f.Body)
+		return append(gap, sseEvent(id, "", f.Body)...)
 	}
 	j := sseJSON{
-		Topic:     strings.TrimPrefix(f.Get("destination"), prefixTopic),
-		ID:        id,
-		Body:      string(f.Body),
-		LastValue: f.Get("last-value") == "true",
+		Topic:      strings.TrimPrefix(f.Get("destination"), prefixTopic),
+		ID:         id,
+		Body:       string(f.Body),
+		LastValue:  f.Get("last-value") == "true",
+		History:    f.Get(hdrHistory) == "true",
+		HistoryGap: gap != nil,
 	}
+	j.Timestamp, _ = strconv.ParseInt(f.Get(hdrTimestampT), 10, 64)
 	for _, h := range f.Headers {
 		switch h.Key {
-		case "subscription", "message-id", "destination", "last-value", "content-length":
+		case "subscription", "message-id", "destination", "last-value", "content-length", hdrHistory, hdrHistoryGap, hdrTimestampT:
 			continue
 		}
 		if j.Headers == nil {
@@ -382,7 +448,7 @@ func (b *Broker) formatEvent(f *stomp.Frame, asJSON bool) []byte {
 		}
 	}
 	data, _ := json.Marshal(j)
-	return sseEvent(id, "", data)
+	return append(gap, sseEvent(id, "", data)...)
 }
 
 // httpSTOMPError answers a CONNECT or SUBSCRIBE refused by the session:
@@ -417,17 +483,7 @@ const maxTopicsEvent = 1000
 // that match pattern and that the stream's user may read, at most
 // maxTopicsEvent of them, by name.
 func (b *Broker) topicsEvent(sessionID, pattern string) []byte {
-	id := auth.Identity{Anonymous: true}
-	if n, err := strconv.ParseUint(sessionID, 10, 64); err == nil {
-		b.mu.Lock()
-		s := b.sessions[n]
-		b.mu.Unlock()
-		if s != nil {
-			if i := s.ident.Load(); i != nil {
-				id = *i
-			}
-		}
-	}
+	id := b.sseIdentity(sessionID)
 	p := b.authz.policy.Load()
 	out := []TopicView{}
 	for _, v := range b.Topics() {
@@ -444,4 +500,70 @@ func (b *Broker) topicsEvent(sessionID, pattern string) []byte {
 	}
 	data, _ := json.Marshal(out)
 	return sseEvent("", "topics", data)
+}
+
+// sseIdentity is who the stream's session logged in as.
+func (b *Broker) sseIdentity(sessionID string) auth.Identity {
+	id := auth.Identity{Anonymous: true}
+	if n, err := strconv.ParseUint(sessionID, 10, 64); err == nil {
+		b.mu.Lock()
+		s := b.sessions[n]
+		b.mu.Unlock()
+		if s != nil {
+			if i := s.ident.Load(); i != nil {
+				id = *i
+			}
+		}
+	}
+	return id
+}
+
+// overviewChannel is a multicast channel in the overview.
+type overviewChannel struct {
+	Name   string   `json:"name"`
+	Group  string   `json:"group"`
+	Topics []string `json:"topics"`
+}
+
+// overview is the data of an "overview" event: what the stream's user may
+// read, for the dashboard's read-only overview page. Clients compute rates
+// from the counters of successive events.
+type overview struct {
+	Queues   []QueueView       `json:"queues"`
+	Topics   []TopicView       `json:"topics"`
+	Channels []overviewChannel `json:"channels"`
+	Time     int64             `json:"time"` // ms since the epoch
+}
+
+// maxOverviewRows bounds each list of an "overview" event.
+const maxOverviewRows = 1000
+
+// overviewEvent is an "overview" event: the queues and topics the stream's
+// user may read (at most maxOverviewRows of each, by name), and the
+// multicast channels that carry a topic pattern it may read.
+func (b *Broker) overviewEvent(sessionID string) []byte {
+	id := b.sseIdentity(sessionID)
+	p := b.authz.policy.Load()
+	may := func(kind, name string) bool { return p == nil || p.Allowed(id, auth.Read, kind, name) }
+	o := overview{Queues: []QueueView{}, Topics: []TopicView{}, Channels: []overviewChannel{}, Time: b.now().UnixMilli()}
+	for _, q := range b.Queues() {
+		if len(o.Queues) < maxOverviewRows && may(auth.KindQueue, q.Name) {
+			o.Queues = append(o.Queues, q)
+		}
+	}
+	for _, t := range b.Topics() {
+		if len(o.Topics) < maxOverviewRows && !hasWildcard(t.Name) && may(auth.KindTopic, t.Name) {
+			o.Topics = append(o.Topics, t)
+		}
+	}
+	for _, c := range b.cfg().Multicast.Channels {
+		for _, t := range c.Topics {
+			if may(auth.KindTopic, t) {
+				o.Channels = append(o.Channels, overviewChannel{Name: c.Name, Group: c.Group, Topics: c.Topics})
+				break
+			}
+		}
+	}
+	data, _ := json.Marshal(o)
+	return sseEvent("", "overview", data)
 }
