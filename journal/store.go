@@ -95,7 +95,9 @@ type Store struct {
 	commitHook                        func(ops int, d time.Duration) // metrics, optional
 
 	st           *stmts
-	streamInsert *sql.Stmt // prepared at the first stream append (stream.go)
+	streamInsert *sql.Stmt            // prepared at the first stream append (stream.go)
+	run          *run                 // writer-owned, reused (run.go)
+	runStmts     map[runKey]*sql.Stmt // prepared on first use (run.go)
 	pageSize     int
 	zip          *compressor
 }
@@ -232,6 +234,9 @@ func (s *Store) closeDB() {
 	}
 	if s.streamInsert != nil {
 		s.streamInsert.Close()
+	}
+	for _, st := range s.runStmts {
+		st.Close()
 	}
 	if s.wc != nil {
 		s.wc.Close()
@@ -473,10 +478,18 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 	}
 	now := s.cfg.Now().UnixMilli()
 	nops := 0
+	// Without savepoints, deletes and claims of consecutive batches join
+	// one run (run.go): a failure anywhere redoes the whole transaction
+	// with a savepoint per batch.
+	r := s.newRun()
 	for i, b := range batches {
 		nops += len(b.Ops)
 		if !savepoints {
-			if err := s.apply(ctx, b, now); err != nil {
+			err := s.applyOps(ctx, r, b, now)
+			if err == nil && i == len(batches)-1 {
+				err = r.flush(ctx)
+			}
+			if err != nil {
 				rollback()
 				if len(batches) == 1 {
 					return fail(err)
