@@ -78,9 +78,9 @@ type Store struct {
 	// closed too.
 	flushed, released chan struct{}
 	done              chan completed
-	// truncate asks the writer for a TRUNCATE checkpoint between
-	// transactions (see checkpointer).
-	truncate chan chan struct{}
+	// truncate asks the writer for a checkpoint between transactions (see
+	// checkpointer).
+	truncate chan ckReq
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
@@ -213,7 +213,7 @@ func (s *Store) Open(ctx context.Context) error {
 	}
 	s.in = make(chan *appliance.Batch, DefaultIntake)
 	s.done = make(chan completed, 64)
-	s.truncate = make(chan chan struct{})
+	s.truncate = make(chan ckReq)
 	s.stop = make(chan struct{})
 	s.wg.Add(3)
 	go s.writer()
@@ -387,9 +387,8 @@ func (s *Store) writer() {
 		case <-prune.C:
 			s.pruneDedup()
 			continue
-		case done := <-s.truncate:
-			s.restart()
-			close(done)
+		case r := <-s.truncate:
+			s.writerCheckpoint(r)
 			continue
 		}
 		batches = append(batches[:0], first)
