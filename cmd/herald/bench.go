@@ -88,6 +88,7 @@ the queue is yours: the messages stay, and it says how many.`,
 					&cli.IntFlag{Name: "producers", Value: 4, Usage: "connections sending in parallel"},
 					&cli.IntFlag{Name: "window", Value: 64, Usage: "receipts outstanding per producer"},
 					&cli.BoolFlag{Name: "persistent", Usage: "add the header persistent:true (RabbitMQ, ActiveMQ)"},
+					&cli.BoolFlag{Name: "jetstream", Usage: "publish to a NATS JetStream file stream of the run's own (default server 127.0.0.1:4222), a JetStream ack standing for the RECEIPT"},
 				}, common...),
 				Action: runBenchSend,
 			},
@@ -359,6 +360,9 @@ func runBenchSend(cCtx *cli.Context) error {
 	var hdrs []stomp.Header
 	if cCtx.Bool("persistent") {
 		hdrs = append(hdrs, stomp.Header{Key: "persistent", Value: "true"})
+	}
+	if cCtx.Bool("jetstream") {
+		return runBenchSendJetStream(cCtx, bf, producers, window)
 	}
 	own := bf.dest == ""
 	if own {

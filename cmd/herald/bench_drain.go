@@ -700,3 +700,164 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	wg.Wait()
 	return failed()
 }
+
+// jsSend is bench send against JetStream: producers connections each keep
+// window publishes awaiting their JetStream ack (the stream stored the
+// message) to a file-backed stream of the run's own, deleted at the end.
+func jsSend(cCtx *cli.Context, res *sendResult, bf benchFlags, producers, window int) error {
+	ctx := cCtx.Context
+	timeout := cCtx.Duration("connect-timeout")
+	run := benchRunID()
+	stream, subject := "BENCHSEND"+strings.ToUpper(run), "bench-send."+run
+	res.Dest = subject
+	ctl, err := jsDial(ctx, res.Server, timeout, "_INBOX."+run+".ctl")
+	if err != nil {
+		return err
+	}
+	defer ctl.nc.Close()
+	if err := ctl.request("$JS.API.STREAM.CREATE."+stream, map[string]any{
+		"name": stream, "subjects": []string{subject}, "storage": "file",
+	}, nil); err != nil {
+		return err
+	}
+	defer func() {
+		if err := ctl.request("$JS.API.STREAM.DELETE."+stream, nil, nil); err != nil {
+			res.Cleanup.Note = fmt.Sprintf("stream %s left: %v; delete it with: nats stream rm %s", stream, err, stream)
+		} else {
+			res.Cleanup.Note = "deleted the stream " + stream
+		}
+	}()
+	payload := benchBody(bf.size)
+	start := time.Now()
+	measureFrom := start.Add(bf.warmup)
+	measureTo := measureFrom.Add(bf.duration)
+	type prod struct {
+		h        histogram
+		n        uint64
+		stored   uint64
+		errs     uint64
+		firstErr error
+	}
+	results := make([]*prod, producers)
+	var wg sync.WaitGroup
+	for p := range producers {
+		c, err := jsDial(ctx, res.Server, timeout, "_INBOX."+run+".p"+strconv.Itoa(p))
+		if err != nil {
+			return err
+		}
+		defer c.nc.Close()
+		r := &prod{}
+		results[p] = r
+		sent := make(chan time.Time, window) // send times, in order: acks come in order
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			head := "PUB " + subject + " " + c.inbox + ".a " + strconv.Itoa(len(payload)) + "\r\n"
+			for {
+				now := time.Now()
+				if !now.Before(measureTo) {
+					break
+				}
+				select {
+				case sent <- now:
+				case <-ctx.Done():
+					close(sent)
+					return
+				}
+				c.wmu.Lock()
+				c.bw.WriteString(head)
+				c.bw.Write(payload)
+				c.bw.WriteString("\r\n")
+				err := c.bw.Flush()
+				c.wmu.Unlock()
+				if err != nil {
+					r.errs++
+					r.firstErr = err
+					break
+				}
+			}
+			close(sent)
+		}()
+		go func() {
+			defer wg.Done()
+			for at := range sent {
+				c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+				m, err := c.next()
+				if err != nil {
+					r.errs++
+					if r.firstErr == nil {
+						r.firstErr = err
+					}
+					c.nc.Close()
+					for range sent {
+					}
+					return
+				}
+				done := time.Now()
+				if m.status >= 400 || bytes.Contains(m.data, []byte(`"error"`)) {
+					r.errs++
+					if r.firstErr == nil {
+						r.firstErr = fmt.Errorf("jetstream publish: %s (status %d)", m.data, m.status)
+					}
+					continue
+				}
+				r.stored++
+				if !at.Before(measureFrom) && !done.After(measureTo) {
+					r.n++
+					r.h.record(done.Sub(at))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var h histogram
+	for _, r := range results {
+		h.merge(&r.h)
+		res.Messages += r.n
+		res.Cleanup.Stored += r.stored
+		res.Errors += r.errs
+		if r.firstErr != nil && res.FirstError == "" {
+			res.FirstError = r.firstErr.Error()
+		}
+	}
+	res.MsgsPerS = benchRound1(float64(res.Messages) / bf.duration.Seconds())
+	res.MBPerS = math.Round(res.MsgsPerS*float64(bf.size)/1e6*100) / 100
+	res.Latency = h.summary()
+	return nil
+}
+
+func runBenchSendJetStream(cCtx *cli.Context, bf benchFlags, producers, window int) error {
+	res := sendResult{Mode: "send", Server: bf.server, Producers: producers, Window: window,
+		Size: bf.size, Persistent: true, DurationS: bf.duration.Seconds()}
+	if bf.server == DefaultServer && os.Getenv("HERALD_SERVER") == "" {
+		res.Server = DefaultNATSServer
+	}
+	if err := jsSend(cCtx, &res, bf, producers, window); err != nil {
+		return err
+	}
+	fmt.Fprintf(cCtx.App.ErrWriter, "bench: %s\n", res.Cleanup.Note)
+	out := cCtx.App.Writer
+	if bf.jsonOut {
+		if err := writeJSON(out, res); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "server\t%s (jetstream)\n", res.Server)
+		fmt.Fprintf(tw, "subject\t%s (file stream)\n", res.Dest)
+		fmt.Fprintf(tw, "producers x window\t%d x %d, %d B messages, %s\n", producers, window, bf.size, bf.duration)
+		fmt.Fprintf(tw, "confirmed\t%d messages\n", res.Messages)
+		fmt.Fprintf(tw, "throughput\t%.0f msg/s, %.2f MB/s\n", res.MsgsPerS, res.MBPerS)
+		l := res.Latency
+		fmt.Fprintf(tw, "ack latency (ms)\tp50 %s  p99 %s  p999 %s  max %s\n", benchMS(l.P50), benchMS(l.P99), benchMS(l.P999), benchMS(l.Max))
+		fmt.Fprintf(tw, "errors\t%d\n", res.Errors)
+		if res.FirstError != "" {
+			fmt.Fprintf(tw, "first error\t%s\n", res.FirstError)
+		}
+		tw.Flush()
+	}
+	if res.Messages == 0 {
+		return &exitError{code: exitOther, err: fmt.Errorf("no publish was acknowledged: %s", res.FirstError)}
+	}
+	return nil
+}

@@ -43,7 +43,8 @@ func TestBench_Drain(t *testing.T) {
 	}
 }
 
-// bench drain --jetstream against a real nats-server with JetStream.
+// bench send --jetstream and bench drain --jetstream against a real
+// nats-server with JetStream.
 func TestBench_DrainJetStream(t *testing.T) {
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
@@ -72,7 +73,18 @@ func TestBench_DrainJetStream(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	code, stdout, stderr := runCLI(t, "", "--server", addr, "bench", "drain", "--jetstream",
+	var sr sendResult
+	code, stdout, stderr := runCLI(t, "", "--server", addr, "bench", "send", "--jetstream",
+		"--producers", "2", "--window", "8", "--size", "300", "--duration", "300ms", "--json")
+	if code != 0 {
+		t.Fatalf("bench send --jetstream: exit %d: %s", code, stderr)
+	}
+	benchJSON(t, stdout, &sr)
+	if l := sr.Latency; sr.Messages == 0 || sr.Errors != 0 || l.Count != sr.Messages || l.P50 <= 0 || l.P50 > l.P99 ||
+		!strings.HasPrefix(sr.Dest, "bench-send.") || !strings.Contains(stderr, "deleted the stream") {
+		t.Fatalf("bench send --jetstream: implausible result %+v (stderr %q)", sr, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "", "--server", addr, "bench", "drain", "--jetstream",
 		"--messages", "900", "--consumers", "3", "--prefetch", "40", "--size", "300", "--json")
 	if code != 0 {
 		t.Fatalf("bench drain --jetstream: exit %d: %s", code, stderr)
