@@ -88,6 +88,7 @@ type Store struct {
 	sids map[string]*streamW // writer-owned cache of stream ids and next offsets (stream.go)
 
 	commits, ops, failed, checkpoints atomic.Uint64
+	pendingDone                       atomic.Int64 // completions handed to the completer, not yet run
 	lastBatch                         atomic.Int64
 	lastCommitNs                      atomic.Int64
 	lastCheckpoint                    atomic.Int64
@@ -412,6 +413,7 @@ func (s *Store) writer() {
 			for i := range errs {
 				errs[i] = ErrClosed
 			}
+			s.pendingDone.Add(1)
 			s.done <- completed{batches: append([]*appliance.Batch(nil), batches...), errs: errs}
 			continue
 		}
@@ -423,6 +425,15 @@ func (s *Store) writer() {
 		if s.commitHook != nil {
 			s.commitHook(n, d)
 		}
+		// Nothing to commit next and every earlier completion run: run
+		// this one here, sparing a lone SEND's receipt the hand-over to
+		// the completion goroutine (completions never block; order is
+		// kept, since none is pending).
+		if len(s.in) == 0 && s.pendingDone.Load() == 0 {
+			s.complete(completed{batches: batches, errs: errs})
+			continue
+		}
+		s.pendingDone.Add(1)
 		s.done <- completed{batches: append([]*appliance.Batch(nil), batches...), errs: errs}
 	}
 }
@@ -430,10 +441,16 @@ func (s *Store) writer() {
 func (s *Store) completer() {
 	defer s.wg.Done()
 	for c := range s.done {
-		for i, b := range c.batches {
-			if b.Done != nil {
-				b.Done(b, c.errs[i])
-			}
+		s.complete(c)
+		s.pendingDone.Add(-1)
+	}
+}
+
+// complete runs the Done of each batch of c, in order.
+func (s *Store) complete(c completed) {
+	for i, b := range c.batches {
+		if b.Done != nil {
+			b.Done(b, c.errs[i])
 		}
 	}
 }
