@@ -26,7 +26,10 @@ import (
 //     grown again (journal_size_limit = WALLimit only trims a WAL that
 //     grew past it);
 //   - when no commit happened for a CheckpointInterval, the writer, idle,
-//     runs a TRUNCATE: a quiet journal keeps no WAL.
+//     runs a TRUNCATE: a quiet journal keeps no WAL (and the checkpointer
+//     then looks every idleInterval only);
+//   - while a backup pins its snapshot the WAL cannot start over: it stays
+//     PASSIVE at the normal pace.
 func (s *Store) checkpointer() {
 	defer s.wg.Done()
 	interval := min(s.cfg.CheckpointInterval, busyInterval)
@@ -58,6 +61,9 @@ func (s *Store) checkpointer() {
 					quietSince = time.Now()
 				}
 			}
+			if truncated {
+				t.Reset(max(interval, idleInterval)) // nothing to do: wake less often
+			}
 			continue
 		}
 		lastCommits, quietSince, truncated = c, time.Time{}, false
@@ -69,8 +75,11 @@ func (s *Store) checkpointer() {
 		// and once the frames left are few, have the writer copy them so
 		// that its next transaction starts the WAL over. While a backup
 		// pins its snapshot the WAL cannot start over: stay PASSIVE.
+		if s.backups.Load() != 0 {
+			continue
+		}
 		t.Reset(hotInterval)
-		if logPages-done <= tailPages && s.backups.Load() == 0 {
+		if logPages-done <= tailPages {
 			s.askWriter(ckTail)
 		}
 	}
@@ -80,7 +89,8 @@ func (s *Store) checkpointer() {
 // frames at most the writer copies itself before the WAL starts over.
 const (
 	busyInterval = 10 * time.Millisecond
-	hotInterval  = 2 * time.Millisecond // while the WAL is past restartAt
+	hotInterval  = 2 * time.Millisecond   // while the WAL is past restartAt
+	idleInterval = 100 * time.Millisecond // once an idle WAL is truncated
 	tailPages    = 256
 )
 
