@@ -33,7 +33,8 @@ outstanding, persistent:true), then starts --consumers connections, each
 subscribed with ack --ack (default client-individual) and --prefetch
 messages in flight, that ACK every MESSAGE. Reports the drain rate: messages
 per second from the first consumer's SUBSCRIBE to the last consumer's
-DISCONNECT receipt (which comes after its ACKs are processed), and the
+UNSUBSCRIBE and DISCONNECT receipts (which come after its ACKs are
+processed), and the
 redeliveries seen. --duration bounds the drain (an error past it); --warmup
 is not used.
 With --jetstream, speaks NATS (default server 127.0.0.1:4222) to a JetStream
@@ -266,10 +267,16 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 							fail(err)
 						}
 					}
-					// The DISCONNECT receipt comes after the ACKs before it
-					// are processed (durable).
+					// The receipts come after the ACKs before them are
+					// processed (durable). UNSUBSCRIBE's first: once it is
+					// answered the consumer is gone and the queue can be
+					// deleted (a DISCONNECT's receipt comes before that).
 					dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 					defer cancel()
+					if err := sub.Unsubscribe(dctx); err != nil {
+						fail(fmt.Errorf("unsubscribe: %w", err))
+						return
+					}
 					if err := c.Disconnect(dctx); err != nil {
 						fail(fmt.Errorf("disconnect: %w", err))
 					}
