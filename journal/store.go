@@ -36,8 +36,8 @@ type Config struct {
 	MaxBatchOps        int           // operations per transaction
 	DedupWindow        time.Duration // how long a dedup id is remembered
 	DedupMax           int           // at most this many dedup ids are remembered
-	CheckpointInterval time.Duration // background PASSIVE checkpoint period
-	WALLimit           int64         // WAL bytes above which a TRUNCATE checkpoint runs
+	CheckpointInterval time.Duration // idle this long: TRUNCATE the WAL (under load PASSIVE runs every 10 ms, checkpoint.go)
+	WALLimit           int64         // the WAL's bound: it starts over past a quarter of it (checkpoint.go)
 	Compress           bool          // zstd-compress bodies of at least CompressMin bytes when it pays
 	CompressMin        int
 	Logger             *slog.Logger
