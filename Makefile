@@ -4,7 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test test-short fuzz bench clean packages package-test
+.PHONY: all build test test-short fuzz bench bench-peers clean packages package-test
 
 all: build
 
@@ -63,6 +63,13 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Every bench case against Herald, RabbitMQ (STOMP) and NATS/JetStream side by
+# side, plus a bare SQLite writer for the durable cases; prints a table of
+# ratios (docs/benchmarks.md). Needs root: installs and starts the peers.
+# DURATION=10s RUNS=3 DRAIN_MESSAGES=100000 CASES_ONLY="drain" PEERS="nats" ...
+bench-peers:
+	bench/peers.sh
 
 clean:
 	rm -rf bin dist

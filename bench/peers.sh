@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # bench/peers.sh: run the same `herald bench` cases against Herald, RabbitMQ
-# (STOMP plugin) and NATS core on this machine, alternating, median of RUNS
-# runs each, and print a table with the ratios Herald/peer.
+# (STOMP plugin) and NATS (core for topics, JetStream for queues) on this
+# machine, alternating, median of RUNS runs each, and print a table with the
+# ratios Herald/peer. The durable SEND cases also get a bare SQLite writer of
+# the same shape (target sqlite: the device's floor, see
+# BenchmarkRawSQLiteTail in journal/bench_test.go).
 #
 #   bench/peers.sh                 # install the peers if needed, run, stop them
-#   DURATION=10s RUNS=3 bench/peers.sh
+#   make bench-peers               # the same
+#   DURATION=10s RUNS=3 bench/peers.sh   # DURATION in whole seconds (Ns)
+#   CASES_ONLY="drain durable-1x1" bench/peers.sh   # a subset of the cases
 #   SKIP_INSTALL=1 KEEP_PEERS=1 bench/peers.sh
 #
 # Needs root (apt-get, writing /etc/rabbitmq/rabbitmq.conf), Debian 12, Go.
 # Ports: Herald STOMP 61614, RabbitMQ STOMP 61615 (AMQP 5672), NATS 4222; the
-# default 61613 is left alone. Results: $OUT (default /tmp/herald-peers-DATE),
-# one JSON line per run in runs.jsonl, the table in table.md.
+# default 61613 is left alone. Queues are named after the run
+# (/queue/bench-peers-RUNID-...), so runs never share one. Results: $OUT
+# (default /tmp/herald-peers-DATE), one JSON line per run in runs.jsonl, the
+# table in table.md.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -22,7 +29,10 @@ SIZE=${SIZE:-1024}
 HERALD_PORT=${HERALD_PORT:-61614}
 RABBIT_PORT=${RABBIT_PORT:-61615}
 NATS_PORT=${NATS_PORT:-4222}
-PEERS=${PEERS:-"rabbitmq nats"} # drop one to skip it
+PEERS=${PEERS:-"rabbitmq nats sqlite"} # drop one to skip it
+DRAIN_MESSAGES=${DRAIN_MESSAGES:-100000}
+RUNID=$(date -u +%H%M%S)-$$
+QPREFIX=bench-peers-$RUNID
 OUT=${OUT:-/tmp/herald-peers-$(date -u +%Y%m%dT%H%M%SZ)}
 WORK=$(mktemp -d /tmp/herald-peers.XXXXXX)
 mkdir -p "$OUT"
@@ -30,15 +40,19 @@ export PATH=$PATH:/usr/local/go/bin
 
 log() { printf '%s peers.sh: %s\n' "$(date +%T)" "$*" >&2; }
 
-HERALDD_PID= NATS_PID= RABBIT_STARTED= EPMD_STARTED=
+HERALDD_PID= NATS_PID= RABBIT_STARTED= EPMD_STARTED= RABBIT_OK=
 cleanup() {
 	set +e
 	[ -n "$HERALDD_PID" ] && kill "$HERALDD_PID" 2>/dev/null && wait "$HERALDD_PID" 2>/dev/null
+	# The run's queues on RabbitMQ (bench drain's empty ones included).
+	if [ -n "$RABBIT_OK" ]; then
+		rabbitmqctl list_queues -q name 2>/dev/null | grep -E "^($QPREFIX|bench-drain\.)" |
+			while read -r q; do rabbitmqctl delete_queue "$q" >/dev/null 2>&1; done
+	fi
 	if [ -z "${KEEP_PEERS:-}" ]; then
 		[ -n "$NATS_PID" ] && kill "$NATS_PID" 2>/dev/null && wait "$NATS_PID" 2>/dev/null
 		if [ -n "$RABBIT_STARTED" ]; then
 			log "stopping RabbitMQ"
-			rabbitmqctl delete_queue bench-herald-peers >/dev/null 2>&1
 			rabbitmqctl stop >/dev/null 2>&1
 			# rabbitmq-server also started Erlang's port mapper; stop it if it was not running before.
 			[ -n "$EPMD_STARTED" ] && epmd -kill >/dev/null 2>&1
@@ -84,7 +98,6 @@ wait_port() { # host port what
 wait_port 127.0.0.1 "$HERALD_PORT" heraldd
 
 # ---- RabbitMQ ----------------------------------------------------------
-RABBIT_OK=
 if want rabbitmq; then
 	if rabbitmqctl status >/dev/null 2>&1; then
 		log "RabbitMQ already running; using it (its stomp listener must be on $RABBIT_PORT)"
@@ -114,7 +127,6 @@ EOF
 	done
 	if [ -n "$up" ] && wait_port 127.0.0.1 "$RABBIT_PORT" rabbitmq-stomp; then
 		RABBIT_OK=1
-		rabbitmqctl delete_queue bench-herald-peers >/dev/null 2>&1 || true
 	else
 		log "RabbitMQ did not start; see $OUT/rabbitmq-start.log and /var/log/rabbitmq/; carrying on without it"
 	fi
@@ -123,7 +135,8 @@ fi
 # ---- NATS --------------------------------------------------------------
 NATS_OK=
 if want nats; then
-	nats-server -a 127.0.0.1 -p "$NATS_PORT" >"$OUT/nats.log" 2>&1 &
+	# -js: JetStream (file store under $WORK) for the queue cases.
+	nats-server -js -sd "$WORK/nats-js" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT/nats.log" 2>&1 &
 	NATS_PID=$!
 	wait_port 127.0.0.1 "$NATS_PORT" nats-server && NATS_OK=1
 fi
@@ -138,40 +151,87 @@ target() {
 	esac
 }
 
-# Cases: name | peers | bench arguments (the same for every target).
+# Cases: name | targets | bench arguments (the same for every target; per
+# target, args below adds what selects the protocol). Each run of a send case
+# gets a queue of its own.
 CASES=(
-	"durable-4x64|herald rabbitmq|send --dest /queue/bench-herald-peers --producers 4 --window 64 --size $SIZE --persistent"
-	"durable-1x1|herald rabbitmq|send --dest /queue/bench-herald-peers --producers 1 --window 1 --size $SIZE --persistent"
+	"durable-4x64|herald rabbitmq nats sqlite|send --producers 4 --window 64 --size $SIZE --persistent"
+	"durable-1x1|herald rabbitmq nats sqlite|send --producers 1 --window 1 --size $SIZE --persistent"
+	"drain|herald rabbitmq nats|drain --messages $DRAIN_MESSAGES --consumers 4 --prefetch 1000 --size $SIZE"
 	"topic-1k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 1000 --size $SIZE"
 	"topic-10k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 10000 --size $SIZE"
 )
+
+# args TARGET CASE-ARGS DEST -> the protocol flags for TARGET
+args() {
+	local extra=
+	case $1 in
+	nats)
+		case $2 in
+		topic*) extra=--nats ;;
+		*) extra=--jetstream ;; # send: JetStream publish acks; drain: a pull consumer
+		esac ;;
+	rabbitmq) extra="--vhost /" ;; # RabbitMQ takes CONNECT's host header for the vhost
+	esac
+	case $2 in
+	send*) [ "$1" = nats ] || extra="$extra --dest $3" ;;
+	esac
+	echo "$extra"
+}
+
+# sqlite_run ARGS -> one JSON line like bench send's, from BenchmarkRawSQLiteTail
+# (a bare SQLite writer, 256 rows per commit for 4x64, 1 for 1x1).
+(cd "$ROOT" && go test -c -o "$WORK/bin/journal.test" ./journal)
+sqlite_run() {
+	local batch=256 secs
+	[[ "$1" == *"--window 1 "* ]] && batch=1
+	secs=$(($(echo "$DURATION" | sed 's/s$//')))
+	HERALD_BENCH_SECONDS=$secs HERALD_BENCH_BATCH=$batch "$WORK/bin/journal.test" -test.run '^$' \
+		-test.bench RawSQLiteTail -test.benchtime 1x 2>&1 | awk -v batch="$batch" '/^BenchmarkRawSQLiteTail/ {
+			for (i = 3; i < NF; i++) v[$(i+1)] = $i
+			printf "{\"mode\":\"send\",\"transport\":\"sqlite\",\"window\":%d,\"msgs_per_s\":%s,\"errors\":0,\"receipt_latency\":{\"p50_us\":%s,\"p99_us\":%s,\"p999_us\":%s,\"max_us\":%s},\"wal_mib\":%s}\n",
+				batch, v["rows/s"], v["p50-ms"]*1000, v["p99-ms"]*1000, v["p999-ms"]*1000, v["max-ms"]*1000, v["wal-MiB"]
+		}'
+}
 
 : >"$OUT/runs.jsonl"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 idx=0
 for c in "${CASES[@]}"; do
 	idx=$((idx + 1))
-	IFS='|' read -r name targets args <<<"$c"
+	IFS='|' read -r name targets cargs <<<"$c"
+	if [ -n "${CASES_ONLY:-}" ] && [[ " $CASES_ONLY " != *" $name "* ]]; then
+		continue
+	fi
 	for run in $(seq 1 "$RUNS"); do
 		for t in $targets; do
 			case $t in
 			rabbitmq) [ -n "$RABBIT_OK" ] || continue ;;
 			nats) [ -n "$NATS_OK" ] || continue ;;
+			sqlite) want sqlite || continue ;;
 			esac
-			extra=
-			[ "$t" = nats ] && extra=--nats
-			[ "$t" = rabbitmq ] && extra="--vhost /" # RabbitMQ takes CONNECT's host header for the vhost
+			dest=/queue/$QPREFIX-$idx-$run-$t
+			if [ "$t" = sqlite ]; then
+				line=$(sqlite_run "$cargs ")
+				[ -n "$line" ] || { log "$name sqlite run $run failed"; continue; }
 			# shellcheck disable=SC2046,SC2086
-			if line=$("$HERALD" $(target "$t") bench $args $extra --duration "$DURATION" --warmup "$WARMUP" --json 2>"$WORK/err"); then
+			elif line=$("$HERALD" $(target "$t") bench $cargs $(args "$t" "$cargs" "$dest") --duration "$DURATION" --warmup "$WARMUP" --json 2>"$WORK/err"); then
 				:
 			else
 				log "$name $t run $run failed: $(cat "$WORK/err")"
 				[ -n "$line" ] || continue
 			fi
+			# The send cases leave their messages: remove the run's queue at once.
+			if [[ "$cargs" == send* ]]; then
+				case $t in
+				herald) "$HERALD" queue delete --yes --socket "$WORK/herald-admin.sock" "${dest#/queue/}" >/dev/null 2>&1 || true ;;
+				rabbitmq) rabbitmqctl delete_queue "${dest#/queue/}" >/dev/null 2>&1 || true ;;
+				esac
+			fi
 			load=$(cut -d' ' -f1 /proc/loadavg)
 			echo "$line" | jq -c --arg case "$name" --argjson idx "$idx" --arg target "$t" --argjson run "$run" --arg load "$load" \
 				'{case:$case,idx:$idx,target:$target,run:$run,load1:($load|tonumber)} + .' >>"$OUT/runs.jsonl"
-			log "$name $t run $run: $(echo "$line" | jq -r 'if .mode=="send" then "\(.msgs_per_s) msg/s p50 \(.receipt_latency.p50_us)us p99 \(.receipt_latency.p99_us)us errors \(.errors)" else "p50 \(.latency.p50_us)us p99 \(.latency.p99_us)us lost \(.lost) min delivered \(.min_delivered_per_s)/s" end')"
+			log "$name $t run $run: $(echo "$line" | jq -r 'if .mode=="send" then "\(.msgs_per_s) msg/s p50 \(.receipt_latency.p50_us)us p99 \(.receipt_latency.p99_us)us p999 \(.receipt_latency.p999_us)us errors \(.errors)" elif .mode=="drain" then "drain \(.msgs_per_s) msg/s (fill \(.fill_msgs_per_s) msg/s) redelivered \(.redelivered) missing \(.missing) errors \(.errors)" else "p50 \(.latency.p50_us)us p99 \(.latency.p99_us)us lost \(.lost) min delivered \(.min_delivered_per_s)/s" end')"
 		done
 	done
 done
@@ -187,8 +247,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	jq -s -r '
 	  def med: sort | if length == 0 then null else .[(length-1)/2|floor] end;
-	  def lat: if .mode == "send" then .receipt_latency else .latency end;
-	  def rate: if .mode == "send" then .msgs_per_s else .min_delivered_per_s end;
+	  def lat: if .mode == "send" then .receipt_latency elif .mode == "drain" then {} else .latency end;
+	  def rate: if .mode == "topic" then .min_delivered_per_s else .msgs_per_s end;
 	  def sig(x): if x == 0 then "0" elif x >= 100 then (x | round | tostring)
 	              elif x >= 10 then ((x * 10 | round) / 10 | tostring)
 	              elif x >= 1 then ((x * 100 | round) / 100 | tostring)
@@ -202,22 +262,27 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 	          target: .[0].target,
 	          pub: (if .[0].mode == "topic" then ([.[] | .sent_per_s] | med) else null end),
 	          rate: ([.[] | rate] | med),
-	          p50: ([.[] | lat.p50_us / 1000] | med),
-	          p99: ([.[] | lat.p99_us / 1000] | med),
-	          p999: ([.[] | lat.p999_us / 1000] | med),
-	          bad: ([.[] | ((.lost // 0) + .errors)] | add)
+	          p50: ([.[] | lat.p50_us | select(. != null) / 1000] | med),
+	          p99: ([.[] | lat.p99_us | select(. != null) / 1000] | med),
+	          p999: ([.[] | lat.p999_us | select(. != null) / 1000] | med),
+	          bad: ([.[] | ((.lost // 0) + (.missing // 0) + .errors)] | add)
 	        } ] as $t
 	    | ($t | map(select(.target == "herald")) | first) as $h
-	    | $t | sort_by(if .target == "herald" then 0 elif .target == "rabbitmq" then 1 else 2 end)[]
+	    | $t | sort_by(if .target == "herald" then 0 elif .target == "rabbitmq" then 1 elif .target == "nats" then 2 else 3 end)[]
 	    | "| \($case) | \(.target) | \(if .pub == null then "" else (.pub | round | tostring) end) | \(.rate | round) | \(f(.p50)) | \(f(.p99)) | \(f(.p999)) | \(.bad) | " +
 	      (if .target == "herald" or $h == null then " |  |  |" else
 	        "\(r($h.rate; .rate)) | \(r($h.p50; .p50)) | \(r($h.p99; .p99)) |" end)
 	  ) | .[]' "$OUT/runs.jsonl"
 	echo
 	echo "pub msg/s: the topic publisher's achieved rate (a server can slow it by TCP flow control)."
-	echo "msg/s: confirmed SENDs per second (send cases); the slowest subscriber's delivered rate (topic cases)."
+	echo "Targets: nats is NATS core for the topic cases and JetStream (file stream; a publish ack for the receipt; a durable"
+	echo "pull consumer with explicit acks for the drain) for the others; sqlite is a bare SQLite writer (WAL, synchronous=FULL,"
+	echo "256 rows per commit for 4x64, 1 for 1x1), its latencies the commit times: the device's floor."
+	echo "msg/s: confirmed SENDs per second (send cases); messages drained per second, from the first SUBSCRIBE to the last"
+	echo "ACK processed (drain, after a fill of $DRAIN_MESSAGES); the slowest subscriber's delivered rate (topic cases)."
 	echo "p50/p99/p999: receipt latency (send); publisher-to-subscriber latency over all subscribers (topic)."
-	echo "lost+errors: summed over the runs; lost = sent in the window, not delivered within the 2 s drain."
+	echo "lost+errors: summed over the runs; lost = sent in the window, not delivered within the 2 s drain (topic), or"
+	echo "stored but not drained (drain)."
 	echo "H/peer: Herald/peer; for msg/s above 1 favours Herald, for latencies below 1 does."
 } | tee "$OUT/table.md"
 log "results in $OUT"

@@ -34,10 +34,48 @@ func (s *Store) qid(ctx context.Context, name string) (int64, error) {
 	return id, nil
 }
 
+// apply applies the ops of b in order.
 func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error {
-	var hbuf []byte
+	r := s.newRun()
+	if err := s.applyOps(ctx, r, b, now); err != nil {
+		return err
+	}
+	return r.flush(ctx)
+}
+
+// applyOps applies b's ops in order through r: deletes and claims join r's
+// run of their kind, any other op first flushes the run. The caller
+// flushes r at the end.
+func (s *Store) applyOps(ctx context.Context, r *run, b *appliance.Batch, now int64) error {
 	for i := range b.Ops {
 		op := &b.Ops[i]
+		switch op.Kind {
+		case appliance.OpDelete:
+			if err := r.add(ctx, runDelete, op.ID, 0); err != nil {
+				return err
+			}
+			continue
+		case appliance.OpClaim:
+			if err := r.add(ctx, runClaim, op.ID, op.Deliveries); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.flush(ctx); err != nil {
+			return err
+		}
+		if err := s.applyOp(ctx, op, now, &r.hbuf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyOp applies one op other than a delete or claim.
+func (s *Store) applyOp(ctx context.Context, op *appliance.Op, now int64, hb *[]byte) error {
+	hbuf := *hb
+	defer func() { *hb = hbuf }()
+	{
 		switch op.Kind {
 		case appliance.OpEnqueue:
 			m := op.Msg
@@ -50,7 +88,7 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 				err := s.st.dedupGet.QueryRowContext(ctx, q, m.DedupID).Scan(&first, &at)
 				if err == nil && at >= now-s.cfg.DedupWindow.Milliseconds() {
 					op.Duplicate, op.DupOf = true, uint64(first)
-					continue
+					return nil
 				} else if err != nil && err != sql.ErrNoRows {
 					return err
 				}
@@ -78,14 +116,6 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 				if _, err := s.st.dedupPut.ExecContext(ctx, q, m.DedupID, id, now); err != nil {
 					return err
 				}
-			}
-		case appliance.OpDelete:
-			if _, err := s.st.delete.ExecContext(ctx, int64(op.ID)); err != nil {
-				return err
-			}
-		case appliance.OpClaim:
-			if _, err := s.st.claim.ExecContext(ctx, op.Deliveries, int64(op.ID)); err != nil {
-				return err
 			}
 		case appliance.OpRelease:
 			if _, err := s.st.release.ExecContext(ctx, op.NotBefore, int64(op.ID)); err != nil {
@@ -117,7 +147,7 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 				return err
 			}
 			op.NewID = uint64(id)
-			if _, err := s.st.delete.ExecContext(ctx, int64(op.ID)); err != nil {
+			if err := s.deleteMsg(ctx, op.ID); err != nil {
 				return err
 			}
 		case appliance.OpPurge:
@@ -144,6 +174,15 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 	return nil
 }
 
+// deleteMsg deletes message id and its claims row.
+func (s *Store) deleteMsg(ctx context.Context, id uint64) error {
+	if _, err := s.st.delete.ExecContext(ctx, int64(id)); err != nil {
+		return err
+	}
+	_, err := s.st.unclaim.ExecContext(ctx, int64(id))
+	return err
+}
+
 // purge deletes the messages of op.Queue up to op.ID except op.Keep.
 func (s *Store) purge(ctx context.Context, op *appliance.Op) error {
 	q, err := s.qid(ctx, op.Queue)
@@ -156,6 +195,9 @@ func (s *Store) purge(ctx context.Context, op *appliance.Op) error {
 	}
 	where := "qid=? AND id<=? AND id NOT IN (" + keep + ")"
 	if err := s.wc.QueryRowContext(ctx, "SELECT count(*), coalesce(sum(size),0) FROM messages WHERE "+where, q, int64(op.ID)).Scan(&op.Affected, &op.Bytes); err != nil {
+		return err
+	}
+	if _, err := s.wc.ExecContext(ctx, "DELETE FROM claims WHERE id IN (SELECT id FROM messages WHERE "+where+")", q, int64(op.ID)); err != nil {
 		return err
 	}
 	_, err = s.wc.ExecContext(ctx, "DELETE FROM messages WHERE "+where, q, int64(op.ID))

@@ -1,8 +1,14 @@
 package journal
 
 import (
+	"database/sql"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkStore_OneAtATime is one durable enqueue per commit (sync=full),
@@ -16,5 +22,84 @@ func BenchmarkStore_OneAtATime(b *testing.B) {
 		if _, err := apply(b, s, enq("bench", body)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkRawSQLiteTail is the device's side of the sustained durable SEND
+// run (4 producers x 64 outstanding, 1 KiB): one bare SQLite writer (the
+// journal's table shape, WAL, synchronous=FULL, SQLite's own automatic
+// checkpoints) committing HERALD_BENCH_BATCH (default 256) rows per
+// transaction back to back for HERALD_BENCH_SECONDS (default 10) seconds;
+// with HERALD_BENCH_BATCH=1 it is the raw single-row commit beside one
+// durable SEND at a time. It reports rows per second
+// and the commit time percentiles: a row's receipt can come no sooner
+// than its commit, so the p999 here is the floor for Herald's p999 in the
+// same run. Run with -benchtime 1x.
+func BenchmarkRawSQLiteTail(b *testing.B) {
+	secs := 10
+	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	batch := 256
+	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_BATCH")); err == nil && v > 0 {
+		batch = v
+	}
+	path := filepath.Join(b.TempDir(), "raw.db")
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=FULL")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	for _, q := range []string{
+		`CREATE TABLE messages(id INTEGER PRIMARY KEY AUTOINCREMENT, qid INTEGER NOT NULL, enqueued INTEGER NOT NULL,
+			deliveries INTEGER NOT NULL DEFAULT 0, not_before INTEGER NOT NULL DEFAULT 0, expires INTEGER NOT NULL DEFAULT 0,
+			grp TEXT NOT NULL DEFAULT '', flags INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL, headers BLOB NOT NULL, body BLOB NOT NULL)`,
+		`CREATE INDEX messages_qid ON messages(qid, id)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ins, err := db.Prepare(`INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) VALUES(?,?,?,?,?,?,?,?,?,?)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, hdrs := make([]byte, 1024), []byte{0}
+	var lat []time.Duration
+	rows := 0
+	b.ResetTimer()
+	for range b.N {
+		end := time.Now().Add(time.Duration(secs) * time.Second)
+		for time.Now().Before(end) {
+			start := time.Now()
+			tx, err := db.Begin()
+			if err != nil {
+				b.Fatal(err)
+			}
+			st := tx.Stmt(ins)
+			for j := 0; j < batch; j++ {
+				if _, err := st.Exec(1, start.UnixMilli(), 0, 0, 0, "", 0, 1024+64, hdrs, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+			rows += batch
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(q(0.999), "p999-ms")
+	b.ReportMetric(float64(lat[len(lat)-1])/1e6, "max-ms")
+	fi, _ := os.Stat(path + "-wal")
+	if fi != nil {
+		b.ReportMetric(float64(fi.Size())/(1<<20), "wal-MiB")
 	}
 }

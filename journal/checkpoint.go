@@ -8,60 +8,120 @@ import (
 )
 
 // checkpointer keeps the WAL bounded under continuous load without the
-// writer paying for it inline. Every CheckpointInterval it runs a PASSIVE
-// checkpoint, which copies WAL frames into the database while the writer
-// goes on. PASSIVE alone never lets the WAL restart under constant writes
-// (new frames keep arriving), so when the WAL holds more than WALLimit it
-// asks the writer goroutine for a RESTART between two transactions: run
-// anywhere else, it starves waiting for the busy writer; run there, it
-// blocks writes only while it copies the frames written since the last
-// PASSIVE. The next transaction then writes the WAL from its start, and
-// journal_size_limit trims the file.
+// writer copying pages inline (that copy, a RESTART of tens of MB between
+// two transactions, was a 100-500 ms stall of every commit).
+//
+// SQLite starts the WAL over from its beginning, in place, at the first
+// transaction that begins when every frame has been copied to the
+// database (nBackfill == mxFrame) and no reader uses the WAL. So:
+//   - under load, a PASSIVE checkpoint from this goroutine's pooled
+//     connection copies frames while the writer goes on, every
+//     busyInterval (rather than CheckpointInterval) while commits happen,
+//     so each copies little;
+//   - once the WAL holds more than restartAt (a quarter of WALLimit), it
+//     repeats PASSIVE every hotInterval until one leaves few frames
+//     uncopied (tailPages), then asks the writer for a PASSIVE between two
+//     transactions: that copies only the frames committed since, and the
+//     writer's next transaction starts the WAL over. The file is overwritten in place rather than truncated and
+//     grown again (journal_size_limit = WALLimit only trims a WAL that
+//     grew past it);
+//   - when no commit happened for a CheckpointInterval, the writer, idle,
+//     runs a TRUNCATE: a quiet journal keeps no WAL (and the checkpointer
+//     then looks every idleInterval only);
+//   - while a backup pins its snapshot the WAL cannot start over: it stays
+//     PASSIVE at the normal pace.
 func (s *Store) checkpointer() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.CheckpointInterval)
+	interval := min(s.cfg.CheckpointInterval, busyInterval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	var lastCommits uint64
+	var quietSince time.Time
+	truncated := false
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 		}
+		t.Reset(interval)
 		c := s.commits.Load()
 		if c == lastCommits {
+			if quietSince.IsZero() {
+				quietSince = time.Now()
+			}
+			if !truncated && time.Since(quietSince) >= s.cfg.CheckpointInterval && s.backups.Load() == 0 {
+				if _, wal := s.Sizes(); wal > 0 {
+					s.askWriter(ckTruncate)
+				}
+				// Busy (a reader on the WAL): again after another interval.
+				_, wal := s.Sizes()
+				truncated = wal == 0
+				if !truncated {
+					quietSince = time.Now()
+				}
+			}
+			if truncated {
+				t.Reset(max(interval, idleInterval)) // nothing to do: wake less often
+			}
 			continue
 		}
-		lastCommits = c
+		lastCommits, quietSince, truncated = c, time.Time{}, false
 		_, logPages, done, err := s.checkpoint("PASSIVE")
-		if err != nil {
+		if err != nil || int64(logPages)*int64(s.pageSize) <= s.restartAt() {
 			continue
 		}
-		if int64(logPages)*int64(s.pageSize) > s.cfg.WALLimit {
-			// Each PASSIVE copies what the WAL held when it began; repeat
-			// until one copies little, so the RESTART's tail is short.
-			for i := 0; i < 8; i++ {
-				prev := done
-				if _, logPages, done, err = s.checkpoint("PASSIVE"); err != nil || done-prev < 256 {
-					break
-				}
-			}
+		// Past restartAt: check again soon (not after a whole interval),
+		// and once the frames left are few, have the writer copy them so
+		// that its next transaction starts the WAL over. While a backup
+		// pins its snapshot the WAL cannot start over: stay PASSIVE.
+		if s.backups.Load() != 0 {
+			continue
 		}
-		// While a backup pins its snapshot, a TRUNCATE would wait for it
-		// holding the write lock: stay PASSIVE until it is done.
-		if int64(logPages)*int64(s.pageSize) > s.cfg.WALLimit && s.backups.Load() == 0 {
-			// Wait for it: a PASSIVE running beside the RESTART would hold
-			// the checkpoint lock and make it sleep in the busy handler.
-			done := make(chan struct{})
-			select {
-			case s.truncate <- done:
-				select {
-				case <-done:
-				case <-s.stop:
-				}
-			case <-s.stop:
-			}
+		t.Reset(hotInterval)
+		if logPages-done <= tailPages {
+			s.askWriter(ckTail)
 		}
+	}
+}
+
+// Checkpointer tuning: how often it runs while commits happen, and how many
+// frames at most the writer copies itself before the WAL starts over.
+const (
+	busyInterval = 10 * time.Millisecond
+	hotInterval  = 2 * time.Millisecond   // while the WAL is past restartAt
+	idleInterval = 100 * time.Millisecond // once an idle WAL is truncated
+	tailPages    = 256
+)
+
+// restartAt is the WAL size (bytes) past which the checkpointer has the
+// WAL start over.
+func (s *Store) restartAt() int64 { return max(s.cfg.WALLimit/4, 1<<20) }
+
+// Checkpoints the writer runs between transactions.
+type ckMode uint8
+
+const (
+	ckTail     ckMode = iota // PASSIVE: copy the few frames left, so that the next transaction starts the WAL over
+	ckTruncate               // TRUNCATE, when idle
+)
+
+type ckReq struct {
+	mode ckMode
+	done chan struct{}
+}
+
+// askWriter has the writer run mode between two transactions and waits
+// for it (a PASSIVE running beside it would hold the checkpoint lock).
+func (s *Store) askWriter(mode ckMode) {
+	r := ckReq{mode: mode, done: make(chan struct{})}
+	select {
+	case s.truncate <- r:
+		select {
+		case <-r.done:
+		case <-s.stop:
+		}
+	case <-s.stop:
 	}
 }
 
@@ -108,17 +168,22 @@ func (s *Store) pruneDedup() {
 	}
 }
 
-// restart runs a RESTART checkpoint on the writer connection without
-// waiting: if a reader still uses the WAL it returns at once (busy) and the
-// checkpointer asks again at its next tick, rather than stalling commits.
-func (s *Store) restart() {
+// writerCheckpoint runs r on the writer connection without waiting for
+// a reader (busy_timeout 0): a busy checkpoint is tried again at a later
+// tick rather than stalling commits.
+func (s *Store) writerCheckpoint(r ckReq) {
+	defer close(r.done)
 	ctx := context.Background()
 	if _, err := s.wc.ExecContext(ctx, "PRAGMA busy_timeout=0"); err != nil {
 		return
 	}
 	defer s.wc.ExecContext(ctx, "PRAGMA busy_timeout=10000")
-	busy, _, _, err := s.checkpointOn(ctx, s.wc.QueryRowContext, "RESTART")
-	if err == nil && busy != 0 {
-		s.log.Debug("WAL restart postponed: a reader is using the WAL")
+	mode := "PASSIVE"
+	if r.mode == ckTruncate {
+		mode = "TRUNCATE"
+	}
+	busy, logPages, done, err := s.checkpointOn(ctx, s.wc.QueryRowContext, mode)
+	if err == nil && (busy != 0 || done < logPages) {
+		s.log.Debug("WAL restart postponed: a reader is using the WAL", "mode", mode)
 	}
 }

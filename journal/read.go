@@ -39,7 +39,8 @@ func (s *Store) Load(ctx context.Context, queue string, after uint64, limit int)
 // only when r.Group is set (index messages_grp), and bounded in bytes by
 // r.MaxBytes (by the size column: rows past the budget are never read).
 func (s *Store) Page(ctx context.Context, r appliance.PageRequest) ([]*appliance.Message, error) {
-	const cols = `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.size, m.headers, m.body FROM messages m`
+	// deliveries: see the claims table (schema.go).
+	const cols = `SELECT m.id, m.enqueued, max(m.deliveries, coalesce((SELECT c.deliveries FROM claims c WHERE c.id = m.id), 0)), m.not_before, m.expires, m.grp, m.flags, m.size, m.headers, m.body FROM messages m`
 	var rows *sql.Rows
 	var err error
 	if r.Group != "" {
@@ -95,7 +96,7 @@ func (s *Store) LoadPrefix(ctx context.Context, queue string, after uint64, limi
 	if maxBody < 0 {
 		maxBody = math.MaxInt32
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, m.deliveries, m.not_before, m.expires, m.grp, m.flags, m.size, m.headers,
+	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, max(m.deliveries, coalesce((SELECT c.deliveries FROM claims c WHERE c.id = m.id), 0)), m.not_before, m.expires, m.grp, m.flags, m.size, m.headers,
 			CASE WHEN m.flags & ? != 0 THEN m.body ELSE substr(m.body, 1, ?) END, length(m.body)
 		FROM messages m WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`,
 		flagZstd, maxBody, queue, int64(after), limit)

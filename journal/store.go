@@ -36,8 +36,8 @@ type Config struct {
 	MaxBatchOps        int           // operations per transaction
 	DedupWindow        time.Duration // how long a dedup id is remembered
 	DedupMax           int           // at most this many dedup ids are remembered
-	CheckpointInterval time.Duration // background PASSIVE checkpoint period
-	WALLimit           int64         // WAL bytes above which a TRUNCATE checkpoint runs
+	CheckpointInterval time.Duration // idle this long: TRUNCATE the WAL (under load PASSIVE runs every 10 ms, checkpoint.go)
+	WALLimit           int64         // the WAL's bound: it starts over past a quarter of it (checkpoint.go)
 	Compress           bool          // zstd-compress bodies of at least CompressMin bytes when it pays
 	CompressMin        int
 	Logger             *slog.Logger
@@ -78,9 +78,9 @@ type Store struct {
 	// closed too.
 	flushed, released chan struct{}
 	done              chan completed
-	// truncate asks the writer for a TRUNCATE checkpoint between
-	// transactions (see checkpointer).
-	truncate chan chan struct{}
+	// truncate asks the writer for a checkpoint between transactions (see
+	// checkpointer).
+	truncate chan ckReq
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
@@ -88,6 +88,7 @@ type Store struct {
 	sids map[string]*streamW // writer-owned cache of stream ids and next offsets (stream.go)
 
 	commits, ops, failed, checkpoints atomic.Uint64
+	pendingDone                       atomic.Int64 // completions handed to the completer, not yet run
 	lastBatch                         atomic.Int64
 	lastCommitNs                      atomic.Int64
 	lastCheckpoint                    atomic.Int64
@@ -95,7 +96,9 @@ type Store struct {
 	commitHook                        func(ops int, d time.Duration) // metrics, optional
 
 	st           *stmts
-	streamInsert *sql.Stmt // prepared at the first stream append (stream.go)
+	streamInsert *sql.Stmt            // prepared at the first stream append (stream.go)
+	run          *run                 // writer-owned, reused (run.go)
+	runStmts     map[runKey]*sql.Stmt // prepared on first use (run.go)
 	pageSize     int
 	zip          *compressor
 }
@@ -211,7 +214,7 @@ func (s *Store) Open(ctx context.Context) error {
 	}
 	s.in = make(chan *appliance.Batch, DefaultIntake)
 	s.done = make(chan completed, 64)
-	s.truncate = make(chan chan struct{})
+	s.truncate = make(chan ckReq)
 	s.stop = make(chan struct{})
 	s.wg.Add(3)
 	go s.writer()
@@ -232,6 +235,9 @@ func (s *Store) closeDB() {
 	}
 	if s.streamInsert != nil {
 		s.streamInsert.Close()
+	}
+	for _, st := range s.runStmts {
+		st.Close()
 	}
 	if s.wc != nil {
 		s.wc.Close()
@@ -382,9 +388,8 @@ func (s *Store) writer() {
 		case <-prune.C:
 			s.pruneDedup()
 			continue
-		case done := <-s.truncate:
-			s.restart()
-			close(done)
+		case r := <-s.truncate:
+			s.writerCheckpoint(r)
 			continue
 		}
 		batches = append(batches[:0], first)
@@ -408,6 +413,7 @@ func (s *Store) writer() {
 			for i := range errs {
 				errs[i] = ErrClosed
 			}
+			s.pendingDone.Add(1)
 			s.done <- completed{batches: append([]*appliance.Batch(nil), batches...), errs: errs}
 			continue
 		}
@@ -419,6 +425,15 @@ func (s *Store) writer() {
 		if s.commitHook != nil {
 			s.commitHook(n, d)
 		}
+		// Nothing to commit next and every earlier completion run: run
+		// this one here, sparing a lone SEND's receipt the hand-over to
+		// the completion goroutine (completions never block; order is
+		// kept, since none is pending).
+		if len(s.in) == 0 && s.pendingDone.Load() == 0 {
+			s.complete(completed{batches: batches, errs: errs})
+			continue
+		}
+		s.pendingDone.Add(1)
 		s.done <- completed{batches: append([]*appliance.Batch(nil), batches...), errs: errs}
 	}
 }
@@ -426,10 +441,16 @@ func (s *Store) writer() {
 func (s *Store) completer() {
 	defer s.wg.Done()
 	for c := range s.done {
-		for i, b := range c.batches {
-			if b.Done != nil {
-				b.Done(b, c.errs[i])
-			}
+		s.complete(c)
+		s.pendingDone.Add(-1)
+	}
+}
+
+// complete runs the Done of each batch of c, in order.
+func (s *Store) complete(c completed) {
+	for i, b := range c.batches {
+		if b.Done != nil {
+			b.Done(b, c.errs[i])
 		}
 	}
 }
@@ -473,10 +494,18 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 	}
 	now := s.cfg.Now().UnixMilli()
 	nops := 0
+	// Without savepoints, deletes and claims of consecutive batches join
+	// one run (run.go): a failure anywhere redoes the whole transaction
+	// with a savepoint per batch.
+	r := s.newRun()
 	for i, b := range batches {
 		nops += len(b.Ops)
 		if !savepoints {
-			if err := s.apply(ctx, b, now); err != nil {
+			err := s.applyOps(ctx, r, b, now)
+			if err == nil && i == len(batches)-1 {
+				err = r.flush(ctx)
+			}
+			if err != nil {
 				rollback()
 				if len(batches) == 1 {
 					return fail(err)

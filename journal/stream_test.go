@@ -143,7 +143,7 @@ func TestStream_MigratesVersion1(t *testing.T) {
 		t.Fatalf("append after migration: %v", err)
 	}
 	var v string
-	if err := s.db.QueryRow(`SELECT value FROM meta WHERE key='schema_version'`).Scan(&v); err != nil || v != "2" {
-		t.Fatalf("schema_version %q %v, want 2", v, err)
+	if err := s.db.QueryRow(`SELECT value FROM meta WHERE key='schema_version'`).Scan(&v); err != nil || v != fmt.Sprint(schemaVersion) {
+		t.Fatalf("schema_version %q %v, want %d", v, err, schemaVersion)
 	}
 }

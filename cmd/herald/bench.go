@@ -56,13 +56,15 @@ func benchCommand() *cli.Command {
 		Description: `Measures a STOMP server from the outside, the same way for every server:
   herald bench send    durable SENDs with receipts: throughput and receipt latency
   herald bench topic   one paced publisher, K subscribers: end-to-end latency and losses
+  herald bench drain   fill a queue, then C consumers ACK every message: drain rate
+                       (--jetstream: the same against a NATS JetStream pull consumer)
 The target is the global --server (and --login/--passcode). See docs/benchmarks.md.`,
 		Action: func(cCtx *cli.Context) error {
 			if cCtx.Args().Present() {
-				return usageErrorf("unknown bench command %q; want send or topic", cCtx.Args().First())
+				return usageErrorf("unknown bench command %q; want send, topic or drain", cCtx.Args().First())
 			}
 			cli.ShowSubcommandHelp(cCtx)
-			return usageErrorf("no bench command given; want send or topic")
+			return usageErrorf("no bench command given; want send, topic or drain")
 		},
 		Subcommands: []*cli.Command{
 			{
@@ -86,6 +88,7 @@ the queue is yours: the messages stay, and it says how many.`,
 					&cli.IntFlag{Name: "producers", Value: 4, Usage: "connections sending in parallel"},
 					&cli.IntFlag{Name: "window", Value: 64, Usage: "receipts outstanding per producer"},
 					&cli.BoolFlag{Name: "persistent", Usage: "add the header persistent:true (RabbitMQ, ActiveMQ)"},
+					&cli.BoolFlag{Name: "jetstream", Usage: "publish to a NATS JetStream file stream of the run's own (default server 127.0.0.1:4222), a JetStream ack standing for the RECEIPT"},
 				}, common...),
 				Action: runBenchSend,
 			},
@@ -109,6 +112,7 @@ With --nats, speaks NATS core's text protocol instead (default server
 				}, common...),
 				Action: runBenchTopic,
 			},
+			benchDrainCommand(common),
 		},
 	}
 }
@@ -258,7 +262,7 @@ func readBenchFlags(cCtx *cli.Context) (benchFlags, error) {
 		return f, err
 	}
 	switch {
-	case f.dest == "" && (cCtx.IsSet("dest") || cCtx.Command.Name != "send"):
+	case f.dest == "" && (cCtx.IsSet("dest") || cCtx.Command.Name == "topic"):
 		return f, usageErrorf("--dest must not be empty")
 	case f.size < 0 || f.size > 64<<20:
 		return f, usageErrorf("--size %d: want 0 to 64 MiB", f.size)
@@ -356,6 +360,9 @@ func runBenchSend(cCtx *cli.Context) error {
 	var hdrs []stomp.Header
 	if cCtx.Bool("persistent") {
 		hdrs = append(hdrs, stomp.Header{Key: "persistent", Value: "true"})
+	}
+	if cCtx.Bool("jetstream") {
+		return runBenchSendJetStream(cCtx, bf, producers, window)
 	}
 	own := bf.dest == ""
 	if own {
@@ -534,6 +541,13 @@ func benchCleanup(ctx context.Context, cCtx *cli.Context, res *sendResult, own b
 			res.Dest, unwrapClient(err), drained, cl.Stored, name, name)
 		return
 	}
+	benchDeleteEmpty(ctx, cCtx, name, cl)
+}
+
+// benchDeleteEmpty deletes the run's queue name through the admin socket
+// when it is there and empty, and says in cl.Note what it did.
+func benchDeleteEmpty(ctx context.Context, cCtx *cli.Context, name string, cl *benchClean) {
+	dest, drained := "/queue/"+name, cl.Drained
 	// The admin socket may belong to another daemon than --server: the
 	// queue's random name tells. Delete it only if it is there and empty.
 	sock := cCtx.String("socket")
@@ -548,7 +562,7 @@ func benchCleanup(ctx context.Context, cCtx *cli.Context, res *sendResult, own b
 	if err == nil && q.Messages == 0 {
 		if _, err = ac.DeleteQueue(actx, name); err == nil {
 			cl.QueueDeleted = true
-			cl.Note = fmt.Sprintf("removed %s: drained its %d message(s) and deleted the queue", res.Dest, drained)
+			cl.Note = fmt.Sprintf("removed %s: drained its %d message(s) and deleted the queue", dest, drained)
 			return
 		}
 	}
@@ -562,7 +576,7 @@ func benchCleanup(ctx context.Context, cCtx *cli.Context, res *sendResult, own b
 		why = fmt.Sprintf("%d message(s) arrived meanwhile", q.Messages)
 	}
 	cl.Note = fmt.Sprintf("drained %s (%d message(s)); the empty queue remains (%s): delete it on the server with: herald queue delete --yes %s",
-		res.Dest, drained, why, name)
+		dest, drained, why, name)
 }
 
 // benchDrain consumes dest (ack auto) until it has at least want messages
@@ -957,6 +971,12 @@ type natsConn struct {
 }
 
 func natsDial(ctx context.Context, addr string, timeout time.Duration) (*natsConn, error) {
+	return natsDialOpts(ctx, addr, timeout, false)
+}
+
+// natsDialOpts is natsDial; headers asks for HMSG (JetStream's status
+// messages) and no-responders replies.
+func natsDialOpts(ctx context.Context, addr string, timeout time.Duration, headers bool) (*natsConn, error) {
 	d := net.Dialer{Timeout: timeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -969,7 +989,11 @@ func natsDial(ctx context.Context, addr string, timeout time.Duration) (*natsCon
 		nc.Close()
 		return nil, &exitError{code: exitUnavailable, err: fmt.Errorf("%s does not speak NATS (first line %q, %v)", addr, line, err)}
 	}
-	if err := c.write("CONNECT {\"verbose\":false,\"pedantic\":false,\"name\":\"herald-bench\",\"lang\":\"go\",\"version\":\"0\",\"protocol\":1}\r\n"); err != nil {
+	hdr := ""
+	if headers {
+		hdr = ",\"headers\":true,\"no_responders\":true"
+	}
+	if err := c.write("CONNECT {\"verbose\":false,\"pedantic\":false,\"name\":\"herald-bench\",\"lang\":\"go\",\"version\":\"0\",\"protocol\":1" + hdr + "}\r\n"); err != nil {
 		nc.Close()
 		return nil, err
 	}

@@ -1,0 +1,102 @@
+package journal
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+)
+
+// TestStore_WALUnderContinuousLoad: with batches always queued (the writer
+// never idle), the WAL still starts over and stays within its limit; once
+// the load stops, the idle writer truncates it to nothing.
+func TestStore_WALUnderContinuousLoad(t *testing.T) {
+	const limit = 4 << 20
+	s := mustOpen(t, Config{WALLimit: limit, CheckpointInterval: 200 * time.Millisecond})
+	body := strings.Repeat("w", 1024)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	var written int
+	for p := 0; p < 4; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ops := make([]appliance.Op, 100)
+				for i := range ops {
+					ops[i] = enq("cont", body)
+				}
+				b, err := apply(t, s, ops...)
+				if err == nil {
+					del := make([]appliance.Op, len(b.Ops))
+					for i, op := range b.Ops {
+						del[i] = appliance.Op{Kind: appliance.OpDelete, ID: op.Msg.ID}
+					}
+					_, err = apply(t, s, del...)
+				}
+				mu.Lock()
+				written += len(ops)
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	var maxWAL int64
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		_, wal := s.Sizes()
+		maxWAL = max(maxWAL, wal)
+		mu.Lock()
+		enough := written >= 60000 // about 4 x 60 MB through the WAL... at least 60 MB
+		mu.Unlock()
+		if enough && time.Now().After(deadline.Add(-2*time.Second)) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	mu.Lock()
+	n := written
+	mu.Unlock()
+	if int64(n)*1024 < 4*limit {
+		t.Skipf("only %d messages written in 3 s: too few to fill the WAL several times on this machine", n)
+	}
+	if maxWAL > 2*limit {
+		t.Fatalf("WAL grew to %d bytes under continuous load (%d messages written) with a %d byte limit", maxWAL, n, limit)
+	}
+	// Idle: truncated to nothing within a few checkpoint intervals.
+	var wal int64
+	for i := 0; i < 100; i++ {
+		if _, wal = s.Sizes(); wal == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if wal != 0 {
+		t.Fatalf("WAL still %d bytes 2 s after the load stopped; want it truncated while idle", wal)
+	}
+	ms, err := s.Load(context.Background(), "cont", 0, 10)
+	if err != nil || len(ms) != 0 {
+		t.Fatalf("queue after the run: %d messages (%v), want none", len(ms), err)
+	}
+	t.Logf("%d messages through the WAL, max WAL %d bytes, %d checkpoints", n, maxWAL, s.Stats().Checkpoints)
+}
