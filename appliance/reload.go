@@ -155,6 +155,9 @@ var reloadKeys = map[string]reloadClass{
 	"kv.watch_buffer_bytes": reloadable,
 	"kv.history":            reloadable, // from the next write of each key
 	"kv.bucket":             reloadable,
+
+	// Bridges are started once, at start; a change needs a restart.
+	"bridge": restartOnly,
 }
 
 // configKeys lists the TOML path of every key of Config with its field
