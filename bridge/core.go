@@ -302,3 +302,6 @@ func (c *Core) Tick(now int64) []Action {
 	}
 	return nil
 }
+
+// Holds reports whether item key is still held (not yet confirmed).
+func (c *Core) Holds(key uint64) bool { return c.items[key] != nil }

@@ -19,9 +19,9 @@ type simWorld struct {
 	core   *Core
 	cfg    CoreConfig
 	now    int64
-	n      int      // messages in the source
-	acked  []bool   // acknowledged at the source
-	deliv  []bool   // delivered to the current source session, unacked
+	n      int            // messages in the source
+	acked  []bool         // acknowledged at the source
+	deliv  []bool         // delivered to the current source session, unacked
 	handle map[uint64]int // the current session's ack handles
 	keyIdx map[uint64]int // every key the current core gave, to its message
 	// sink
