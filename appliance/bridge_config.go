@@ -253,6 +253,9 @@ func CheckBridgeMap(kind string, m BridgeMap) error {
 		if strings.ContainsAny(name, "*>") && m.Direction != "in" {
 			return fmt.Errorf("local %q: a queue is consumed by its exact name: wildcards on queues only for direction \"in\"", m.Local)
 		}
+		if m.Direction == "both" {
+			return fmt.Errorf("local %q: a queue both ways would be consumed by the bridge that fills it: map out and in to different queues (two maps with direction \"out\" and \"in\")", m.Local)
+		}
 	case strings.HasPrefix(m.Local, prefixTopic):
 		name = m.Local[len(prefixTopic):]
 	default:

@@ -22,6 +22,9 @@ import (
 const (
 	HeaderOrigin = "herald-bridge-origin" // appliance ids the message left, comma-separated
 	HeaderHops   = "herald-bridge-hops"   // bridges crossed
+	// HeaderVia names the bridge that brought a message in; that bridge
+	// does not send it back out.
+	HeaderVia = "herald-bridge-via"
 )
 
 // Options are what New needs.
@@ -463,7 +466,8 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 		c := w.local
 		ack = func() error { return c.Ack(f) }
 	}
-	key, dup, acts := w.core.Offer(Item{ID: id, Bytes: len(f.Body), Skip: hops >= w.cfg().MaxHops}, time.Now().UnixNano())
+	skip := hops >= w.cfg().MaxHops || f.Get(HeaderVia) == w.cfg().Name
+	key, dup, acts := w.core.Offer(Item{ID: id, Bytes: len(f.Body), Skip: skip}, time.Now().UnixNano())
 	if dup {
 		if h, ok := w.handles[key]; ok {
 			h.ack = ack
@@ -492,7 +496,7 @@ func (w *worker) takeRemote(ctx context.Context, m inMsg) {
 		}
 		return
 	}
-	hdrs := append(m.headers, stomp.Header{Key: "dedup-id", Value: m.id})
+	hdrs := append(m.headers, stomp.Header{Key: "dedup-id", Value: m.id}, stomp.Header{Key: HeaderVia, Value: w.cfg().Name})
 	w.handles[key] = handle{ack: m.ack, id: m.id, dest: m.dest, headers: hdrs, body: m.body}
 	w.exec(ctx, acts)
 }
@@ -594,7 +598,7 @@ func carried(h stomp.Headers, keepLoop bool) stomp.Headers {
 		switch x.Key {
 		case "subscription", "message-id", "destination", "ack", "redelivered", "delivery-count",
 			"content-length", "receipt", "dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id",
-			HeaderOrigin, HeaderHops, "expires", "persistent", "last-value":
+			HeaderOrigin, HeaderHops, HeaderVia, "expires", "persistent", "last-value":
 			continue
 		}
 		out = append(out, x)
