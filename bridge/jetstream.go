@@ -116,7 +116,11 @@ func (j *jsOut) publish(key, gen uint64, h handle) error {
 	for _, x := range h.headers {
 		m.Header.Add(x.Key, x.Value)
 	}
-	f, err := j.js.PublishMsgAsync(m, jetstream.WithMsgID(h.id), jetstream.WithExpectStream(j.w.cfg().Stream))
+	// No retries inside nats.go: its retry of a "no responders" answer
+	// (a stream leader election) would store this message after the ones
+	// sent behind it. A failure fails the link; the core sends it and
+	// every later one again, in order.
+	f, err := j.js.PublishMsgAsync(m, jetstream.WithMsgID(h.id), jetstream.WithExpectStream(j.w.cfg().Stream), jetstream.WithRetryAttempts(0))
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", h.dest, err)
 	}
@@ -195,7 +199,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 		FilterSubjects: filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		MaxAckPending:  c.MaxInFlight,
-		AckWait:        max(30*time.Second, 3*c.AckTimeout.Duration),
+		AckWait:        max(time.Second, 3*c.AckTimeout.Duration),
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {

@@ -6,10 +6,15 @@ package natstest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,4 +162,122 @@ func Connect(t testing.TB, urls []string) (*nats.Conn, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	return nc, js
+}
+
+// A Procs cluster runs each node in a child process (the test binary
+// itself, which calls RunChildIfAsked from an init function), so that a
+// node can be killed with SIGKILL.
+type Procs struct {
+	t     testing.TB
+	Opts  []*server.Options
+	cmds  []*exec.Cmd
+	exe   string
+	mu    sync.Mutex
+	nodes int
+}
+
+const childEnv = "HERALD_TEST_NATS_NODE"
+
+// nodeSpec is what a child needs to run a node.
+type nodeSpec struct {
+	Name, Cluster, Store string
+	Port, ClusterPort    int
+	Routes               string
+}
+
+// RunChildIfAsked runs a NATS node and never returns when this process was
+// started as one by StartProcs; call it from an init function of the test
+// package.
+func RunChildIfAsked() {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		return
+	}
+	var n nodeSpec
+	if err := json.Unmarshal([]byte(spec), &n); err != nil {
+		fmt.Fprintln(os.Stderr, "natstest child:", err)
+		os.Exit(2)
+	}
+	o := &server.Options{
+		ServerName: n.Name, Host: "127.0.0.1", Port: n.Port, JetStream: true, StoreDir: n.Store,
+		Cluster: server.ClusterOpts{Name: n.Cluster, Host: "127.0.0.1", Port: n.ClusterPort},
+		Routes:  server.RoutesFromStr(n.Routes), NoLog: true, NoSigs: true,
+	}
+	s, err := server.NewServer(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "natstest child:", err)
+		os.Exit(2)
+	}
+	s.Start()
+	s.WaitForShutdown()
+	os.Exit(0)
+}
+
+// StartProcs starts n nodes as child processes of the test binary.
+func StartProcs(t testing.TB, n int) *Procs {
+	t.Helper()
+	p := &Procs{t: t, Opts: NodeOptions(t, "herald", t.TempDir(), n), cmds: make([]*exec.Cmd, n), exe: os.Args[0]}
+	for i := range n {
+		p.Start(i)
+	}
+	t.Cleanup(func() {
+		for i := range n {
+			p.Kill(i)
+		}
+	})
+	WaitJetStream(t, p.URLs(), 60*time.Second)
+	return p
+}
+
+// Start starts (or restarts) node i with its store.
+func (p *Procs) Start(i int) {
+	p.t.Helper()
+	o := p.Opts[i]
+	var routes []string
+	for _, r := range o.Routes {
+		routes = append(routes, r.String())
+	}
+	spec, _ := json.Marshal(nodeSpec{Name: o.ServerName, Cluster: o.Cluster.Name, Store: o.StoreDir, Port: o.Port, ClusterPort: o.Cluster.Port, Routes: strings.Join(routes, ",")})
+	cmd := exec.Command(p.exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start nats node %d: %v", i, err)
+	}
+	p.mu.Lock()
+	p.cmds[i] = cmd
+	p.mu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", o.Port), 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("nats node %d did not listen", i)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill sends SIGKILL to node i and reaps it.
+func (p *Procs) Kill(i int) {
+	p.mu.Lock()
+	cmd := p.cmds[i]
+	p.cmds[i] = nil
+	p.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+	}
+}
+
+// URLs are the client URLs of every node.
+func (p *Procs) URLs() []string {
+	var out []string
+	for _, o := range p.Opts {
+		out = append(out, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+	}
+	return out
 }
