@@ -260,3 +260,66 @@ func waitUp(t *testing.T, bs ...*bridge.Bridge) {
 }
 
 var _ = fmt.Sprint
+
+func stompBridge(name, id, dir, host string, maps ...appliance.BridgeMap) appliance.BridgeConfig {
+	return appliance.BridgeConfig{
+		Name: name, Kind: "stomp", Direction: dir, Host: host, ApplianceID: id, MaxInFlight: 16,
+		ReconnectMin: appliance.Duration{Duration: 20 * time.Millisecond}, ReconnectMax: appliance.Duration{Duration: 500 * time.Millisecond},
+		AckTimeout: appliance.Duration{Duration: 2 * time.Second}, Map: maps,
+	}
+}
+
+// TestBridgeStompBetweenHeralds: a STOMP bridge pushes A's /queue/orders
+// to B's /queue/from-a, and another pulls A's /queue/outbox into B's
+// /queue/inbox, across a restart of B and then of A (each on its data
+// directory and address). Each queue at B gets every message once, in
+// order.
+func TestBridgeStompBetweenHeralds(t *testing.T) {
+	addrA := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	addrB := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	a := testbroker.Start(t, func(c *appliance.Config) { c.Stomp.Listen = addrA })
+	b := testbroker.Start(t, func(c *appliance.Config) { c.Stomp.Listen = addrB })
+	t.Cleanup(a.Stop)
+	t.Cleanup(b.Stop)
+	push := startBridge(t, a, stompBridge("push-b", "site-a", "out", addrB, appliance.BridgeMap{Local: "/queue/orders", Remote: "/queue/from-a"}))
+	pull := startBridge(t, b, stompBridge("pull-a", "site-b", "in", addrA, appliance.BridgeMap{Local: "/queue/inbox", Remote: "/queue/outbox"}))
+	waitUp(t, push, pull)
+
+	const n = 300
+	send := func(i int) {
+		for {
+			c, err := client.Dial(context.Background(), addrA, client.Options{DialTimeout: time.Second})
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err1 := c.SendReceipt(ctx, "/queue/orders", []byte(strconv.Itoa(i)), stomp.Header{Key: "dedup-id", Value: "o-" + strconv.Itoa(i)})
+				_, err2 := c.SendReceipt(ctx, "/queue/outbox", []byte(strconv.Itoa(i)), stomp.Header{Key: "dedup-id", Value: "x-" + strconv.Itoa(i)})
+				cancel()
+				c.Close()
+				if err1 == nil && err2 == nil {
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i := range n {
+		switch i {
+		case 100:
+			b.Restart()
+		case 200:
+			a.Restart()
+		}
+		send(i)
+	}
+	cb := b.Dial(t)
+	for _, q := range []string{"/queue/from-a", "/queue/inbox"} {
+		sub, err := cb.SubscribeReceipt(context.Background(), q, "client-individual")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(q, func(t *testing.T) { receiveExactly(t, cb, sub, n, 60*time.Second, time.Second) })
+	}
+	if v := push.View().Directions[0]; v.Reconnects == 0 {
+		t.Errorf("push bridge: no reconnect counted across B's restart: %+v", v)
+	}
+}
