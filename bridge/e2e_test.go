@@ -54,7 +54,7 @@ func jsBridge(name, id, dir string, urls []string, maps ...appliance.BridgeMap) 
 		Name: name, Kind: "jetstream", Direction: dir, URLs: urls, Stream: "HERALD", CreateStream: true,
 		StreamSubjects: []string{"sites.>", "mesh.>"}, Replicas: 3, ApplianceID: id, MaxInFlight: 32,
 		ReconnectMin: appliance.Duration{Duration: 50 * time.Millisecond}, ReconnectMax: appliance.Duration{Duration: time.Second},
-		AckTimeout: appliance.Duration{Duration: 3 * time.Second}, Map: maps,
+		AckTimeout: appliance.Duration{Duration: time.Second}, Map: maps,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,7 +18,7 @@ import (
 // natsConnect opens a connection to the bridge's NATS servers. nats.go
 // reconnects on its own once connected; publishes while disconnected fail
 // at once (no reconnect buffer), which the core treats as a link failure.
-func natsConnect(w *worker) (*nats.Conn, error) {
+func natsConnect(w *worker, extra ...nats.Option) (*nats.Conn, error) {
 	c := w.cfg()
 	opts := []nats.Option{
 		nats.Name("herald-bridge-" + c.ApplianceID + "-" + c.Name + "-" + w.dir),
@@ -28,6 +29,7 @@ func natsConnect(w *worker) (*nats.Conn, error) {
 		nats.Timeout(5 * time.Second),
 		nats.NoCallbacksAfterClientClose(),
 	}
+	opts = append(opts, extra...)
 	switch {
 	case c.User != "":
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
@@ -137,17 +139,28 @@ func (j *jsOut) publish(key, gen uint64, h handle) error {
 }
 
 // jsIn consumes a durable JetStream consumer (direction in).
+//
+// Order. Messages in transit when the connection broke stay pending at the
+// server, which would go on delivering newer ones to the next pull and
+// redeliver the lost ones only after the ack wait: out of order. So after a
+// disconnection (and at start, when the durable has messages pending from
+// an earlier run) the bridge stops pulling until the ack wait has passed:
+// the server redelivers the pending messages first, in order, then new ones.
 type jsIn struct {
-	w    *worker
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	cons jetstream.Consumer
-	cc   jetstream.ConsumeContext
-	bad  chan error
+	w        *worker
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cons     jetstream.Consumer
+	cc       jetstream.ConsumeContext
+	lost     atomic.Bool // set by nats.go when the connection dropped
+	resumeAt time.Time   // no pulling before
+	started  bool
 }
 
+func (j *jsIn) ackWait() time.Duration { return max(time.Second, 3*j.w.cfg().AckTimeout.Duration) }
+
 func (j *jsIn) ok() bool {
-	if j.nc == nil || j.cc == nil {
+	if j.nc == nil || j.cc == nil || j.lost.Load() {
 		return false
 	}
 	select {
@@ -172,8 +185,13 @@ func (j *jsIn) close() {
 func (j *jsIn) connect(ctx context.Context) error {
 	w := j.w
 	c := w.cfg()
+	if j.lost.Swap(false) && j.cc != nil {
+		j.cc.Stop()
+		j.cc = nil
+		j.resumeAt = time.Now().Add(j.ackWait())
+	}
 	if j.nc == nil || j.nc.IsClosed() {
-		nc, err := natsConnect(w)
+		nc, err := natsConnect(w, nats.DisconnectErrHandler(func(*nats.Conn, error) { j.lost.Store(true) }))
 		if err != nil {
 			return err
 		}
@@ -199,13 +217,22 @@ func (j *jsIn) connect(ctx context.Context) error {
 		FilterSubjects: filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		MaxAckPending:  c.MaxInFlight,
-		AckWait:        max(time.Second, 3*c.AckTimeout.Duration),
+		AckWait:        j.ackWait(),
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer %s on stream %s: %w", c.Durable, c.Stream, err)
 	}
 	j.cons = cons
+	if !j.started {
+		j.started = true
+		if ci, err := cons.Info(ctx); err == nil && ci.NumAckPending > 0 {
+			j.resumeAt = time.Now().Add(j.ackWait())
+		}
+	}
+	if wait := time.Until(j.resumeAt); wait > 0 {
+		return fmt.Errorf("consumer %s: waiting %s for the ack wait to pass, so that the messages pending since the connection broke come again first, in order", c.Durable, wait.Round(time.Millisecond))
+	}
 	in := w.remoteIn
 	stream := c.Stream
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
