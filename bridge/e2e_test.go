@@ -27,6 +27,10 @@ func testLogger() *slog.Logger {
 }
 
 func startBridge(t *testing.T, b *testbroker.Broker, cfg appliance.BridgeConfig) *bridge.Bridge {
+	return startBridgeB(t, b, cfg)
+}
+
+func startBridgeB(t testing.TB, b *testbroker.Broker, cfg appliance.BridgeConfig) *bridge.Bridge {
 	t.Helper()
 	cfg = appliance.BridgeDefaults(cfg)
 	c := appliance.DefaultConfig()

@@ -153,14 +153,22 @@ type jsIn struct {
 	cons     jetstream.Consumer
 	cc       jetstream.ConsumeContext
 	lost     atomic.Bool // set by nats.go when the connection dropped
+	base     uint64      // the connection's reconnect count when pulling started
 	resumeAt time.Time   // no pulling before
 	started  bool
+}
+
+// broken reports whether the connection dropped since pulling started: a
+// message delivered after a reconnection may have overtaken one lost in
+// transit, so it is not taken (it stays pending and comes again in order).
+func (j *jsIn) broken() bool {
+	return j.lost.Load() || (j.nc != nil && j.nc.Stats().Reconnects != j.base)
 }
 
 func (j *jsIn) ackWait() time.Duration { return max(time.Second, 3*j.w.cfg().AckTimeout.Duration) }
 
 func (j *jsIn) ok() bool {
-	if j.nc == nil || j.cc == nil || j.lost.Load() {
+	if j.nc == nil || j.cc == nil || j.broken() {
 		return false
 	}
 	select {
@@ -185,7 +193,7 @@ func (j *jsIn) close() {
 func (j *jsIn) connect(ctx context.Context) error {
 	w := j.w
 	c := w.cfg()
-	if j.lost.Swap(false) && j.cc != nil {
+	if j.cc != nil && j.broken() {
 		j.cc.Stop()
 		j.cc = nil
 		j.resumeAt = time.Now().Add(j.ackWait())
@@ -235,7 +243,15 @@ func (j *jsIn) connect(ctx context.Context) error {
 	}
 	in := w.remoteIn
 	stream := c.Stream
+	nc := j.nc
+	base := nc.Stats().Reconnects
+	j.base = base
+	j.lost.Store(false)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		if nc.Stats().Reconnects != base {
+			j.lost.Store(true)
+			return // not acknowledged: it comes again, in order, after the ack wait
+		}
 		md, err := msg.Metadata()
 		if err != nil {
 			return
