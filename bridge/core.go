@@ -250,6 +250,7 @@ func (c *Core) backoff() int64 {
 // ConnectFailed: the attempt asked for by ActConnect failed.
 func (c *Core) ConnectFailed(now int64) {
 	if c.state == LinkConnecting {
+		c.stats.Failures++
 		c.down(now)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,5 +327,61 @@ func TestBridgeStompBetweenHeralds(t *testing.T) {
 	}
 	if v := push.View().Directions[0]; v.Reconnects == 0 {
 		t.Errorf("push bridge: no reconnect counted across B's restart: %+v", v)
+	}
+}
+
+// countingHandler counts the warnings logged, and keeps the last.
+type countingHandler struct {
+	mu   sync.Mutex
+	n    int
+	last string
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		h.mu.Lock()
+		h.n++
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "reason" {
+				h.last = a.Value.String()
+			}
+			return true
+		})
+		h.mu.Unlock()
+	}
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestBridgeFailingLogsOncePerInterval: a bridge whose peer is gone retries
+// many times but logs its reason once per log_interval.
+func TestBridgeFailingLogsOncePerInterval(t *testing.T) {
+	a := testbroker.Start(t, nil)
+	deadAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	h := &countingHandler{}
+	cfg := stompBridge("to-nowhere", "site-a", "out", deadAddr, appliance.BridgeMap{Local: "/queue/orders", Remote: "/queue/orders"})
+	cfg.ReconnectMin = appliance.Duration{Duration: 5 * time.Millisecond}
+	cfg.ReconnectMax = appliance.Duration{Duration: 20 * time.Millisecond}
+	cfg.LogInterval = appliance.Duration{Duration: time.Second}
+	br, err := bridge.New(bridge.Options{Config: appliance.BridgeDefaults(cfg), LocalAddr: a.Addr, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.Start()
+	time.Sleep(2500 * time.Millisecond)
+	br.Close()
+	v := br.View().Directions[0]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n < 2 || h.n > 3 {
+		t.Errorf("%d warnings in 2.5s with log_interval 1s, want 2 or 3", h.n)
+	}
+	if !strings.Contains(h.last, deadAddr) {
+		t.Errorf("the warning's reason %q does not name the peer %s", h.last, deadAddr)
+	}
+	if !v.Failing || v.LastError == "" {
+		t.Errorf("view: %+v: want failing with its error", v)
 	}
 }

@@ -80,7 +80,7 @@ var (
 	dBrSkipped    = prometheus.NewDesc("herald_bridge_loops_refused_total", "Messages not carried because they already left this appliance or crossed max_hops bridges.", []string{"bridge", "direction"}, nil)
 	dBrDropped    = prometheus.NewDesc("herald_bridge_topic_dropped_total", "Topic messages dropped while the link was down or its window full (topics are best effort).", []string{"bridge", "direction"}, nil)
 	dBrReconnects = prometheus.NewDesc("herald_bridge_reconnects_total", "Times the link came back after a failure.", []string{"bridge", "direction"}, nil)
-	dBrFailures   = prometheus.NewDesc("herald_bridge_failures_total", "Link failures (errors, lost connections, acknowledgements overdue).", []string{"bridge", "direction"}, nil)
+	dBrFailures   = prometheus.NewDesc("herald_bridge_failures_total", "Link failures: failed connection attempts, errors, lost connections, acknowledgements overdue.", []string{"bridge", "direction"}, nil)
 	bridgeDescs   = []*prometheus.Desc{dBrUp, dBrFailing, dBrLag, dBrLagBytes, dBrInFlight, dBrConfirmed, dBrResent, dBrSkipped, dBrDropped, dBrReconnects, dBrFailures}
 )
 
