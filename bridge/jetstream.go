@@ -28,6 +28,10 @@ func natsConnect(w *worker, extra ...nats.Option) (*nats.Conn, error) {
 		nats.ReconnectBufSize(-1),
 		nats.Timeout(5 * time.Second),
 		nats.NoCallbacksAfterClientClose(),
+		// A link cut silently (no RST) is noticed after two pings
+		// unanswered, then nats.go reconnects.
+		nats.PingInterval(max(time.Second, c.AckTimeout.Duration)),
+		nats.MaxPingsOutstanding(2),
 	}
 	opts = append(opts, extra...)
 	switch {

@@ -129,10 +129,15 @@ func (c *Cluster) WaitReady(d time.Duration) {
 // WaitJetStream waits until JetStream at urls answers.
 func WaitJetStream(t testing.TB, urls []string, d time.Duration) {
 	t.Helper()
+	waitJetStream(t, urls, d)
+}
+
+func waitJetStream(t testing.TB, urls []string, d time.Duration, opts ...nats.Option) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	var last error
 	for time.Now().Before(deadline) {
-		nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(time.Second))
+		nc, err := nats.Connect(strings.Join(urls, ","), append([]nats.Option{nats.Timeout(time.Second)}, opts...)...)
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -150,9 +155,9 @@ func WaitJetStream(t testing.TB, urls []string, d time.Duration) {
 }
 
 // Connect returns a client connection to urls, closed with the test.
-func Connect(t testing.TB, urls []string) (*nats.Conn, jetstream.JetStream) {
+func Connect(t testing.TB, urls []string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(strings.Join(urls, ","), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +173,22 @@ func Connect(t testing.TB, urls []string) (*nats.Conn, jetstream.JetStream) {
 // itself, which calls RunChildIfAsked from an init function), so that a
 // node can be killed with SIGKILL.
 type Procs struct {
-	t     testing.TB
-	Opts  []*server.Options
-	cmds  []*exec.Cmd
-	exe   string
-	mu    sync.Mutex
-	nodes int
+	t    testing.TB
+	Opts []*server.Options
+	cmds []*exec.Cmd
+	exe  string
+	mu   sync.Mutex
+	// Prefix runs each node under a command ("ip", "netns", "exec", NS);
+	// Host is the address clients reach the nodes at; Dialer connects to
+	// them (from another namespace). Set by StartProcsIn.
+	Prefix []string
+	Host   string
+	Dialer Dialer
+}
+
+// Dialer dials a node (nats.CustomDialer).
+type Dialer interface {
+	Dial(network, address string) (net.Conn, error)
 }
 
 const childEnv = "HERALD_TEST_NATS_NODE"
@@ -183,6 +198,7 @@ type nodeSpec struct {
 	Name, Cluster, Store string
 	Port, ClusterPort    int
 	Routes               string
+	Listen               string // client listen host; default 127.0.0.1
 }
 
 // RunChildIfAsked runs a NATS node and never returns when this process was
@@ -198,15 +214,21 @@ func RunChildIfAsked() {
 		fmt.Fprintln(os.Stderr, "natstest child:", err)
 		os.Exit(2)
 	}
+	if n.Listen == "" {
+		n.Listen = "127.0.0.1"
+	}
 	o := &server.Options{
-		ServerName: n.Name, Host: "127.0.0.1", Port: n.Port, JetStream: true, StoreDir: n.Store,
+		ServerName: n.Name, Host: n.Listen, Port: n.Port, JetStream: true, StoreDir: n.Store,
 		Cluster: server.ClusterOpts{Name: n.Cluster, Host: "127.0.0.1", Port: n.ClusterPort},
-		Routes:  server.RoutesFromStr(n.Routes), NoLog: true, NoSigs: true,
+		Routes:  server.RoutesFromStr(n.Routes), NoLog: os.Getenv("HERALD_TEST_NATS_LOG") != "1", NoSigs: true,
 	}
 	s, err := server.NewServer(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "natstest child:", err)
 		os.Exit(2)
+	}
+	if !o.NoLog {
+		s.ConfigureLogger()
 	}
 	s.Start()
 	s.WaitForShutdown()
@@ -216,7 +238,21 @@ func RunChildIfAsked() {
 // StartProcs starts n nodes as child processes of the test binary.
 func StartProcs(t testing.TB, n int) *Procs {
 	t.Helper()
-	p := &Procs{t: t, Opts: NodeOptions(t, "herald", t.TempDir(), n), cmds: make([]*exec.Cmd, n), exe: os.Args[0]}
+	return StartProcsIn(t, n, nil, "", nil)
+}
+
+// StartProcsIn is StartProcs with every node run under prefix (a network
+// namespace: "ip", "netns", "exec", NS), listening for clients on all
+// addresses, reached at host through dialer.
+func StartProcsIn(t testing.TB, n int, prefix []string, host string, dialer Dialer) *Procs {
+	t.Helper()
+	p := &Procs{t: t, Opts: NodeOptions(t, "herald", t.TempDir(), n), cmds: make([]*exec.Cmd, n), exe: os.Args[0], Prefix: prefix, Host: host, Dialer: dialer}
+	if p.Host == "" {
+		p.Host = "127.0.0.1"
+	}
+	if p.Dialer == nil {
+		p.Dialer = &net.Dialer{Timeout: time.Second}
+	}
 	for i := range n {
 		p.Start(i)
 	}
@@ -225,7 +261,7 @@ func StartProcs(t testing.TB, n int) *Procs {
 			p.Kill(i)
 		}
 	})
-	WaitJetStream(t, p.URLs(), 60*time.Second)
+	waitJetStream(t, p.URLs(), 60*time.Second, nats.SetCustomDialer(p.Dialer))
 	return p
 }
 
@@ -237,8 +273,13 @@ func (p *Procs) Start(i int) {
 	for _, r := range o.Routes {
 		routes = append(routes, r.String())
 	}
-	spec, _ := json.Marshal(nodeSpec{Name: o.ServerName, Cluster: o.Cluster.Name, Store: o.StoreDir, Port: o.Port, ClusterPort: o.Cluster.Port, Routes: strings.Join(routes, ",")})
-	cmd := exec.Command(p.exe, "-test.run=^$")
+	listen := ""
+	if p.Prefix != nil {
+		listen = "0.0.0.0"
+	}
+	spec, _ := json.Marshal(nodeSpec{Name: o.ServerName, Cluster: o.Cluster.Name, Store: o.StoreDir, Port: o.Port, ClusterPort: o.Cluster.Port, Routes: strings.Join(routes, ","), Listen: listen})
+	args := append(append([]string(nil), p.Prefix...), p.exe, "-test.run=^$")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -249,7 +290,7 @@ func (p *Procs) Start(i int) {
 	p.mu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", o.Port), 100*time.Millisecond)
+		c, err := p.Dialer.Dial("tcp", fmt.Sprintf("%s:%d", p.Host, o.Port))
 		if err == nil {
 			c.Close()
 			return
@@ -277,7 +318,7 @@ func (p *Procs) Kill(i int) {
 func (p *Procs) URLs() []string {
 	var out []string
 	for _, o := range p.Opts {
-		out = append(out, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+		out = append(out, fmt.Sprintf("nats://%s:%d", p.Host, o.Port))
 	}
 	return out
 }
