@@ -112,7 +112,9 @@ appliance_id = %q
 		t.Fatal(err)
 	}
 	defer ca.Close()
-	nft := func(args ...string) { testenv.Sh(t, append([]string{"ip", "netns", "exec", siteNS, "nft"}, args...)...) }
+	nft := func(args ...string) {
+		testenv.Sh(t, append([]string{"ip", "netns", "exec", siteNS, "nft"}, args...)...)
+	}
 	const total = 400
 	var cutAt, restoredAt time.Time
 	var during atomic.Int64
