@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/herald-mq/herald/appliance"
@@ -231,7 +232,7 @@ type worker struct {
 	lastRateAt    time.Time
 	lastLogAt     time.Time
 	suppressed    int
-	dropped       uint64
+	dropped       atomic.Uint64 // topic messages dropped
 	topicSeq      uint64
 }
 
@@ -418,8 +419,19 @@ func (w *worker) subscribeLocal(ctx context.Context) error {
 			return fmt.Errorf("subscribe to %s on this appliance: %w", m.Local, err)
 		}
 		w.localSubs = append(w.localSubs, sub)
+		topic := ack == "auto"
 		go func() {
 			for f := range sub.C() {
+				if topic {
+					// Best effort: never hold the local session up
+					// (a slow topic subscriber is disconnected).
+					select {
+					case w.localIn <- f:
+					default:
+						w.dropped.Add(1)
+					}
+					continue
+				}
 				select {
 				case w.localIn <- f:
 				case <-c.Done():
@@ -456,7 +468,7 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 		// is up with room in the window, else dropped (counted).
 		st := w.core.Stats()
 		if w.core.State() != LinkUp || st.PendingItems >= int64(w.cfg().MaxInFlight) {
-			w.dropped++
+			w.dropped.Add(1)
 			return
 		}
 		w.topicSeq++

@@ -121,10 +121,9 @@ func (s *stompIn) connect(ctx context.Context) error {
 		return err
 	}
 	w := s.w
-	for i, m := range w.maps {
+	for _, m := range w.maps {
 		sub, err := c.SubscribeReceipt(ctx, m.Remote, "client-individual",
-			stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(w.cfg().MaxInFlight)},
-			stomp.Header{Key: "id", Value: w.cfg().Durable + "-" + strconv.Itoa(i)})
+			stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(w.cfg().MaxInFlight)})
 		if err != nil {
 			c.Close()
 			return fmt.Errorf("subscribe to %s at the peer: %w", m.Remote, err)

@@ -45,7 +45,7 @@ func (w *worker) publishView(force bool) {
 	v.InFlight = st.InFlight
 	v.Held, v.HeldBytes = st.PendingItems, st.PendingBytes
 	v.Taken, v.Forwarded, v.Resent, v.Confirmed, v.Skipped = st.Taken, st.Forwarded, st.Resent, st.Confirmed, st.Skipped
-	v.Reconnects, v.Failures, v.Dropped = st.Reconnects, st.Failures, w.dropped
+	v.Reconnects, v.Failures, v.Dropped = st.Reconnects, st.Failures, w.dropped.Load()
 	v.Failing = w.core.State() != LinkUp && v.LastError != ""
 	if w.core.State() == LinkUp {
 		v.FailingSince = ""
