@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/internal/natstest"
 	"github.com/herald-mq/herald/internal/testbroker"
 )
@@ -20,7 +21,10 @@ import (
 // against a direct JetStream publisher with the same window on the same
 // cluster in the same run. Compare ns/op of the two.
 //
-//	go test -run '^$' -bench 'Bridge|Direct' -benchtime 2000x ./bridge
+// BenchmarkHeraldQueueCycle is Herald's own share (the same queue traffic
+// with a local consumer).
+//
+//	go test -run '^$' -bench . -benchtime 2000x ./bridge
 func benchCluster(b *testing.B) *natstest.Cluster { return natstest.Start(b, 3) }
 
 func BenchmarkDirectJetStream(b *testing.B) {
@@ -83,6 +87,49 @@ func BenchmarkBridgeOut(b *testing.B) {
 	wg.Wait()
 	for {
 		if v := bb.View().Directions[0]; v.Confirmed >= uint64(b.N) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkHeraldQueueCycle is Herald's own part of BenchmarkBridgeOut: the
+// same sends, consumed with client-individual acks and the same prefetch by
+// a local consumer instead of the bridge (no JetStream).
+func BenchmarkHeraldQueueCycle(b *testing.B) {
+	br := testbroker.Start(b, func(c *appliance.Config) { c.Journal.Sync = "full" })
+	name := fmt.Sprintf("c%d", b.N)
+	prod, cons := br.Dial(b), br.Dial(b)
+	sub, err := cons.SubscribeReceipt(context.Background(), "/queue/"+name, "client-individual", stomp.Header{Key: "prefetch-count", Value: "64"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, 1024)
+	b.SetBytes(1024)
+	b.ResetTimer()
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < b.N; i++ {
+			f := <-sub.C()
+			cons.Ack(f)
+		}
+		close(done)
+	}()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := 0; i < b.N; i++ {
+		ch, err := prod.SendAsync("/queue/"+name, body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() { <-ch; <-sem; wg.Done() }()
+	}
+	wg.Wait()
+	<-done
+	for {
+		if q, _ := br.B.Queue(name); q.Messages == 0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
