@@ -385,3 +385,39 @@ func TestBridgeFailingLogsOncePerInterval(t *testing.T) {
 		t.Errorf("view: %+v: want failing with its error", v)
 	}
 }
+
+// TestBridgeStreamMustExist: without create_stream, a missing stream is a
+// failing bridge whose error says what to do; once the stream exists the
+// bridge comes up and carries messages.
+func TestBridgeStreamMustExist(t *testing.T) {
+	cl := natstest.Start(t, 1)
+	a := testbroker.Start(t, nil)
+	cfg := jsBridge("backbone", "site-a", "out", cl.URLs(), appliance.BridgeMap{Local: "/queue/orders", Remote: "sites.a.orders"})
+	cfg.CreateStream = false
+	cfg.Replicas = 1
+	br := startBridge(t, a, cfg)
+	deadline := time.Now().Add(20 * time.Second)
+	for !br.View().Failing() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not failing without its stream: %+v", br.View())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e := br.View().Directions[0].LastError; !strings.Contains(e, "stream HERALD does not exist") || !strings.Contains(e, "create_stream = true") {
+		t.Errorf("error %q: want it to name the stream and create_stream", e)
+	}
+	sendAll(t, a.Dial(t), "/queue/orders", 0, 5, nil)
+	_, js := natstest.Connect(t, cl.URLs())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HERALD", Subjects: []string{"sites.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUp(t, br)
+	for streamSubjectCount(t, js, "sites.a.orders") != 5 {
+		if time.Now().After(deadline.Add(20 * time.Second)) {
+			t.Fatalf("the 5 messages kept while the stream was missing did not arrive")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -62,6 +62,11 @@ func NodeOptions(t testing.TB, name, dir string, n int) []*server.Options {
 			NoLog:      true,
 			NoSigs:     true,
 		}
+		if n == 1 {
+			// One node: a standalone JetStream server (a cluster of
+			// one never elects a meta leader).
+			o.Cluster, o.Routes = server.ClusterOpts{}, nil
+		}
 		out = append(out, o)
 	}
 	return out
