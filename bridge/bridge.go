@@ -200,13 +200,7 @@ type result struct {
 	key  uint64
 	err  error
 	gen  uint64
-	kind int // resForward, resSourceLost
 }
-
-const (
-	resForward = iota
-	resSourceLost
-)
 
 type worker struct {
 	b       *Bridge
@@ -301,8 +295,18 @@ func (w *worker) fail(err error) {
 	w.gen++
 	w.noteErr(err)
 	if !w.localOK() && w.local != nil {
-		w.local.Close()
-		w.local = nil
+		w.localLost()
+	}
+}
+
+// localLost closes the dead connection to this appliance. Direction out:
+// it was the source, whose unacknowledged messages come again, so the core
+// lets go of those not yet forwarded. Direction in: it was the sink; the
+// peer's messages are still held by the core and are sent again.
+func (w *worker) localLost() {
+	w.local.Close()
+	w.local = nil
+	if w.dir == "out" {
 		w.core.SourceLost(time.Now().UnixNano())
 		w.dropDeadHandles()
 	}
@@ -380,10 +384,7 @@ func (w *worker) connect(ctx context.Context) error {
 	defer cancel()
 	if !w.localOK() {
 		if w.local != nil {
-			w.local.Close()
-			w.local = nil
-			w.core.SourceLost(time.Now().UnixNano())
-			w.dropDeadHandles()
+			w.localLost()
 		}
 		c, err := client.Dial(cctx, w.o.LocalAddr, client.Options{
 			Login: w.cfg().LocalLogin, Passcode: w.cfg().LocalPasscode,

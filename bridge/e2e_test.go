@@ -146,6 +146,7 @@ func TestBridgeJetStreamExactlyOnce(t *testing.T) {
 	outA := startBridge(t, a, jsBridge("backbone", "site-a", "out", cl.URLs(), appliance.BridgeMap{Local: "/queue/orders", Remote: "sites.a.orders"}))
 	inB := startBridge(t, b, jsBridge("backbone", "site-b", "in", cl.URLs(), appliance.BridgeMap{Local: "/queue/from-a", Remote: "sites.a.orders"}))
 
+	waitUp(t, outA, inB)
 	pa := a.Dial(t)
 	cb := b.Dial(t)
 	sub, err := cb.SubscribeReceipt(context.Background(), "/queue/from-a", "client-individual")
@@ -154,6 +155,10 @@ func TestBridgeJetStreamExactlyOnce(t *testing.T) {
 	}
 	const n = 600
 	sendAll(t, pa, "/queue/orders", 0, n, func(i int) {
+		// Slow enough that the bridges live through each fault.
+		if i >= 150 && i < 300 || i >= 400 && i < 500 {
+			time.Sleep(10 * time.Millisecond)
+		}
 		switch i {
 		case 150:
 			cl.StopNode(0)
