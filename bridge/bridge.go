@@ -197,9 +197,9 @@ type handle struct {
 
 // result is a sink's answer to a forward, or an event of a connection.
 type result struct {
-	key  uint64
-	err  error
-	gen  uint64
+	key uint64
+	err error
+	gen uint64
 }
 
 type worker struct {
