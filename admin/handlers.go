@@ -43,6 +43,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/queues/{name}/requeue", s.requeue)
 	mux.HandleFunc("GET /v1/topics", s.topics)
 	mux.HandleFunc("GET /v1/channels", s.channelList)
+	mux.HandleFunc("GET /v1/bridges", s.bridgeList) // bridges.go
 	mux.HandleFunc("GET /v1/connections", s.connections)
 	mux.HandleFunc("DELETE /v1/connections/{id}", s.closeConnection)
 	mux.HandleFunc("GET /v1/config", s.config)

@@ -52,6 +52,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	channels atomic.Pointer[ChannelStats]
+	bridges  atomic.Pointer[BridgeStats] // bridges.go
 	backupMu sync.Mutex
 
 	api, mh      *http.Server

@@ -51,6 +51,9 @@ type Config struct {
 	Web WebConfig `toml:"web" json:"web"`
 	// KV: the key-value buckets of /kv/BUCKET.KEY (kv.go).
 	KV KVConfig `toml:"kv" json:"kv"`
+	// Bridges: links to a NATS JetStream cluster or other STOMP brokers
+	// (bridge_config.go, package bridge).
+	Bridges []BridgeConfig `toml:"bridge" json:"bridges"`
 }
 
 // WebConfig is the [web] section: the HTTP listener for browsers.
@@ -690,6 +693,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateHistory()...)
 	errs = append(errs, c.validateStreams()...)
 	errs = append(errs, c.validateKV()...)
+	errs = append(errs, c.validateBridges()...)
 	names := map[string]bool{}
 	for i, ch := range c.Multicast.Channels {
 		where := fmt.Sprintf("multicast.channel[%d]", i)

@@ -159,6 +159,9 @@ var reloadKeys = map[string]reloadClass{
 	"kv.bucket":             reloadable, // ttl: for the next put
 	"kv.max_lock_names":     reloadable, // for the next new name
 	"kv.max_lock_waiters":   reloadable, // for the next request
+
+	// Bridges are started once, at start; a change needs a restart.
+	"bridge": restartOnly,
 }
 
 // configKeys lists the TOML path of every key of Config with its field

@@ -32,7 +32,11 @@ func statusCommand() *cli.Command {
 				if cCtx.Bool("json") {
 					return printJSON(cCtx.App.Writer, st)
 				}
-				return printStatus(cCtx, st)
+				if err := printStatus(cCtx, st); err != nil {
+					return err
+				}
+				printFailingBridges(ctx, cCtx.App.Writer, c) // admin_bridges.go
+				return nil
 			})
 		},
 	}

@@ -74,7 +74,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "passcode", EnvVars: []string{"HERALD_PASSCODE"}, Usage: "STOMP passcode (prefer HERALD_PASSCODE: arguments are visible to other users)"},
 			&cli.DurationFlag{Name: "connect-timeout", Value: 5 * time.Second, Usage: "give up connecting after this long"},
 		},
-		Commands: append(append(append([]*cli.Command{sendCommand(), receiveCommand(), listenCommand(), doctorCommand(), benchCommand()}, adminCommands()...), userCommands()...), lockCommand()),
+		Commands: append(append(append([]*cli.Command{sendCommand(), receiveCommand(), listenCommand(), doctorCommand(), benchCommand()}, append(adminCommands(), bridgesCommand())...), userCommands()...), lockCommand()),
 		// Completion words come from the command definitions: herald completion bash.
 		EnableBashCompletion: true,
 		HideHelpCommand:      true,

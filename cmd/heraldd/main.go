@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/bridge"
 	"github.com/herald-mq/herald/journal"
 )
 
@@ -114,8 +115,9 @@ type daemon struct {
 	log        *slog.Logger
 	store      *journal.Store
 	broker     *appliance.Broker
-	adm        adminState // admin.go
-	channels   []*channel // multicast.go
+	adm        adminState       // admin.go
+	channels   []*channel       // multicast.go
+	bridges    []*bridge.Bridge // bridges.go
 	// restartKeys are the changed keys the last reload could not apply.
 	restartKeys atomic.Pointer[[]string]
 }
@@ -204,6 +206,11 @@ func (d *daemon) run() int {
 		d.shutdown()
 		return 69
 	}
+	if err := d.startBridges(addr); err != nil {
+		d.log.Error("cannot start a bridge; check [[bridge]] in the config", "err", err)
+		d.shutdown()
+		return 78
+	}
 	d.log.Info("heraldd ready", "version", version, "stomp", addr.String(), "data_dir", d.cfg.DataDir, "sync", d.cfg.Journal.Sync, "startup", time.Since(start).Round(time.Millisecond))
 	notify("READY=1\nSTATUS=serving STOMP on " + addr.String())
 
@@ -239,6 +246,7 @@ func (d *daemon) run() int {
 // messages return to their queues), then flush and close the journal.
 func (d *daemon) shutdown() error {
 	d.stopAdmin()
+	d.stopBridges()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error

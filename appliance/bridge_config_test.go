@@ -1,0 +1,61 @@
+package appliance_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/herald-mq/herald/appliance"
+)
+
+// TestBridgeConfigValidate: each bad [[bridge]] is refused with an error
+// naming the key and what to write instead; a good one passes.
+func TestBridgeConfigValidate(t *testing.T) {
+	good := `
+[[bridge]]
+name = "backbone"
+kind = "jetstream"
+urls = ["nats://10.0.0.1:4222"]
+stream = "HERALD"
+[[bridge.map]]
+local = "/queue/orders"
+remote = "orders"
+direction = "out"
+[[bridge.map]]
+local = "/topic/news.>"
+remote = "news.>"
+`
+	cfg := appliance.DefaultConfig()
+	if err := appliance.DecodeConfig(good, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a good bridge refused: %v", err)
+	}
+	for _, c := range []struct{ edit, want string }{
+		{`kind = "jetstream"|kind = "kafka"`, `bridge[0].kind: "kafka": want "jetstream" or "stomp"`},
+		{`name = "backbone"|name = "back bone"`, `bridge[0].name: "back bone"`},
+		{`urls = ["nats://10.0.0.1:4222"]|urls = ["http://x"]`, `bridge[0].urls: "http://x": want nats://`},
+		{`stream = "HERALD"|stream = "a.b"`, `bridge[0].stream: "a.b"`},
+		{`remote = "orders"|remote = "orders.>"`, `both or neither end in ">"`},
+		{`direction = "out"|direction = "both"`, `a queue both ways would be consumed by the bridge that fills it`},
+		{`local = "/queue/orders"|local = "/stream/orders"`, `want /queue/NAME or /topic/NAME`},
+		{`remote = "news.>"|remote = "news.*"`, `'*' is not supported`},
+		{`stream = "HERALD"|stream = "HERALD"` + "\nmax_in_flight = 20000", `bridge[0].max_in_flight: 20000: want 1 to 10000`},
+		{`stream = "HERALD"|stream = "HERALD"` + "\ntoken = \"t\"\nuser = \"u\"", `set one of user/password, token or creds_file`},
+		{`stream = "HERALD"|stream = "HERALD"` + "\ntls_ca = \"/x\"", `need tls = true`},
+		{`stream = "HERALD"|stream = "HERALD"` + "\nreconnect_min = \"1m\"\nreconnect_max = \"1s\"", `want 1ms <= reconnect_min <= reconnect_max <= 1h`},
+		{`kind = "jetstream"|kind = "stomp"`, `bridge[0].host: name the STOMP peer`},
+		{`stream = "HERALD"|stream = "HERALD"` + "\ndirection = \"in\"", `bridge[0].map[0].direction: "out", but the bridge's direction is "in"`},
+	} {
+		old, repl, _ := strings.Cut(c.edit, "|")
+		src := strings.Replace(good, old, repl, 1)
+		cfg := appliance.DefaultConfig()
+		if err := appliance.DecodeConfig(src, &cfg); err != nil {
+			t.Fatalf("%s: decode: %v", c.edit, err)
+		}
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.edit, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,620 @@
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+)
+
+// Headers a bridge adds to every message it carries (loop prevention).
+const (
+	HeaderOrigin = "herald-bridge-origin" // appliance ids the message left, comma-separated
+	HeaderHops   = "herald-bridge-hops"   // bridges crossed
+	// HeaderVia names the bridge that brought a message in; that bridge
+	// does not send it back out.
+	HeaderVia = "herald-bridge-via"
+)
+
+// Options are what New needs.
+type Options struct {
+	Config appliance.BridgeConfig
+	// LocalAddr is this appliance's STOMP listener (host:port), which the
+	// bridge connects to over loopback.
+	LocalAddr string
+	// LocalLimits are the frame limits of the local connection's reader.
+	LocalLimits stomp.Limits
+	Logger      *slog.Logger
+	// QueueDepth returns a local queue's messages and bytes (the lag of
+	// direction out); nil: unknown.
+	QueueDepth func(name string) (msgs, bytes int64, ok bool)
+	// Seed seeds the back-off jitter; 0: from the clock.
+	Seed uint64
+}
+
+// Bridge is one [[bridge]]: a worker per direction.
+type Bridge struct {
+	cfg     appliance.BridgeConfig
+	log     *slog.Logger
+	workers []*worker
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New checks o and returns a bridge ready to Start.
+func New(o Options) (*Bridge, error) {
+	cfg := appliance.BridgeDefaults(o.Config)
+	if cfg.ApplianceID == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return nil, fmt.Errorf("bridge %s: appliance_id is not set and the host name is unknown: set appliance_id", cfg.Name)
+		}
+		cfg.ApplianceID = strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+				return r
+			}
+			return '_'
+		}, h)
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = "herald-" + cfg.ApplianceID + "-" + cfg.Name
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	b := &Bridge{cfg: cfg, log: o.Logger.With("bridge", cfg.Name)}
+	var outMaps, inMaps []appliance.BridgeMap
+	for _, m := range cfg.Map {
+		if m.Direction == "out" || m.Direction == "both" {
+			outMaps = append(outMaps, m)
+		}
+		if m.Direction == "in" || m.Direction == "both" {
+			inMaps = append(inMaps, m)
+		}
+	}
+	tc, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for i, dir := range []struct {
+		name string
+		maps []appliance.BridgeMap
+	}{{"out", outMaps}, {"in", inMaps}} {
+		if len(dir.maps) == 0 {
+			continue
+		}
+		w := &worker{
+			b: b, dir: dir.name, maps: dir.maps, o: o, tls: tc,
+			core: NewCore(CoreConfig{
+				Window:     cfg.MaxInFlight,
+				BackoffMin: int64(cfg.ReconnectMin.Duration),
+				BackoffMax: int64(cfg.ReconnectMax.Duration),
+				AckTimeout: int64(cfg.AckTimeout.Duration),
+			}, o.Seed+uint64(i)),
+			handles: map[uint64]handle{},
+			results: make(chan result, cfg.MaxInFlight*2+16),
+		}
+		switch {
+		case cfg.Kind == "jetstream" && dir.name == "out":
+			w.remote = &jsOut{w: w}
+		case cfg.Kind == "jetstream":
+			w.remote = &jsIn{w: w}
+		case dir.name == "out":
+			w.remote = &stompOut{w: w}
+		default:
+			w.remote = &stompIn{w: w}
+		}
+		b.workers = append(b.workers, w)
+	}
+	return b, nil
+}
+
+// Name is the bridge's name.
+func (b *Bridge) Name() string { return b.cfg.Name }
+
+// Start runs the workers until Close.
+func (b *Bridge) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	for _, w := range b.workers {
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); w.run(ctx) }()
+	}
+}
+
+// Close stops the workers and closes their connections; what is in flight
+// stays unacknowledged at its source and is sent again later.
+func (b *Bridge) Close() {
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.wg.Wait()
+}
+
+func tlsConfig(cfg appliance.BridgeConfig) (*tls.Config, error) {
+	if !cfg.TLS {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.TLSCA != "" {
+		pem, err := os.ReadFile(cfg.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("bridge %s: tls_ca: %w", cfg.Name, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("bridge %s: tls_ca %s: no PEM certificate in it", cfg.Name, cfg.TLSCA)
+		}
+		tc.RootCAs = pool
+	}
+	if cfg.TLSCert != "" {
+		c, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("bridge %s: tls_cert/tls_key: %w", cfg.Name, err)
+		}
+		tc.Certificates = []tls.Certificate{c}
+	}
+	return tc, nil
+}
+
+// ---- one direction ----------------------------------------------------
+
+// remote is the peer's side of a worker: the sink of direction out, the
+// source of direction in.
+type remote interface {
+	// connect makes the connection usable (connecting, checking the
+	// stream, subscribing) if it is not.
+	connect(ctx context.Context) error
+	// ok reports whether the connection still stands.
+	ok() bool
+	close()
+}
+
+// handle is how to acknowledge an item at its source.
+type handle struct {
+	ack func() error
+	id  string // dedup id
+	// what to forward
+	dest    string
+	headers stomp.Headers
+	body    []byte
+}
+
+// result is a sink's answer to a forward, or an event of a connection.
+type result struct {
+	key uint64
+	err error
+	gen uint64
+}
+
+type worker struct {
+	b       *Bridge
+	dir     string
+	maps    []appliance.BridgeMap
+	o       Options
+	tls     *tls.Config
+	core    *Core
+	remote  remote
+	handles map[uint64]handle
+	results chan result
+	gen     uint64 // of the sink's link: results of an older link that failed are errors of the past
+
+	local     *client.Conn
+	localSubs []*client.Subscription
+	localIn   chan *stomp.Frame // direction out: MESSAGEs of the local subscriptions
+	remoteIn  chan inMsg        // direction in: messages of the peer
+
+	mu   sync.Mutex
+	view DirView
+	// rate
+	lastConfirmed uint64
+	lastRateAt    time.Time
+	lastLogAt     time.Time
+	suppressed    int
+	dropped       atomic.Uint64 // topic messages dropped
+	topicSeq      uint64
+}
+
+// inMsg is one message of the peer (direction in).
+type inMsg struct {
+	id      string
+	dest    string
+	headers stomp.Headers
+	body    []byte
+	ack     func() error
+}
+
+func (w *worker) cfg() *appliance.BridgeConfig { return &w.b.cfg }
+
+func (w *worker) run(ctx context.Context) {
+	w.localIn = make(chan *stomp.Frame, w.cfg().MaxInFlight*len(w.maps)+16)
+	w.remoteIn = make(chan inMsg, w.cfg().MaxInFlight+16)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	defer w.closeAll()
+	w.lastRateAt = time.Now()
+	for {
+		now := time.Now().UnixNano()
+		w.exec(ctx, w.core.Tick(now))
+		w.publishView(false)
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-w.localIn:
+			w.takeLocal(ctx, f)
+		case m := <-w.remoteIn:
+			w.takeRemote(ctx, m)
+		case r := <-w.results:
+			w.onResult(ctx, r)
+		case <-tick.C:
+			if w.core.State() == LinkUp && (!w.localOK() || !w.remote.ok()) {
+				w.fail(fmt.Errorf("connection lost"))
+			}
+		}
+	}
+}
+
+func (w *worker) localOK() bool {
+	if w.local == nil {
+		return false
+	}
+	select {
+	case <-w.local.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+func (w *worker) closeAll() {
+	if w.local != nil {
+		w.local.Close()
+		w.local = nil
+	}
+	w.remote.close()
+}
+
+// fail records err and fails the link; the core schedules the retry.
+func (w *worker) fail(err error) {
+	w.core.SinkFailed(time.Now().UnixNano())
+	w.gen++
+	w.noteErr(err)
+	if !w.localOK() && w.local != nil {
+		w.localLost()
+	}
+}
+
+// localLost closes the dead connection to this appliance. Direction out:
+// it was the source, whose unacknowledged messages come again, so the core
+// lets go of those not yet forwarded. Direction in: it was the sink; the
+// peer's messages are still held by the core and are sent again.
+func (w *worker) localLost() {
+	w.local.Close()
+	w.local = nil
+	if w.dir == "out" {
+		w.core.SourceLost(time.Now().UnixNano())
+		w.dropDeadHandles()
+	}
+}
+
+// dropDeadHandles forgets the handles of items the core let go when their
+// source session ended (their messages come again).
+func (w *worker) dropDeadHandles() {
+	for k := range w.handles {
+		if !w.core.Holds(k) {
+			delete(w.handles, k)
+		}
+	}
+}
+
+func (w *worker) noteErr(err error) {
+	now := time.Now()
+	w.mu.Lock()
+	w.view.LastError = err.Error()
+	w.view.LastErrorAt = now.UTC().Format(time.RFC3339)
+	if w.view.FailingSince == "" {
+		w.view.FailingSince = now.UTC().Format(time.RFC3339)
+	}
+	w.mu.Unlock()
+	if now.Sub(w.lastLogAt) >= w.cfg().LogInterval.Duration {
+		w.b.log.Warn("bridge failing; it retries with back-off", "direction", w.dir, "reason", err.Error(), "suppressed", w.suppressed, "retry_in", time.Duration(w.core.RetryAt()-now.UnixNano()).Round(time.Millisecond))
+		w.lastLogAt = now
+		w.suppressed = 0
+	} else {
+		w.suppressed++
+	}
+}
+
+func (w *worker) exec(ctx context.Context, acts []Action) {
+	for _, a := range acts {
+		switch a.Kind {
+		case ActConnect:
+			err := w.connect(ctx)
+			now := time.Now().UnixNano()
+			if err != nil {
+				w.core.ConnectFailed(now)
+				w.noteErr(err)
+				continue
+			}
+			w.gen++
+			w.mu.Lock()
+			w.view.FailingSince = ""
+			w.mu.Unlock()
+			w.exec(ctx, w.core.LinkUp(now))
+		case ActForward:
+			h, ok := w.handles[a.Key]
+			if !ok {
+				continue
+			}
+			if err := w.forward(a.Key, h); err != nil {
+				w.fail(err)
+				return
+			}
+		case ActAckSource:
+			h, ok := w.handles[a.Key]
+			delete(w.handles, a.Key)
+			if ok && h.ack != nil {
+				if err := h.ack(); err != nil {
+					// The source will deliver it again; the sink keeps
+					// one copy by its dedup id.
+					w.b.log.Debug("acknowledgement at the source failed", "direction", w.dir, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (w *worker) connect(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, max(5*time.Second, w.cfg().AckTimeout.Duration))
+	defer cancel()
+	if !w.localOK() {
+		if w.local != nil {
+			w.localLost()
+		}
+		c, err := client.Dial(cctx, w.o.LocalAddr, client.Options{
+			Login: w.cfg().LocalLogin, Passcode: w.cfg().LocalPasscode,
+			DialTimeout: 5 * time.Second, HeartBeat: [2]time.Duration{10 * time.Second, 0},
+			Limits: w.o.LocalLimits, SubscriptionBuffer: w.cfg().MaxInFlight + 16,
+		})
+		if err != nil {
+			return fmt.Errorf("connect to this appliance at %s: %w", w.o.LocalAddr, err)
+		}
+		w.local = c
+		w.localSubs = nil
+		if w.dir == "out" {
+			if err := w.subscribeLocal(cctx); err != nil {
+				return err
+			}
+		}
+	}
+	return w.remote.connect(cctx)
+}
+
+// subscribeLocal subscribes to the out maps' local destinations: queues
+// with client-individual acks and a prefetch of the window, topics with
+// auto acks.
+func (w *worker) subscribeLocal(ctx context.Context) error {
+	c := w.local
+	for _, m := range w.maps {
+		ack := "client-individual"
+		if strings.HasPrefix(m.Local, "/topic/") {
+			ack = "auto"
+		}
+		sub, err := c.SubscribeReceipt(ctx, m.Local, ack, stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(w.cfg().MaxInFlight)})
+		if err != nil {
+			return fmt.Errorf("subscribe to %s on this appliance: %w", m.Local, err)
+		}
+		w.localSubs = append(w.localSubs, sub)
+		topic := ack == "auto"
+		go func() {
+			for f := range sub.C() {
+				if topic {
+					// Best effort: never hold the local session up
+					// (a slow topic subscriber is disconnected).
+					select {
+					case w.localIn <- f:
+					default:
+						w.dropped.Add(1)
+					}
+					continue
+				}
+				select {
+				case w.localIn <- f:
+				case <-c.Done():
+					return
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// takeLocal: a MESSAGE of the local subscriptions (direction out).
+func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
+	dest := f.Get("destination")
+	m, rest, ok := matchLocal(w.maps, dest)
+	if !ok {
+		return
+	}
+	remoteDest := mapName(m.Remote, rest)
+	topic := strings.HasPrefix(dest, "/topic/")
+	hops, _ := strconv.Atoi(f.Get(HeaderHops))
+	hdrs := carried(f.Headers, false)
+	origin := f.Get(HeaderOrigin)
+	if origin == "" {
+		origin = w.cfg().ApplianceID
+	} else {
+		origin += "," + w.cfg().ApplianceID
+	}
+	hdrs = append(hdrs, stomp.Header{Key: HeaderOrigin, Value: origin}, stomp.Header{Key: HeaderHops, Value: strconv.Itoa(hops + 1)})
+	var id string
+	var ack func() error
+	if topic {
+		// Best effort: a topic message is forwarded only while the link
+		// is up with room in the window, else dropped (counted).
+		st := w.core.Stats()
+		if w.core.State() != LinkUp || st.PendingItems >= int64(w.cfg().MaxInFlight) {
+			w.dropped.Add(1)
+			return
+		}
+		w.topicSeq++
+		id = w.cfg().ApplianceID + ":t" + strconv.FormatUint(w.topicSeq, 10)
+	} else {
+		id = w.cfg().ApplianceID + ":" + f.Get("message-id")
+		c := w.local
+		ack = func() error { return c.Ack(f) }
+	}
+	skip := hops >= w.cfg().MaxHops || f.Get(HeaderVia) == w.cfg().Name
+	key, dup, acts := w.core.Offer(Item{ID: id, Bytes: len(f.Body), Skip: skip}, time.Now().UnixNano())
+	if dup {
+		if h, ok := w.handles[key]; ok {
+			h.ack = ack
+			w.handles[key] = h
+		}
+		return
+	}
+	w.handles[key] = handle{ack: ack, id: id, dest: remoteDest, headers: hdrs, body: f.Body}
+	w.exec(ctx, acts)
+}
+
+// takeRemote: a message of the peer (direction in).
+func (w *worker) takeRemote(ctx context.Context, m inMsg) {
+	hops, _ := strconv.Atoi(m.headers.Get(HeaderHops))
+	skip := hops >= w.cfg().MaxHops
+	for _, o := range strings.Split(m.headers.Get(HeaderOrigin), ",") {
+		if o == w.cfg().ApplianceID {
+			skip = true // it left this appliance: a loop
+		}
+	}
+	key, dup, acts := w.core.Offer(Item{ID: m.id, Bytes: len(m.body), Skip: skip}, time.Now().UnixNano())
+	if dup {
+		if h, ok := w.handles[key]; ok {
+			h.ack = m.ack
+			w.handles[key] = h
+		}
+		return
+	}
+	hdrs := append(m.headers, stomp.Header{Key: "dedup-id", Value: m.id}, stomp.Header{Key: HeaderVia, Value: w.cfg().Name})
+	w.handles[key] = handle{ack: m.ack, id: m.id, dest: m.dest, headers: hdrs, body: m.body}
+	w.exec(ctx, acts)
+}
+
+// forward sends item key to the sink; its answer comes as a result.
+func (w *worker) forward(key uint64, h handle) error {
+	gen := w.gen
+	if w.dir == "in" {
+		// The sink is this appliance: a SEND with a receipt, answered
+		// once the message is committed.
+		if w.local == nil {
+			return errors.New("not connected to this appliance")
+		}
+		ch, err := w.local.SendAsync(h.dest, h.body, h.headers...)
+		if err != nil {
+			return fmt.Errorf("send to %s on this appliance: %w", h.dest, err)
+		}
+		go func() {
+			r := <-ch
+			err := r.Err
+			if err != nil {
+				err = fmt.Errorf("send to %s on this appliance: %w", h.dest, err)
+			}
+			w.results <- result{key: key, err: err, gen: gen}
+		}()
+		return nil
+	}
+	return w.remote.(sink).publish(key, gen, h)
+}
+
+// sink is the remote side of direction out.
+type sink interface {
+	publish(key, gen uint64, h handle) error
+}
+
+func (w *worker) onResult(ctx context.Context, r result) {
+	now := time.Now().UnixNano()
+	if r.err == nil {
+		w.exec(ctx, w.core.Confirmed(r.key, now))
+		return
+	}
+	if r.gen == w.gen {
+		w.fail(r.err)
+	}
+}
+
+// ---- mapping ----------------------------------------------------------
+
+// matchLocal finds the map whose local side matches dest, and the rest of
+// the name a ".>" pattern matched.
+func matchLocal(maps []appliance.BridgeMap, dest string) (appliance.BridgeMap, string, bool) {
+	for _, m := range maps {
+		if rest, ok := matchPattern(m.Local, dest); ok {
+			return m, rest, true
+		}
+	}
+	return appliance.BridgeMap{}, "", false
+}
+
+// matchRemote finds the map whose remote side matches subject.
+func matchRemote(maps []appliance.BridgeMap, subject string) (appliance.BridgeMap, string, bool) {
+	for _, m := range maps {
+		if rest, ok := matchPattern(m.Remote, subject); ok {
+			return m, rest, true
+		}
+	}
+	return appliance.BridgeMap{}, "", false
+}
+
+// matchPattern matches name against an exact pattern or one ending in ">"
+// (the rest of the name, one or more segments).
+func matchPattern(pattern, name string) (string, bool) {
+	if p, ok := strings.CutSuffix(pattern, ">"); ok {
+		if len(name) > len(p) && strings.HasPrefix(name, p) {
+			return name[len(p):], true
+		}
+		return "", false
+	}
+	return "", pattern == name
+}
+
+// mapName puts rest in place of pattern's ">".
+func mapName(pattern, rest string) string {
+	if p, ok := strings.CutSuffix(pattern, ">"); ok {
+		return p + rest
+	}
+	return pattern
+}
+
+// carried are the headers of a local MESSAGE that cross the link: the
+// user's, without those of the delivery or of dedup (a new one is set).
+func carried(h stomp.Headers, keepLoop bool) stomp.Headers {
+	out := make(stomp.Headers, 0, len(h)+3)
+	for _, x := range h {
+		if keepLoop && (x.Key == HeaderOrigin || x.Key == HeaderHops) {
+			out = append(out, x)
+			continue
+		}
+		switch x.Key {
+		case "subscription", "message-id", "destination", "ack", "redelivered", "delivery-count",
+			"content-length", "receipt", "dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id",
+			HeaderOrigin, HeaderHops, HeaderVia, "expires", "persistent", "last-value":
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}

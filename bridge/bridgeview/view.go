@@ -1,0 +1,52 @@
+// Package bridgeview holds the state of a bridge as the admin API serves it
+// (GET /v1/bridges) and `herald bridges` prints it, apart from package
+// bridge so that the CLI does not link the NATS client.
+package bridgeview
+
+// View is one bridge as `herald bridges` and GET /v1/bridges show it.
+type View struct {
+	Name       string    `json:"name"`
+	Kind       string    `json:"kind"`
+	Peer       string    `json:"peer"` // the URLs or host
+	Directions []DirView `json:"directions"`
+}
+
+// Failing reports whether a direction of the bridge is failing.
+func (v View) Failing() bool {
+	for _, d := range v.Directions {
+		if d.Failing {
+			return true
+		}
+	}
+	return false
+}
+
+// DirView is one direction of a bridge.
+type DirView struct {
+	Direction string `json:"direction"` // "out" or "in"
+	State     string `json:"state"`     // "up", "connecting" or "down"
+	// Failing: not up, with an error since it last was.
+	Failing bool `json:"failing"`
+	// Lag: messages (and bytes, where known; -1 if not) waiting to cross:
+	// direction out, the local queues' depth; in, the consumer's pending
+	// and unacknowledged messages.
+	LagMessages int64 `json:"lag_messages"`
+	LagBytes    int64 `json:"lag_bytes"`
+	InFlight    int   `json:"in_flight"`
+	Held        int64 `json:"held"` // taken from the source, not yet acknowledged there
+	HeldBytes   int64 `json:"held_bytes"`
+	// Counters since start.
+	Taken      uint64 `json:"taken_total"`
+	Forwarded  uint64 `json:"forwarded_total"` // sends, resends included
+	Resent     uint64 `json:"resent_total"`
+	Confirmed  uint64 `json:"confirmed_total"`
+	Skipped    uint64 `json:"skipped_total"` // loops refused
+	Dropped    uint64 `json:"dropped_total"` // topic messages dropped while the link was down or full
+	Reconnects uint64 `json:"reconnects_total"`
+	Failures   uint64 `json:"failures_total"`
+	// Rate is the messages confirmed per second, over the last second or so.
+	Rate         float64 `json:"rate"`
+	LastError    string  `json:"last_error,omitempty"`
+	LastErrorAt  string  `json:"last_error_at,omitempty"`
+	FailingSince string  `json:"failing_since,omitempty"`
+}

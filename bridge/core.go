@@ -1,0 +1,308 @@
+package bridge
+
+import (
+	"math/rand/v2"
+)
+
+// Core is the deterministic state of one direction of a bridge: the window
+// of messages taken from a source (the local queue, or the remote consumer)
+// and forwarded to a sink (the remote stream or peer, or the local broker),
+// which of them the sink has confirmed, what may be acknowledged at the
+// source, and when to try the sink's link again. It has no goroutines,
+// clock, sockets or I/O: the shell feeds it events with the time in
+// nanoseconds and carries out the actions it returns, in order.
+//
+// The rules that make a transfer exactly once across the link:
+//   - an item is acknowledged at its source only after the sink confirmed
+//     it (ActAckSource follows Confirmed, never anything else, except for
+//     an item refused for a loop, which is acknowledged unforwarded);
+//   - every forward of an item carries the same dedup id, so the sink keeps
+//     one copy however often it is sent;
+//   - after a link failure every unconfirmed item is forwarded again, in the
+//     order the source gave them (per-destination order holds as long as
+//     the link stores in send order, as one TCP connection does);
+//   - an item the source delivers again (after a reconnection of the
+//     source) is the same item: it keeps its place and is not forwarded
+//     twice while the first forward may still be confirmed.
+type Core struct {
+	cfg     CoreConfig
+	rng     *rand.Rand
+	next    uint64
+	items   map[uint64]*entry
+	byID    map[string]uint64
+	order   []uint64 // unconfirmed keys in source order (compacted lazily)
+	sent    int      // items forwarded and not yet confirmed
+	state   LinkState
+	fails   int   // consecutive failed attempts
+	retryAt int64 // next attempt while down
+	everUp  bool
+	stats   CoreStats
+}
+
+// CoreConfig are the core's settings.
+type CoreConfig struct {
+	Window     int   // forwarded-unconfirmed items at most
+	BackoffMin int64 // ns
+	BackoffMax int64 // ns
+	AckTimeout int64 // ns: a forward unconfirmed this long fails the link
+}
+
+// LinkState is the state of the sink's link.
+type LinkState uint8
+
+const (
+	LinkDown       LinkState = iota // waiting for retryAt
+	LinkConnecting                  // ActConnect issued, no answer yet
+	LinkUp
+)
+
+func (s LinkState) String() string {
+	switch s {
+	case LinkUp:
+		return "up"
+	case LinkConnecting:
+		return "connecting"
+	}
+	return "down"
+}
+
+// Item is what the source delivered.
+type Item struct {
+	ID    string // dedup id across the link
+	Bytes int
+	Skip  bool // refused (a loop): acknowledge at the source, do not forward
+}
+
+type entry struct {
+	Item
+	key    uint64
+	sentAt int64 // 0: not forwarded since the last link failure
+}
+
+// ActionKind says what the shell must do.
+type ActionKind uint8
+
+const (
+	ActForward   ActionKind = iota + 1 // send item Key to the sink
+	ActAckSource                       // acknowledge item Key at the source (then forget it)
+	ActConnect                         // (re)connect the sink; answer LinkUp or ConnectFailed
+)
+
+// Action is one step for the shell.
+type Action struct {
+	Kind ActionKind
+	Key  uint64
+}
+
+// CoreStats are the core's counters.
+type CoreStats struct {
+	Taken, Forwarded, Resent, Confirmed, Skipped, Redelivered uint64
+	Reconnects, Failures                                      uint64
+	PendingItems, PendingBytes                                int64
+	InFlight                                                  int
+}
+
+// NewCore returns a core whose link starts down with an attempt due at once.
+func NewCore(cfg CoreConfig, seed uint64) *Core {
+	if cfg.Window < 1 {
+		cfg.Window = 1
+	}
+	if cfg.BackoffMin < 1 {
+		cfg.BackoffMin = 1
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = cfg.BackoffMin
+	}
+	return &Core{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), items: map[uint64]*entry{}, byID: map[string]uint64{}}
+}
+
+// State is the link's state.
+func (c *Core) State() LinkState { return c.state }
+
+// RetryAt is when the next connection attempt is due (while down).
+func (c *Core) RetryAt() int64 { return c.retryAt }
+
+// Stats returns the counters.
+func (c *Core) Stats() CoreStats {
+	s := c.stats
+	s.InFlight = c.sent
+	return s
+}
+
+// Offer takes an item the source delivered and returns its key. An item
+// whose ID is already held is the same item delivered again: its key is
+// returned with dup set, and the shell replaces its source handle (the
+// newest delivery is the one to acknowledge).
+func (c *Core) Offer(it Item, now int64) (key uint64, dup bool, acts []Action) {
+	if k, ok := c.byID[it.ID]; ok {
+		c.stats.Redelivered++
+		return k, true, nil
+	}
+	c.next++
+	e := &entry{Item: it, key: c.next}
+	c.stats.Taken++
+	if it.Skip {
+		c.stats.Skipped++
+		return e.key, false, []Action{{ActAckSource, e.key}}
+	}
+	c.items[e.key] = e
+	c.byID[it.ID] = e.key
+	c.order = append(c.order, e.key)
+	c.stats.PendingItems++
+	c.stats.PendingBytes += int64(it.Bytes)
+	return e.key, false, c.pump(now, nil)
+}
+
+// pump forwards unsent items in order while the link is up and the window
+// has room.
+func (c *Core) pump(now int64, acts []Action) []Action {
+	if c.state != LinkUp {
+		return acts
+	}
+	for _, k := range c.order {
+		if c.sent >= c.cfg.Window {
+			break
+		}
+		e := c.items[k]
+		if e == nil || e.sentAt != 0 {
+			continue
+		}
+		e.sentAt = max(now, 1)
+		c.sent++
+		c.stats.Forwarded++
+		acts = append(acts, Action{ActForward, k})
+	}
+	return acts
+}
+
+// Confirmed: the sink stored item key (a PubAck, a RECEIPT). Confirmations
+// of items no longer held (already confirmed) are ignored. A confirmation
+// is accepted even from before a link failure: the item was stored.
+func (c *Core) Confirmed(key uint64, now int64) []Action {
+	e := c.items[key]
+	if e == nil {
+		return nil
+	}
+	if e.sentAt != 0 {
+		c.sent--
+	}
+	c.forget(e)
+	c.stats.Confirmed++
+	acts := []Action{{ActAckSource, key}}
+	return c.pump(now, acts)
+}
+
+func (c *Core) forget(e *entry) {
+	delete(c.items, e.key)
+	delete(c.byID, e.ID)
+	c.stats.PendingItems--
+	c.stats.PendingBytes -= int64(e.Bytes)
+	if len(c.order) > 64 && len(c.order) > 2*len(c.items) {
+		kept := c.order[:0]
+		for _, k := range c.order {
+			if c.items[k] != nil {
+				kept = append(kept, k)
+			}
+		}
+		c.order = kept
+	}
+}
+
+// SinkFailed: a forward failed or the link broke. Every unconfirmed item
+// will be forwarded again, in order, once the link is back; the next
+// attempt is scheduled with back-off.
+func (c *Core) SinkFailed(now int64) []Action {
+	if c.state != LinkUp {
+		return nil
+	}
+	c.stats.Failures++
+	c.down(now)
+	return nil
+}
+
+func (c *Core) down(now int64) {
+	for _, e := range c.items {
+		if e.sentAt != 0 {
+			e.sentAt = 0
+			c.stats.Resent++
+		}
+	}
+	c.sent = 0
+	c.state = LinkDown
+	c.fails++
+	c.retryAt = now + c.backoff()
+}
+
+// backoff is the delay before the next attempt: doubling from BackoffMin
+// with each consecutive failure up to BackoffMax, of which a random half
+// is taken off (jitter, so that bridges restarting together do not retry
+// together).
+func (c *Core) backoff() int64 {
+	d := c.cfg.BackoffMin
+	for i := 1; i < c.fails && d < c.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.BackoffMax)
+	half := d / 2
+	return d - half + c.rng.Int64N(half+1)
+}
+
+// ConnectFailed: the attempt asked for by ActConnect failed.
+func (c *Core) ConnectFailed(now int64) {
+	if c.state == LinkConnecting {
+		c.stats.Failures++
+		c.down(now)
+	}
+}
+
+// LinkUp: the attempt succeeded; the held items are forwarded in order.
+func (c *Core) LinkUp(now int64) []Action {
+	if c.state == LinkUp {
+		return nil
+	}
+	if c.everUp {
+		c.stats.Reconnects++
+	}
+	c.everUp = true
+	c.state = LinkUp
+	c.fails = 0
+	return c.pump(now, nil)
+}
+
+// SourceLost: the source's connection ended. Its unacknowledged items go
+// back to it (it will deliver them again); the core forgets those not yet
+// forwarded, and keeps those in flight so that their confirmations are not
+// lost, and the redelivered copy is matched to them by ID.
+func (c *Core) SourceLost(now int64) {
+	for _, e := range c.items {
+		if e.sentAt == 0 {
+			c.forget(e)
+		}
+	}
+}
+
+// Tick advances time: it asks for a connection attempt when one is due,
+// and fails the link when a forward is unconfirmed for AckTimeout.
+func (c *Core) Tick(now int64) []Action {
+	switch c.state {
+	case LinkDown:
+		if now >= c.retryAt {
+			c.state = LinkConnecting
+			return []Action{{ActConnect, 0}}
+		}
+	case LinkUp:
+		if c.cfg.AckTimeout > 0 {
+			for _, e := range c.items {
+				if e.sentAt != 0 && now-e.sentAt >= c.cfg.AckTimeout {
+					c.stats.Failures++
+					c.down(now)
+					break
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Holds reports whether item key is still held (not yet confirmed).
+func (c *Core) Holds(key uint64) bool { return c.items[key] != nil }

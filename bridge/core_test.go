@@ -1,0 +1,294 @@
+package bridge
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// simWorld is a seeded model of a bridge's surroundings: a source queue
+// that delivers in order with client acks and redelivers what its session
+// had unacked when that session ends; a link that carries forwards in
+// order and can break (the forwards before the break stored, possibly
+// with their confirmations lost, those after it not stored); a sink that
+// keeps one copy per dedup id; and crashes of the bridge itself (a new
+// core, a new source session). Time is simulated.
+type simWorld struct {
+	t      *testing.T
+	rng    *rand.Rand
+	core   *Core
+	cfg    CoreConfig
+	now    int64
+	n      int            // messages in the source
+	acked  []bool         // acknowledged at the source
+	deliv  []bool         // delivered to the current source session, unacked
+	handle map[uint64]int // the current session's ack handles
+	keyIdx map[uint64]int // every key the current core gave, to its message
+	// sink
+	stored  []int
+	seen    map[string]bool
+	transit []uint64 // forwards on the wire, in order
+	confirm []uint64 // confirmations on the wire, in order
+	up      bool
+	connDue int64 // a pending connection attempt answers at this time (0: none)
+	maxSent int
+	crashes int
+}
+
+func newSim(t *testing.T, seed uint64, n, window int) *simWorld {
+	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}}
+	w.cfg = CoreConfig{Window: window, BackoffMin: 10, BackoffMax: 1000, AckTimeout: 5000}
+	w.restart()
+	return w
+}
+
+// restart: a new bridge process (a crash, kill -9): the source session
+// ends, its unacked messages are redelivered to the next one.
+func (w *simWorld) restart() {
+	w.core = NewCore(w.cfg, w.rng.Uint64())
+	w.handle = map[uint64]int{}
+	w.keyIdx = map[uint64]int{}
+	w.deliv = make([]bool, w.n)
+	w.transit, w.confirm = nil, nil
+	w.up = false
+	w.connDue = 0
+}
+
+func (w *simWorld) id(i int) string { return fmt.Sprintf("site-a:%d", i) }
+
+func (w *simWorld) apply(acts []Action) {
+	for _, a := range acts {
+		switch a.Kind {
+		case ActForward:
+			if !w.up {
+				w.t.Fatalf("forward of %d while the link is down", a.Key)
+			}
+			w.transit = append(w.transit, a.Key)
+		case ActAckSource:
+			i, ok := w.handle[a.Key]
+			if !ok {
+				continue // a handle of an ended session
+			}
+			delete(w.handle, a.Key)
+			if !w.seen[w.id(i)] && !w.isSkip(i) {
+				w.t.Fatalf("message %d acknowledged at the source before the sink stored it", i)
+			}
+			w.acked[i] = true
+			w.deliv[i] = false
+		case ActConnect:
+			w.connDue = w.now + 1 + w.rng.Int64N(50)
+		}
+	}
+	if s := w.core.Stats().InFlight; s > w.cfg.Window {
+		w.t.Fatalf("%d in flight, window %d", s, w.cfg.Window)
+	} else if s > w.maxSent {
+		w.maxSent = s
+	}
+}
+
+func (w *simWorld) isSkip(i int) bool { return i%97 == 13 } // "loops"
+
+// deliverOne gives the source session its next message if its prefetch
+// (the window) allows.
+func (w *simWorld) deliverOne() bool {
+	held := 0
+	for i := range w.n {
+		if w.deliv[i] {
+			held++
+		}
+	}
+	if held >= w.cfg.Window {
+		return false
+	}
+	for i := range w.n {
+		if !w.acked[i] && !w.deliv[i] {
+			w.deliv[i] = true
+			key, _, acts := w.core.Offer(Item{ID: w.id(i), Bytes: 100, Skip: w.isSkip(i)}, w.now)
+			w.handle[key] = i
+			w.keyIdx[key] = i
+			w.apply(acts)
+			return true
+		}
+	}
+	return false
+}
+
+func (w *simWorld) store(key uint64) {
+	i, ok := w.keyIdx[key]
+	if !ok {
+		w.t.Fatalf("forward of unknown key %d", key)
+	}
+	if !w.seen[w.id(i)] {
+		w.seen[w.id(i)] = true
+		w.stored = append(w.stored, i)
+	}
+}
+
+func (w *simWorld) step(chaos bool) {
+	w.now += 1 + w.rng.Int64N(5)
+	switch r := w.rng.IntN(100); {
+	case r < 30:
+		w.deliverOne()
+	case r < 55 && len(w.transit) > 0 && w.up:
+		k := w.transit[0]
+		w.transit = w.transit[1:]
+		w.store(k)
+		w.confirm = append(w.confirm, k)
+	case r < 80 && len(w.confirm) > 0:
+		k := w.confirm[0]
+		w.confirm = w.confirm[1:]
+		w.apply(w.core.Confirmed(k, w.now))
+	case r < 84 && chaos && w.up:
+		// The link breaks: a random prefix of what is on the wire is
+		// stored, its confirmations lost; the rest is lost.
+		cut := w.rng.IntN(len(w.transit) + 1)
+		for _, k := range w.transit[:cut] {
+			w.store(k)
+		}
+		w.transit = nil
+		if w.rng.IntN(2) == 0 {
+			w.confirm = nil
+		}
+		w.up = false
+		w.apply(w.core.SinkFailed(w.now))
+	case r < 85 && chaos:
+		w.crashes++
+		// Stored on the wire before the crash or not, at random.
+		cut := w.rng.IntN(len(w.transit) + 1)
+		for _, k := range w.transit[:cut] {
+			w.store(k)
+		}
+		w.restart()
+	case r < 86 && chaos:
+		// The source's session ends: its unacked messages go back.
+		w.deliv = make([]bool, w.n)
+		w.core.SourceLost(w.now)
+	}
+	if w.connDue != 0 && w.now >= w.connDue {
+		w.connDue = 0
+		if chaos && w.rng.IntN(3) == 0 {
+			w.core.ConnectFailed(w.now)
+			if d := w.core.RetryAt() - w.now; d < w.cfg.BackoffMin/2 || d > w.cfg.BackoffMax {
+				w.t.Fatalf("back-off %d outside [%d, %d]", d, w.cfg.BackoffMin/2, w.cfg.BackoffMax)
+			}
+		} else {
+			w.up = true
+			w.apply(w.core.LinkUp(w.now))
+		}
+	}
+	w.apply(w.core.Tick(w.now))
+}
+
+func (w *simWorld) done() bool {
+	for i := range w.n {
+		if !w.acked[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCoreSimulation(t *testing.T) {
+	for seed := uint64(1); seed <= 120; seed++ {
+		window := []int{1, 2, 8, 64}[seed%4]
+		w := newSim(t, seed, 200, window)
+		for range 20000 {
+			w.step(true)
+		}
+		steps := 0
+		for !w.done() {
+			w.step(false)
+			if steps++; steps > 500000 {
+				t.Fatalf("seed %d: no progress without faults: %d of %d acked", seed, countTrue(w.acked), w.n)
+			}
+		}
+		// Exactly once, in order: every message but the loops stored once,
+		// in source order.
+		want := 0
+		for _, i := range w.stored {
+			for want < w.n && w.isSkip(want) {
+				want++
+			}
+			if i != want {
+				t.Fatalf("seed %d (window %d): stored %d where %d was due (order: %v)", seed, window, i, want, w.stored)
+			}
+			want++
+		}
+		for want < w.n && w.isSkip(want) {
+			want++
+		}
+		if want != w.n {
+			t.Fatalf("seed %d: %d messages stored, want all up to %d", seed, len(w.stored), w.n)
+		}
+		if st := w.core.Stats(); st.PendingItems != 0 || st.PendingBytes != 0 || st.InFlight != 0 {
+			t.Fatalf("seed %d: core still holds %+v after all were acknowledged", seed, st)
+		}
+	}
+}
+
+func countTrue(b []bool) int {
+	n := 0
+	for _, v := range b {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCoreBackoff: consecutive failures double the delay up to the
+// maximum, each jittered into its upper half; a success resets it.
+func TestCoreBackoff(t *testing.T) {
+	c := NewCore(CoreConfig{Window: 1, BackoffMin: 100, BackoffMax: 1600}, 42)
+	now := int64(0)
+	want := []int64{100, 200, 400, 800, 1600, 1600}
+	for i, d := range want {
+		acts := c.Tick(now)
+		if len(acts) != 1 || acts[0].Kind != ActConnect {
+			t.Fatalf("attempt %d: want a connect, got %v", i, acts)
+		}
+		c.ConnectFailed(now)
+		got := c.RetryAt() - now
+		if got < d/2 || got > d {
+			t.Fatalf("failure %d: delay %d, want %d..%d", i+1, got, d/2, d)
+		}
+		if acts := c.Tick(c.RetryAt() - 1); len(acts) != 0 {
+			t.Fatalf("attempt before its time: %v", acts)
+		}
+		now = c.RetryAt()
+	}
+	c.Tick(now)
+	c.LinkUp(now)
+	c.SinkFailed(now)
+	if got := c.RetryAt() - now; got < 50 || got > 100 {
+		t.Fatalf("after a success the delay starts again from the minimum, got %d", got)
+	}
+}
+
+// TestCoreAckTimeout: a forward unconfirmed for AckTimeout fails the link
+// and is forwarded again after reconnecting, with the same key.
+func TestCoreAckTimeout(t *testing.T) {
+	c := NewCore(CoreConfig{Window: 4, BackoffMin: 10, BackoffMax: 10, AckTimeout: 1000}, 1)
+	c.Tick(0)
+	c.LinkUp(0)
+	k, _, acts := c.Offer(Item{ID: "a:1"}, 1)
+	if len(acts) != 1 || acts[0] != (Action{ActForward, k}) {
+		t.Fatalf("want forward, got %v", acts)
+	}
+	c.Tick(1000)
+	if c.State() != LinkUp {
+		t.Fatal("failed before the timeout")
+	}
+	c.Tick(1001)
+	if c.State() != LinkDown {
+		t.Fatal("not failed after the timeout")
+	}
+	c.Tick(c.RetryAt())
+	acts = c.LinkUp(c.RetryAt())
+	if len(acts) != 1 || acts[0] != (Action{ActForward, k}) {
+		t.Fatalf("want the same item forwarded again, got %v", acts)
+	}
+	if acts := c.Confirmed(k, 2000); len(acts) != 1 || acts[0] != (Action{ActAckSource, k}) {
+		t.Fatalf("want ack at source, got %v", acts)
+	}
+}

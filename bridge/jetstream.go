@@ -1,0 +1,305 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// natsConnect opens a connection to the bridge's NATS servers. nats.go
+// reconnects on its own once connected; publishes while disconnected fail
+// at once (no reconnect buffer), which the core treats as a link failure.
+func natsConnect(w *worker, extra ...nats.Option) (*nats.Conn, error) {
+	c := w.cfg()
+	opts := []nats.Option{
+		nats.Name("herald-bridge-" + c.ApplianceID + "-" + c.Name + "-" + w.dir),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(c.ReconnectMin.Duration),
+		nats.ReconnectJitter(c.ReconnectMin.Duration, c.ReconnectMin.Duration),
+		nats.ReconnectBufSize(-1),
+		nats.Timeout(5 * time.Second),
+		nats.NoCallbacksAfterClientClose(),
+		// A link cut silently (no RST) is noticed after two pings
+		// unanswered, then nats.go reconnects.
+		nats.PingInterval(max(time.Second, c.AckTimeout.Duration)),
+		nats.MaxPingsOutstanding(2),
+	}
+	opts = append(opts, extra...)
+	switch {
+	case c.User != "":
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	case c.Token != "":
+		opts = append(opts, nats.Token(c.Token))
+	case c.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	}
+	if w.tls != nil {
+		opts = append(opts, nats.Secure(w.tls.Clone()))
+	}
+	nc, err := nats.Connect(strings.Join(c.URLs, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS %s: %w", strings.Join(c.URLs, ","), err)
+	}
+	return nc, nil
+}
+
+// ensureStream checks the stream exists, creating it when allowed.
+func ensureStream(ctx context.Context, w *worker, js jetstream.JetStream) error {
+	c := w.cfg()
+	_, err := js.Stream(ctx, c.Stream)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("stream %s: %w", c.Stream, err)
+	}
+	if !c.CreateStream {
+		return fmt.Errorf("stream %s does not exist: create it, or set create_stream = true in [[bridge]] %s", c.Stream, c.Name)
+	}
+	subjects := c.StreamSubjects
+	if len(subjects) == 0 {
+		for _, m := range c.Map {
+			subjects = append(subjects, m.Remote)
+		}
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: c.Stream, Subjects: subjects, Replicas: c.Replicas,
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("create stream %s on %v: %w", c.Stream, subjects, err)
+	}
+	return nil
+}
+
+// jsOut publishes to JetStream (direction out).
+type jsOut struct {
+	w  *worker
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func (j *jsOut) ok() bool { return j.nc != nil && j.nc.IsConnected() }
+
+func (j *jsOut) close() {
+	if j.nc != nil {
+		j.nc.Close()
+		j.nc = nil
+	}
+}
+
+func (j *jsOut) connect(ctx context.Context) error {
+	if j.nc == nil || j.nc.IsClosed() {
+		nc, err := natsConnect(j.w)
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(j.w.cfg().AckTimeout.Duration), jetstream.WithPublishAsyncMaxPending(j.w.cfg().MaxInFlight*2))
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		j.nc, j.js = nc, js
+	}
+	return ensureStream(ctx, j.w, j.js)
+}
+
+func (j *jsOut) publish(key, gen uint64, h handle) error {
+	if j.js == nil {
+		return errors.New("not connected to NATS")
+	}
+	m := nats.NewMsg(h.dest)
+	m.Data = h.body
+	for _, x := range h.headers {
+		m.Header.Add(x.Key, x.Value)
+	}
+	// No retries inside nats.go: its retry of a "no responders" answer
+	// (a stream leader election) would store this message after the ones
+	// sent behind it. A failure fails the link; the core sends it and
+	// every later one again, in order.
+	f, err := j.js.PublishMsgAsync(m, jetstream.WithMsgID(h.id), jetstream.WithExpectStream(j.w.cfg().Stream), jetstream.WithRetryAttempts(0))
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", h.dest, err)
+	}
+	res := j.w.results
+	go func() {
+		select {
+		case <-f.Ok():
+			res <- result{key: key, gen: gen}
+		case err := <-f.Err():
+			res <- result{key: key, gen: gen, err: fmt.Errorf("publish to %s: %w", h.dest, err)}
+		}
+	}()
+	return nil
+}
+
+// jsIn consumes a durable JetStream consumer (direction in).
+//
+// Order. Messages in transit when the connection broke stay pending at the
+// server, which would go on delivering newer ones to the next pull and
+// redeliver the lost ones only after the ack wait: out of order. So after a
+// disconnection (and at start, when the durable has messages pending from
+// an earlier run) the bridge stops pulling until the ack wait has passed:
+// the server redelivers the pending messages first, in order, then new ones.
+type jsIn struct {
+	w        *worker
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cons     jetstream.Consumer
+	cc       jetstream.ConsumeContext
+	lost     atomic.Bool // set by nats.go when the connection dropped
+	base     uint64      // the connection's reconnect count when pulling started
+	resumeAt time.Time   // no pulling before
+	started  bool
+}
+
+// broken reports whether the connection dropped since pulling started: a
+// message delivered after a reconnection may have overtaken one lost in
+// transit, so it is not taken (it stays pending and comes again in order).
+func (j *jsIn) broken() bool {
+	return j.lost.Load() || (j.nc != nil && j.nc.Stats().Reconnects != j.base)
+}
+
+func (j *jsIn) ackWait() time.Duration { return max(time.Second, 3*j.w.cfg().AckTimeout.Duration) }
+
+func (j *jsIn) ok() bool {
+	if j.nc == nil || j.cc == nil || j.broken() {
+		return false
+	}
+	select {
+	case <-j.cc.Closed():
+		return false
+	default:
+	}
+	return true
+}
+
+func (j *jsIn) close() {
+	if j.cc != nil {
+		j.cc.Stop()
+		j.cc = nil
+	}
+	if j.nc != nil {
+		j.nc.Close()
+		j.nc = nil
+	}
+}
+
+func (j *jsIn) connect(ctx context.Context) error {
+	w := j.w
+	c := w.cfg()
+	if j.cc != nil && j.broken() {
+		j.cc.Stop()
+		j.cc = nil
+		j.resumeAt = time.Now().Add(j.ackWait())
+	}
+	if j.nc == nil || j.nc.IsClosed() {
+		nc, err := natsConnect(w, nats.DisconnectErrHandler(func(*nats.Conn, error) { j.lost.Store(true) }))
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		j.nc, j.js = nc, js
+	}
+	if err := ensureStream(ctx, w, j.js); err != nil {
+		return err
+	}
+	if j.ok() {
+		return nil
+	}
+	var filters []string
+	for _, m := range w.maps {
+		filters = append(filters, m.Remote)
+	}
+	cons, err := j.js.CreateOrUpdateConsumer(ctx, c.Stream, jetstream.ConsumerConfig{
+		Durable:        c.Durable,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		MaxAckPending:  c.MaxInFlight,
+		AckWait:        j.ackWait(),
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer %s on stream %s: %w", c.Durable, c.Stream, err)
+	}
+	j.cons = cons
+	if !j.started {
+		j.started = true
+		if ci, err := cons.Info(ctx); err == nil && ci.NumAckPending > 0 {
+			j.resumeAt = time.Now().Add(j.ackWait())
+		}
+	}
+	if wait := time.Until(j.resumeAt); wait > 0 {
+		return fmt.Errorf("consumer %s: waiting %s for the ack wait to pass, so that the messages pending since the connection broke come again first, in order", c.Durable, wait.Round(time.Millisecond))
+	}
+	in := w.remoteIn
+	stream := c.Stream
+	nc := j.nc
+	base := nc.Stats().Reconnects
+	j.base = base
+	j.lost.Store(false)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		if nc.Stats().Reconnects != base {
+			j.lost.Store(true)
+			return // not acknowledged: it comes again, in order, after the ack wait
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return
+		}
+		m, rest, ok := matchRemote(w.maps, msg.Subject())
+		if !ok {
+			msg.Term()
+			return
+		}
+		var hdrs stomp.Headers
+		for k, vs := range msg.Headers() {
+			switch k {
+			case "Nats-Msg-Id", "Nats-Expected-Stream", "dedup-id", "_AMQ_DUPL_ID", "content-length", "destination", "receipt":
+				continue
+			}
+			for _, v := range vs {
+				hdrs = append(hdrs, stomp.Header{Key: k, Value: v})
+			}
+		}
+		in <- inMsg{
+			id:      "js:" + stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10),
+			dest:    mapName(m.Local, rest),
+			headers: hdrs,
+			body:    msg.Data(),
+			ack:     msg.Ack,
+		}
+	}, jetstream.PullMaxMessages(c.MaxInFlight), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		w.b.log.Debug("consume", "err", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("consume %s on stream %s: %w", c.Durable, c.Stream, err)
+	}
+	j.cc = cc
+	return nil
+}
+
+// lag is the consumer's messages not yet delivered plus not yet acked.
+func (j *jsIn) lag(ctx context.Context) (int64, bool) {
+	if j.cons == nil || j.nc == nil || !j.nc.IsConnected() {
+		return 0, false
+	}
+	ci, err := j.cons.Info(ctx)
+	if err != nil {
+		return 0, false
+	}
+	return int64(ci.NumPending) + int64(ci.NumAckPending), true
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/internal/natstest"
+)
+
+// The test binary also runs NATS nodes, as child processes
+// (natstest.StartProcs), for kill -9.
+func init() { natstest.RunChildIfAsked() }
+
+func writeBridgeConfig(t *testing.T, dir, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, "herald.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func quoteList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = strconv.Quote(x)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+const bridgeTuning = `
+max_in_flight = 32
+reconnect_min = "50ms"
+reconnect_max = "1s"
+ack_timeout = "1s"
+log_interval = "5s"
+`
+
+// TestBridgeKillNine: heraldd A bridges /queue/orders out to a 3-node
+// JetStream cluster (child processes, replicas 3), heraldd B brings it in
+// to /queue/from-a. While a producer sends to A: A is killed with SIGKILL
+// and restarted, one NATS node is killed with SIGKILL and restarted, and B
+// is killed with SIGKILL and restarted. Every message A receipted arrives
+// at B exactly once and in order.
+func TestBridgeKillNine(t *testing.T) {
+	cl := natstest.StartProcs(t, 3)
+	urls := quoteList(cl.URLs())
+	dirA, dirB := t.TempDir(), t.TempDir()
+	addrA, addrB := freeAddr(t), freeAddr(t)
+	cfgA := writeBridgeConfig(t, t.TempDir(), fmt.Sprintf(`
+[journal]
+sync = "normal"
+[[bridge]]
+name = "backbone"
+kind = "jetstream"
+direction = "out"
+urls = %s
+stream = "HERALD"
+create_stream = true
+replicas = 3
+stream_subjects = ["sites.>"]
+appliance_id = "site-a"
+%s
+[[bridge.map]]
+local = "/queue/orders"
+remote = "sites.a.orders"
+`, urls, bridgeTuning))
+	cfgB := writeBridgeConfig(t, t.TempDir(), fmt.Sprintf(`
+[journal]
+sync = "normal"
+[[bridge]]
+name = "backbone"
+kind = "jetstream"
+direction = "in"
+urls = %s
+stream = "HERALD"
+create_stream = true
+replicas = 3
+stream_subjects = ["sites.>"]
+appliance_id = "site-b"
+%s
+[[bridge.map]]
+local = "/queue/from-a"
+remote = "sites.a.orders"
+`, urls, bridgeTuning))
+	a := startChild(t, dirA, addrA, "--config", cfgA)
+	b := startChild(t, dirB, addrB, "--config", cfgB)
+
+	const n = 1500
+	var sent atomic.Int64
+	prodDone := make(chan error, 1)
+	go func() {
+		// The producer retries a message until it is receipted; its
+		// dedup-id makes A keep one copy when a receipt was lost.
+		c := dial2(t, addrA)
+		for i := 0; i < n; {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := c.SendReceipt(ctx, "/queue/orders", []byte(strconv.Itoa(i)), stomp.Header{Key: "dedup-id", Value: "p-" + strconv.Itoa(i)})
+			cancel()
+			if err != nil {
+				c.Close()
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					c, err = client.Dial(ctx, addrA, client.Options{})
+					cancel()
+					if err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						prodDone <- fmt.Errorf("producer: cannot reconnect to A: %v", err)
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				continue
+			}
+			i++
+			sent.Store(int64(i))
+		}
+		c.Close()
+		prodDone <- nil
+	}()
+	waitSent := func(k int64) {
+		deadline := time.Now().Add(60 * time.Second)
+		for sent.Load() < k {
+			if time.Now().After(deadline) {
+				t.Fatalf("producer stuck at %d, waiting for %d", sent.Load(), k)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitSent(300)
+	a.kill()
+	a = startChild(t, dirA, addrA, "--config", cfgA)
+	waitSent(600)
+	cl.Kill(1)
+	waitSent(900)
+	b.kill()
+	b = startChild(t, dirB, addrB, "--config", cfgB)
+	waitSent(1100)
+	cl.Start(1)
+	if err := <-prodDone; err != nil {
+		t.Fatal(err)
+	}
+	var err error
+
+	// The stream: each message once, in order.
+	_, js := natstest.Connect(t, cl.URLs())
+	var oc jetstream.Consumer
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		oc, err = js.OrderedConsumer(ctx, "HERALD", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sites.a.orders"}})
+		cancel()
+		if err == nil {
+			break
+		}
+		if try == 12 {
+			t.Fatalf("reading the stream: %v", err)
+		}
+	}
+	readDeadline := time.Now().Add(90 * time.Second)
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		m, err := oc.Next(jetstream.FetchContext(ctx))
+		cancel()
+		if err != nil {
+			// The ordered consumer recovers on its own (the cluster may
+			// still be electing after the node's restart).
+			if time.Now().After(readDeadline) {
+				t.Fatalf("stream message %d: %v", i, err)
+			}
+			i--
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if got := string(m.Data()); got != strconv.Itoa(i) {
+			md, _ := m.Metadata()
+			t.Fatalf("stream message %d (sequence %d): got %q (a duplicate, loss or reordering in the stream)", i, md.Sequence.Stream, got)
+		}
+	}
+
+	cb := dial2(t, addrB)
+	defer cb.Close()
+	sub, err := cb.SubscribeReceipt(context.Background(), "/queue/from-a", "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(120 * time.Second)
+	for i := 0; i < n; i++ {
+		select {
+		case f := <-sub.C():
+			if got := string(f.Body); got != strconv.Itoa(i) {
+				t.Fatalf("message %d at B: got %q (a duplicate, loss or reordering)", i, got)
+			}
+			cb.Ack(f)
+		case <-deadline:
+			t.Fatalf("only %d of %d messages arrived at B", i, n)
+		}
+	}
+	select {
+	case f := <-sub.C():
+		t.Fatalf("a message more than the %d sent: %q", n, f.Body)
+	case <-time.After(3 * time.Second):
+	}
+}

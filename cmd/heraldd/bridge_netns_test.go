@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/internal/natstest"
+	"github.com/herald-mq/herald/internal/testenv"
+)
+
+// nsDialer dials from inside a network namespace.
+type nsDialer struct{ ns string }
+
+func (d nsDialer) Dial(network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := testenv.InNamespace(d.ns, func() error {
+		var err error
+		c, err = net.DialTimeout(network, addr, time.Second)
+		return err
+	})
+	return c, err
+}
+
+// startChildIn starts heraldd (this test binary) in namespace ns.
+func startChildIn(t *testing.T, ns, dir, addr string, extra ...string) *child {
+	t.Helper()
+	args := append([]string{"netns", "exec", ns, os.Args[0], "--data-dir", dir, "--stomp-listen", addr, "--log-level", "warn"}, extra...)
+	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
+	cmd.Stderr = testenv.RaceWatch(t, os.Stderr)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start heraldd: %v", err)
+	}
+	c := &child{cmd: cmd, addr: addr}
+	t.Cleanup(func() { c.cmd.Process.Signal(syscall.SIGKILL); c.cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := nsDialer{ns}.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("heraldd did not listen on %s within 30s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestBridgeLinkCut: the sites' link to the JetStream cluster (3 nodes,
+// replicas 3, in their own network namespace) is cut with nftables for 10 s
+// (packets dropped, no reset) and restored while site A sends. A keeps
+// every message meanwhile (store and forward); afterwards the stream and
+// site B's queue hold every receipted message once, in order.
+func TestBridgeLinkCut(t *testing.T) {
+	n := testenv.NewNet(t, "hbrcut", 61, "site", "nats")
+	siteNS, natsNS := n.NS["site"], n.NS["nats"]
+	natsAddr := n.Addr["nats"].String()
+	dial := nsDialer{siteNS}
+	cl := natstest.StartProcsIn(t, 3, []string{"ip", "netns", "exec", natsNS}, natsAddr, dial)
+	urls := quoteList(cl.URLs())
+	dirA, dirB := t.TempDir(), t.TempDir()
+	addrA := "127.0.0.1:61613" // in the site namespace
+	addrB := "127.0.0.1:61614"
+	conf := func(dir, id, mapping string) string {
+		return writeBridgeConfig(t, t.TempDir(), fmt.Sprintf(`
+data_dir = %q
+[journal]
+sync = "normal"
+[admin]
+socket = %q
+[[bridge]]
+name = "backbone"
+kind = "jetstream"
+direction = "both"
+urls = %s
+stream = "HERALD"
+create_stream = true
+replicas = 3
+stream_subjects = ["sites.>"]
+appliance_id = %q
+%s
+%s
+`, dir, dir+"/admin.sock", urls, id, bridgeTuning, mapping))
+	}
+	cfgA := conf(dirA, "site-a", "[[bridge.map]]\nlocal = \"/queue/orders\"\nremote = \"sites.a.orders\"\ndirection = \"out\"")
+	cfgB := conf(dirB, "site-b", "[[bridge.map]]\nlocal = \"/queue/from-a\"\nremote = \"sites.a.orders\"\ndirection = \"in\"")
+	startChildIn(t, siteNS, dirA, addrA, "--config", cfgA)
+	startChildIn(t, siteNS, dirB, addrB, "--config", cfgB)
+
+	nc, err := dial.Dial("tcp", addrA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ca, err := client.Handshake(ctx, nc, addrA, client.Options{})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	nft := func(args ...string) {
+		testenv.Sh(t, append([]string{"ip", "netns", "exec", siteNS, "nft"}, args...)...)
+	}
+	const total = 400
+	var cutAt, restoredAt time.Time
+	var during atomic.Int64
+	for i := 0; i < total; i++ {
+		if i == 100 {
+			nft("add", "table", "inet", "cut")
+			nft("add", "chain", "inet", "cut", "out", "{ type filter hook output priority 0 ; }")
+			nft("add", "rule", "inet", "cut", "out", "ip", "daddr", natsAddr, "drop")
+			nft("add", "chain", "inet", "cut", "in", "{ type filter hook input priority 0 ; }")
+			nft("add", "rule", "inet", "cut", "in", "ip", "saddr", natsAddr, "drop")
+			cutAt = time.Now()
+		}
+		if i >= 100 && i < 300 {
+			during.Add(1)
+			time.Sleep(10 * time.Second / 200) // the cut lasts the 200 sends: 10 s
+		}
+		if i == 300 {
+			nft("delete", "table", "inet", "cut")
+			restoredAt = time.Now()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := ca.SendReceipt(ctx, "/queue/orders", []byte(strconv.Itoa(i)), stomp.Header{Key: "dedup-id", Value: "p-" + strconv.Itoa(i)})
+		cancel()
+		if err != nil {
+			t.Fatalf("send %d to A (during the cut: A must keep accepting): %v", i, err)
+		}
+	}
+	t.Logf("link cut for %s; %d messages sent to A meanwhile", restoredAt.Sub(cutAt).Round(time.Millisecond), during.Load())
+
+	_, js := natstest.Connect(t, cl.URLs(), nats.SetCustomDialer(dial))
+	var oc jetstream.Consumer
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		oc, err = js.OrderedConsumer(ctx, "HERALD", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sites.a.orders"}})
+		cancel()
+		if err == nil {
+			break
+		}
+		if try == 12 {
+			t.Fatalf("reading the stream: %v", err)
+		}
+	}
+	drained := time.Now()
+	deadline := time.Now().Add(120 * time.Second)
+	for i := 0; i < total; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		m, err := oc.Next(jetstream.FetchContext(ctx))
+		cancel()
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("stream message %d: %v", i, err)
+			}
+			i--
+			continue
+		}
+		if got := string(m.Data()); got != strconv.Itoa(i) {
+			t.Fatalf("stream message %d: got %q (a duplicate, loss or reordering in the stream)", i, got)
+		}
+	}
+	t.Logf("stream complete %s after the link came back", time.Since(restoredAt).Round(time.Millisecond))
+	_ = drained
+
+	nb, err := dial.Dial("tcp", addrB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	cb, err := client.Handshake(ctx, nb, addrB, client.Options{})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	sub, err := cb.SubscribeReceipt(context.Background(), "/queue/from-a", "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(120 * time.Second)
+	for i := 0; i < total; i++ {
+		select {
+		case f := <-sub.C():
+			if got := string(f.Body); got != strconv.Itoa(i) {
+				t.Fatalf("message %d at B: got %q (a duplicate, loss or reordering)", i, got)
+			}
+			cb.Ack(f)
+		case <-timeout:
+			t.Fatalf("only %d of %d messages arrived at B", i, total)
+		}
+	}
+	select {
+	case f := <-sub.C():
+		t.Fatalf("a message more than the %d sent: %q", total, f.Body)
+	case <-time.After(2 * time.Second):
+	}
+	t.Logf("B complete %s after the link came back", time.Since(restoredAt).Round(time.Millisecond))
+}
