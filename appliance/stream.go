@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/herald-mq/herald/appliance/stomp"
@@ -39,6 +40,30 @@ type stream struct {
 	mu   sync.Mutex
 	core *streamcore.Core
 	subs map[streamcore.SubID]*subscription
+	// tail holds the newest committed messages for caught-up subscribers
+	// (streams.tail_bytes; stream_tail.go). Under mu.
+	tail streamTail
+	// deleting: the admin is deleting the stream; appends and
+	// subscriptions are refused. Under mu.
+	deleting bool
+	// inflight counts appends submitted and not yet completed; a delete
+	// waits for them.
+	inflight sync.WaitGroup
+
+	appends, appendBytes, trimmedN atomic.Uint64
+	tailHits, journalReads         atomic.Uint64
+}
+
+// beginAppend counts an append about to be submitted (inflight.Done when
+// it completed); an error while the stream is being deleted.
+func (st *stream) beginAppend() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.deleting {
+		return fmt.Errorf("%w: %s; retry once the delete is done (a new stream of the name starts at offset 0)", ErrStreamDeleting, st.name)
+	}
+	st.inflight.Add(1)
+	return nil
 }
 
 // streamRegistry holds the broker's streams.
@@ -148,8 +173,11 @@ type streamApp struct {
 
 // appended records a committed append (journal completion: signals only).
 func (st *stream) appended(m *Message) {
+	st.appends.Add(1)
+	st.appendBytes.Add(uint64(m.Size()))
 	st.mu.Lock()
 	st.core.Appended(m.ID, int64(m.Size()))
+	st.tail.push(m, st.b.cfg().Streams.TailBytes, st.b.mem)
 	reads := st.core.Take()
 	st.mu.Unlock()
 	st.startReads(reads)
@@ -167,9 +195,14 @@ func (s *session) onStreamSend(f *stomp.Frame, name string) bool {
 		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); stream %s accepts no messages until space is freed. Nothing was stored.", s.b.cfg().DataDir, s.b.diskFloor(), name))
 		return false
 	}
+	if err := st.beginAppend(); err != nil {
+		s.fail(f, "stream not available", err.Error())
+		return false
+	}
 	m := s.streamMessage(f, name)
 	receipt := f.Get("receipt")
 	s.submit(&Batch{Ops: []Op{st.appendOp(m)}, Done: func(b *Batch, err error) {
+		defer st.inflight.Done()
 		s.b.journalResult(err)
 		if err != nil {
 			s.log.Error("message not stored", "stream", name, "err", err)
@@ -270,6 +303,11 @@ func (s *session) subscribeStream(f *stomp.Frame, sub *subscription) bool {
 	s.b.streams.mu.Unlock()
 	sub.st = st
 	st.mu.Lock()
+	if st.deleting {
+		st.mu.Unlock()
+		s.fail(f, "stream not available", fmt.Sprintf("%v: %s; subscribe again once the delete is done.", ErrStreamDeleting, sub.name))
+		return false
+	}
 	_, err = st.core.Subscribe(sub.sid, streamcore.AckMode(sub.ack), prefetch, start, cursor)
 	if err != nil {
 		st.mu.Unlock()
@@ -326,7 +364,16 @@ func (st *stream) read(rd streamcore.Read) {
 	if !s.waitOutputRoom() {
 		return
 	}
-	msgs, err := st.b.streams.j.StreamRead(st.b.ctx, st.name, rd.From, rd.Limit, rd.MaxBytes)
+	st.mu.Lock()
+	msgs, cached := st.tail.page(rd.From, rd.Limit, rd.MaxBytes)
+	st.mu.Unlock()
+	var err error
+	if cached {
+		st.tailHits.Add(1)
+	} else {
+		st.journalReads.Add(1)
+		msgs, err = st.b.streams.j.StreamRead(st.b.ctx, st.name, rd.From, rd.Limit, rd.MaxBytes)
+	}
 	if err != nil {
 		if st.b.ctx.Err() == nil {
 			s.log.Error("stream read failed", "stream", st.name, "offset", rd.From, "err", err)
@@ -340,8 +387,10 @@ func (st *stream) read(rd streamcore.Read) {
 		entries[i] = streamcore.Entry{Offset: m.ID, Size: int64(m.Size())}
 		held += int64(m.Size())
 	}
-	st.b.mem.charge(held)
-	defer st.b.mem.release(held)
+	if !cached { // a cached page is charged to the tail already
+		st.b.mem.charge(held)
+		defer st.b.mem.release(held)
+	}
 	byOff := make(map[uint64]*Message, len(msgs))
 	for _, m := range msgs {
 		byOff[m.ID] = m
@@ -521,6 +570,8 @@ func (st *stream) retainStep() bool {
 			o := &bt.Ops[0]
 			st.mu.Lock()
 			st.core.Trimmed(o.Stream.First, o.Affected, o.Bytes)
+			st.tail.trim(o.Stream.First)
+			st.trimmedN.Add(uint64(o.Affected))
 			reads := st.core.Take()
 			st.mu.Unlock()
 			st.startReads(reads)

@@ -125,7 +125,7 @@ func (s *Store) apply(ctx context.Context, b *appliance.Batch, now int64) error 
 				return err
 			}
 		case appliance.OpBarrier:
-		case appliance.OpAppend, appliance.OpTrim, appliance.OpCursor:
+		case appliance.OpAppend, appliance.OpTrim, appliance.OpCursor, appliance.OpStreamDelete, appliance.OpCursorSet:
 			if err := s.applyStream(ctx, op, now, &hbuf); err != nil {
 				return err
 			}

@@ -141,6 +141,47 @@ func (s *Store) applyStream(ctx context.Context, op *appliance.Op, now int64, hb
 			ON CONFLICT(sid, name) DO UPDATE SET next=max(next, excluded.next)`, w.id, so.Cursor, int64(so.Offset)); err != nil {
 			return err
 		}
+	case appliance.OpCursorSet:
+		if _, err := s.wc.ExecContext(ctx, `INSERT INTO stream_cursors(sid, name, next) VALUES(?,?,?)
+			ON CONFLICT(sid, name) DO UPDATE SET next=excluded.next`, w.id, so.Cursor, int64(so.Offset)); err != nil {
+			return err
+		}
+	case appliance.OpStreamDelete:
+		if so.Limit > 0 {
+			res, err := s.wc.ExecContext(ctx, `DELETE FROM stream_messages WHERE sid=? AND off IN
+				(SELECT off FROM stream_messages WHERE sid=? ORDER BY off LIMIT ?)`, w.id, w.id, so.Limit)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			op.Affected = int(n)
+			if op.Affected == so.Limit {
+				return nil
+			}
+		}
+		for _, q := range []string{
+			`DELETE FROM stream_messages WHERE sid=?`,
+			`DELETE FROM stream_cursors WHERE sid=?`,
+			`DELETE FROM streams WHERE id=?`,
+		} {
+			res, err := s.wc.ExecContext(ctx, q, w.id)
+			if err != nil {
+				return err
+			}
+			if q == `DELETE FROM stream_messages WHERE sid=?` {
+				n, _ := res.RowsAffected()
+				op.Affected += int(n)
+			}
+		}
+		// Dedup ids of the stream (under its negative id): a new stream of
+		// the name may get the same id.
+		if _, err := s.wc.ExecContext(ctx, `DELETE FROM dedup WHERE qid=?`, -w.id); err != nil {
+			return err
+		}
+		delete(s.sids, so.Name)
 	}
 	return nil
 }
