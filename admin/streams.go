@@ -206,5 +206,3 @@ func (c *Client) ResetCursor(ctx context.Context, name, cursor, to string) (*Cur
 	var v CursorReset
 	return &v, c.get(ctx, "POST", spath(name, "/cursors/"+url.PathEscape(cursor)+"/reset?to="+url.QueryEscape(to)), nil, &v)
 }
-
-
