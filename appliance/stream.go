@@ -391,18 +391,18 @@ func (st *stream) read(rd streamcore.Read) {
 		st.b.mem.charge(held)
 		defer st.b.mem.release(held)
 	}
-	byOff := make(map[uint64]*Message, len(msgs))
-	for _, m := range msgs {
-		byOff[m.ID] = m
-	}
 	st.mu.Lock()
 	if st.subs[rd.Sub] != sub {
 		st.core.Paged(rd.Sub, nil)
 		st.mu.Unlock()
 		return
 	}
+	i := 0 // deliveries come in offset order, a subsequence of msgs
 	for _, d := range st.core.Paged(rd.Sub, entries) {
-		s.deliverQueue(sub.streamFrame(byOff[d.Offset], d), nil)
+		for msgs[i].ID != d.Offset {
+			i++
+		}
+		s.deliverQueue(sub.streamFrame(msgs[i], d), nil)
 	}
 	reads := st.core.Take()
 	st.mu.Unlock()
@@ -410,25 +410,48 @@ func (st *stream) read(rd streamcore.Read) {
 }
 
 // waitOutputRoom waits until the connection's queued output is within
-// stomp.max_output_bytes; false when the session is ending.
+// stomp.max_output_bytes and the memory budget lets a connection holding
+// that much take more (memBudget.over: a replay waits for the budget as a
+// producer does, so many replays cannot hold more than the budget plus a
+// page each); false when the session is ending.
 func (s *session) waitOutputRoom() bool {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		s.outMu.Lock()
 		if s.ending {
 			s.outMu.Unlock()
 			return false
 		}
-		if s.outBytes <= s.b.cfg().Stomp.MaxOutputBytes {
+		held := s.outBytes
+		if held <= s.b.cfg().Stomp.MaxOutputBytes && !s.b.mem.over(held) {
 			s.outMu.Unlock()
 			return true
 		}
 		ch := s.drained
 		s.outMu.Unlock()
+		s.b.mem.waiting.Add(1) // a release wakes us (memBudget.wake)
+		s.b.mem.mu.Lock()
+		room := s.b.mem.room
+		s.b.mem.mu.Unlock()
+		if t == nil {
+			t = time.NewTimer(100 * time.Millisecond)
+		} else {
+			t.Reset(100 * time.Millisecond)
+		}
 		select {
 		case <-ch:
+		case <-room:
+		case <-t.C: // the budget may have room without anyone waking us
 		case <-s.b.stop:
+			s.b.mem.waiting.Add(-1)
 			return false
 		}
+		s.b.mem.waiting.Add(-1)
 	}
 }
 
@@ -436,17 +459,19 @@ func (s *session) waitOutputRoom() bool {
 func (sub *subscription) streamFrame(m *Message, d streamcore.Delivery) *stomp.Frame {
 	off := strconv.FormatUint(m.ID, 10)
 	token := streamcore.AckToken(sub.sid, m.ID)
-	f := stomp.NewFrame(stomp.CmdMessage,
-		"subscription", sub.id,
-		"message-id", token,
-		"destination", sub.dest,
-		hdrStreamOffset, off,
-		hdrTimestamp, strconv.FormatInt(m.Enqueued, 10))
+	// One allocation of the headers, sized for all of them.
+	f := &stomp.Frame{Command: stomp.CmdMessage, Headers: make(stomp.Headers, 0, 7+len(m.Headers))}
+	f.Headers = append(f.Headers,
+		stomp.Header{Key: "subscription", Value: sub.id},
+		stomp.Header{Key: "message-id", Value: token},
+		stomp.Header{Key: "destination", Value: sub.dest},
+		stomp.Header{Key: hdrStreamOffset, Value: off},
+		stomp.Header{Key: hdrTimestamp, Value: strconv.FormatInt(m.Enqueued, 10)})
 	if sub.ack != ackAuto {
-		f.Headers.Add("ack", token)
+		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: token})
 	}
 	if d.Gap {
-		f.Headers.Add(hdrStreamGap, strconv.FormatUint(d.GapFrom, 10))
+		f.Headers = append(f.Headers, stomp.Header{Key: hdrStreamGap, Value: strconv.FormatUint(d.GapFrom, 10)})
 	}
 	for _, h := range m.Headers {
 		switch h.Key {

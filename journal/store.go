@@ -96,6 +96,11 @@ type Store struct {
 
 	st           *stmts
 	streamInsert *sql.Stmt // prepared at the first stream append (stream.go)
+	// StreamRead's statement on the reader pool, prepared at the first
+	// read (closed with the pool).
+	streamReadOnce sync.Once
+	streamReadStmt *sql.Stmt
+	streamReadErr  error
 	pageSize     int
 	zip          *compressor
 }
