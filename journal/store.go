@@ -101,8 +101,8 @@ type Store struct {
 	streamReadOnce sync.Once
 	streamReadStmt *sql.Stmt
 	streamReadErr  error
-	pageSize     int
-	zip          *compressor
+	pageSize       int
+	zip            *compressor
 }
 
 type completed struct {
