@@ -50,6 +50,12 @@ type stream struct {
 	// waits for them.
 	inflight sync.WaitGroup
 
+	// pub publishes appends to the multicast channels carrying the
+	// stream (stream_mcast.go); set at the first append when one does.
+	// Under mu.
+	pub        *streamPub
+	pubChecked bool
+
 	appends, appendBytes, trimmedN atomic.Uint64
 	tailHits, journalReads         atomic.Uint64
 }
@@ -178,6 +184,8 @@ func (st *stream) appended(m *Message) {
 	st.mu.Lock()
 	st.core.Appended(m.ID, int64(m.Size()))
 	st.tail.push(m, st.b.cfg().Streams.TailBytes, st.b.mem)
+	st.startPubLocked(m.ID)
+	st.notifyPubLocked()
 	reads := st.core.Take()
 	st.mu.Unlock()
 	st.startReads(reads)
@@ -195,11 +203,15 @@ func (s *session) onStreamSend(f *stomp.Frame, name string) bool {
 		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); stream %s accepts no messages until space is freed. Nothing was stored.", s.b.cfg().DataDir, s.b.diskFloor(), name))
 		return false
 	}
+	m := s.streamMessage(f, name)
+	if err := s.b.checkStreamSinks(name, m.Headers, m.Body); err != nil {
+		s.fail(f, "message refused", err.Error())
+		return false
+	}
 	if err := st.beginAppend(); err != nil {
 		s.fail(f, "stream not available", err.Error())
 		return false
 	}
-	m := s.streamMessage(f, name)
 	receipt := f.Get("receipt")
 	s.submit(&Batch{Ops: []Op{st.appendOp(m)}, Done: func(b *Batch, err error) {
 		defer st.inflight.Done()

@@ -196,6 +196,7 @@ func (b *Broker) DeleteStream(ctx context.Context, name string) (int, error) {
 		return 0, fmt.Errorf("%w: %s has %d subscribers; close them first (herald connections)", ErrStreamBusy, st.name, n)
 	}
 	st.deleting = true
+	st.notifyPubLocked() // the publisher ends
 	st.tail.reset()
 	st.mu.Unlock()
 	st.inflight.Wait() // appends submitted before: their completions ran
@@ -230,6 +231,7 @@ func (b *Broker) reloadStream(st *stream) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.deleting = false
+	st.pub, st.pubChecked = nil, false // its publisher ended: the next append starts one
 	if err != nil {
 		return
 	}

@@ -154,6 +154,12 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 					return false
 				}
 				m := s.streamMessage(bf, name)
+				if err := s.b.checkStreamSinks(name, m.Headers, m.Body); err != nil {
+					st.inflight.Done()
+					undo()
+					s.fail(f, "transaction not committed", err.Error())
+					return false
+				}
 				apps = append(apps, streamApp{st, m, len(ops)})
 				ops = append(ops, st.appendOp(m))
 				continue
