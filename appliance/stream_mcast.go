@@ -24,7 +24,6 @@ type StreamSink interface {
 // StreamWireTopic is the multicast topic of stream name's messages.
 func StreamWireTopic(name string) string { return prefixStream + name }
 
-
 // streamSinks returns the sinks carrying stream name.
 func (b *Broker) streamSinks(name string) []TopicSink {
 	var out []TopicSink
