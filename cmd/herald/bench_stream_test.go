@@ -214,8 +214,7 @@ func freeTCP(b testing.TB) string {
 // startProc runs a server and waits for addr to answer; it is killed at
 // cleanup.
 func startProc(b testing.TB, addr, bin string, args ...string) {
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
+	cmd := exec.Command(bin, args...) // its log is not kept
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

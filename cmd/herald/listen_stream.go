@@ -101,6 +101,9 @@ func streamCatchUp(p *listenPrinter, e multicast.Event) error {
 			continue // not one for one: nothing sensible to say
 		}
 		n := g.To - g.From + 1
+		if n == 0 || uint64(from)+n < uint64(from) {
+			continue // a range no stream holds (from a hostile sender)
+		}
 		if err == nil {
 			err = printCatchUp(p, strings.TrimPrefix(g.Topic, "/stream/"), uint64(from), uint64(from)+n-1)
 		}
