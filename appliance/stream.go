@@ -579,9 +579,9 @@ func (st *stream) retainStep() bool {
 	st.mu.Lock()
 	// A reload's paging applies from here (each retention round).
 	st.core.SetConfig(streamcore.Config{PageMessages: c.PageMessages, PageBytes: c.PageBytes})
-	first, count, bytes := st.core.First(), st.core.Count(), st.core.Bytes()
+	first, count, bytes, deleting := st.core.First(), st.core.Count(), st.core.Bytes(), st.deleting
 	st.mu.Unlock()
-	if count == 0 {
+	if count == 0 || deleting { // a trim after the delete would make the stream again
 		return false
 	}
 	es, err := st.b.streams.j.StreamEntries(st.b.ctx, st.name, first, c.RetentionBatch)

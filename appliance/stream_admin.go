@@ -314,7 +314,9 @@ func (b *Broker) ResetCursor(ctx context.Context, name, cursor, target string) (
 	}
 	st.mu.Unlock()
 	op := Op{Kind: OpCursorSet, Stream: &StreamOp{Name: st.name, Cursor: cursor, Offset: pos}}
-	_, err = b.submitWait(ctx, &Batch{Ops: []Op{op}})
+	// Waited for whatever the request's context does: the core learns
+	// what the journal did.
+	_, err = b.submitWait(b.ctx, &Batch{Ops: []Op{op}})
 	st.mu.Lock()
 	if err == nil {
 		st.core.SetCursor(cursor, pos)
