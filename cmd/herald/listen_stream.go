@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/herald-mq/herald/multicast"
 )
@@ -41,8 +42,11 @@ const (
 )
 
 var (
-	catchUpMu     sync.Mutex
-	catchUpStates = map[*listenPrinter]*catchUpState{}
+	// catchUpPending counts the gaps waiting for a reference, over all
+	// listens of the process.
+	catchUpPending atomic.Int64
+	catchUpMu      sync.Mutex
+	catchUpStates  = map[*listenPrinter]*catchUpState{}
 )
 
 func catchUpFor(p *listenPrinter) *catchUpState {
@@ -60,6 +64,17 @@ func catchUpFor(p *listenPrinter) *catchUpState {
 // it learns stream offsets from messages, and prints the catch-up command
 // of each stream gap once it can tell its offsets.
 func streamCatchUp(p *listenPrinter, e multicast.Event) error {
+	// The fast path of every plain topic's message: no lock, no map.
+	switch e := e.(type) {
+	case multicast.Message:
+		if !strings.HasPrefix(e.Topic, "/stream/") && catchUpPending.Load() == 0 {
+			return nil
+		}
+	case multicast.Gap:
+		if !strings.HasPrefix(e.Topic, "/stream/") {
+			return nil
+		}
+	}
 	st := catchUpFor(p)
 	switch e := e.(type) {
 	case multicast.Message:
@@ -80,8 +95,10 @@ func streamCatchUp(p *listenPrinter, e multicast.Event) error {
 		if strings.HasPrefix(e.Topic, "/stream/") && e.To >= e.From {
 			if len(st.pending) >= maxCatchUpPending {
 				st.pending = st.pending[1:]
+				catchUpPending.Add(-1)
 			}
 			st.pending = append(st.pending, e)
+			catchUpPending.Add(1)
 		}
 		return nil // printed after the #GAP line
 	case multicast.SessionChange:
@@ -108,6 +125,7 @@ func streamCatchUp(p *listenPrinter, e multicast.Event) error {
 			err = printCatchUp(p, strings.TrimPrefix(g.Topic, "/stream/"), uint64(from), uint64(from)+n-1)
 		}
 	}
+	catchUpPending.Add(int64(len(keep) - len(st.pending)))
 	st.pending = keep
 	return err
 }

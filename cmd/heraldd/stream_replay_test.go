@@ -268,8 +268,15 @@ func TestStreamReplay_MemoryBounded(t *testing.T) {
 	close(stopPoll)
 	wg.Wait()
 	t.Logf("RSS before %d MiB, peak during the replay %d MiB; budget use peak %d KiB of %d KiB", base>>20, peak>>20, maxUsed.Load()>>10, budget>>10)
-	if peak > base+3*budget {
-		t.Errorf("RSS peaked at %d MiB during the replay of a %d MB stream, want at most %d MiB (before %d MiB + 3 x the %d MiB budget)", peak>>20, n*size/1_000_000, (base+3*budget)>>20, base>>20, budget>>20)
+	// Under the race detector every allocation costs shadow memory too
+	// (2-3x here): the allowance doubles; the budget's own bound below
+	// stays exact.
+	k := int64(3)
+	if testenv.Race {
+		k = 6
+	}
+	if peak > base+k*budget {
+		t.Errorf("RSS peaked at %d MiB during the replay of a %d MB stream, want at most %d MiB (before %d MiB + %d x the %d MiB budget)", peak>>20, n*size/1_000_000, (base+k*budget)>>20, base>>20, k, budget>>20)
 	}
 	if u := maxUsed.Load(); u > budget+1<<20+64<<10+64<<10 {
 		t.Errorf("memory budget use peaked at %d bytes, want at most the budget %d plus a page and a small holder", u, budget)
