@@ -61,14 +61,13 @@ type StreamView struct {
 	Trimmed     uint64     `json:"trimmed_total"`      // removed by retention since the daemon started
 	// TailHits counts pages served to caught-up subscribers from the
 	// in-memory tail instead of the journal (streams.tail_bytes).
-	TailHits   uint64              `json:"tail_hits_total"`
-	TailReads  uint64              `json:"journal_reads_total"`
-	Retention  StreamRetentionView `json:"retention"`
-	Cursors    []StreamCursorView  `json:"cursors"`
-	TailBytes  int64               `json:"tail_bytes"`
-	TailFirst  *uint64             `json:"tail_first_offset,omitempty"`
-	Deleting   bool                `json:"deleting,omitempty"`
-	timesKnown bool
+	TailHits  uint64              `json:"tail_hits_total"`
+	TailReads uint64              `json:"journal_reads_total"`
+	Retention StreamRetentionView `json:"retention"`
+	Cursors   []StreamCursorView  `json:"cursors"`
+	TailBytes int64               `json:"tail_bytes"`
+	TailFirst *uint64             `json:"tail_first_offset,omitempty"`
+	Deleting  bool                `json:"deleting,omitempty"`
 }
 
 // view returns the stream's figures without times (no journal read).
@@ -122,7 +121,6 @@ func (b *Broker) withTimes(ctx context.Context, v *StreamView) {
 			v.LastTime = &t
 		}
 	}
-	v.timesKnown = true
 }
 
 // StreamViews lists the streams by name without reading the journal (for
