@@ -50,6 +50,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/log-level", s.logLevel)
 	mux.HandleFunc("PUT /v1/log-level", s.setLogLevel)
 	mux.HandleFunc("POST /v1/backup", s.backup)
+	s.streamRoutes(mux) // streams.go
 	return jsonErrors(mux)
 }
 

@@ -271,6 +271,10 @@ type ChannelConfig struct {
 	Interface string   `toml:"interface" json:"interface"`
 	TTL       int      `toml:"ttl" json:"ttl"`
 	Topics    []string `toml:"topics" json:"topics"`
+	// Streams are stream name patterns carried on the channel: each
+	// append as a message of topic "/stream/NAME" with x-stream-offset
+	// (stream_mcast.go).
+	Streams   []string `toml:"streams" json:"streams,omitempty"`
 	Profile   string   `toml:"profile" json:"profile"`
 	RateLimit int64    `toml:"rate_limit" json:"rate_limit"`
 	Window    int      `toml:"window" json:"window"`
@@ -739,8 +743,13 @@ func (c *Config) Validate() error {
 		if ch.MaxStreams < 0 || ch.MaxStreams > 10_000_000 {
 			bad("%s.max_streams: %d: want 0 (the default, 100000) to 10000000", where, ch.MaxStreams)
 		}
-		if len(ch.Topics) == 0 {
-			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"])", where)
+		if len(ch.Topics) == 0 && len(ch.Streams) == 0 {
+			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"]) or stream pattern (streams = [\"stats.>\"])", where)
+		}
+		for _, p := range ch.Streams {
+			if p == "" {
+				bad("%s.streams: an empty pattern; give stream name patterns (example: [\"stats.>\"])", where)
+			}
 		}
 		switch ch.Profile {
 		case "", "low-latency", "dashboard":

@@ -71,6 +71,7 @@ var reloadKeys = map[string]reloadClass{
 	"streams.max_streams":        reloadable,
 	"streams.page_bytes":         reloadable, // from the next retention round
 	"streams.page_messages":      reloadable,
+	"streams.tail_bytes":         reloadable, // from the next append
 	"streams.retention_interval": reloadable,
 	"streams.retention_batch":    reloadable,
 	"streams.policy":             reloadable,

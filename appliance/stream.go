@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/herald-mq/herald/appliance/stomp"
@@ -39,6 +40,36 @@ type stream struct {
 	mu   sync.Mutex
 	core *streamcore.Core
 	subs map[streamcore.SubID]*subscription
+	// tail holds the newest committed messages for caught-up subscribers
+	// (streams.tail_bytes; stream_tail.go). Under mu.
+	tail streamTail
+	// deleting: the admin is deleting the stream; appends and
+	// subscriptions are refused. Under mu.
+	deleting bool
+	// inflight counts appends submitted and not yet completed; a delete
+	// waits for them.
+	inflight sync.WaitGroup
+
+	// pub publishes appends to the multicast channels carrying the
+	// stream (stream_mcast.go); set at the first append when one does.
+	// Under mu.
+	pub        *streamPub
+	pubChecked bool
+
+	appends, appendBytes, trimmedN atomic.Uint64
+	tailHits, journalReads         atomic.Uint64
+}
+
+// beginAppend counts an append about to be submitted (inflight.Done when
+// it completed); an error while the stream is being deleted.
+func (st *stream) beginAppend() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.deleting {
+		return fmt.Errorf("%w: %s; retry once the delete is done (a new stream of the name starts at offset 0)", ErrStreamDeleting, st.name)
+	}
+	st.inflight.Add(1)
+	return nil
 }
 
 // streamRegistry holds the broker's streams.
@@ -148,8 +179,13 @@ type streamApp struct {
 
 // appended records a committed append (journal completion: signals only).
 func (st *stream) appended(m *Message) {
+	st.appends.Add(1)
+	st.appendBytes.Add(uint64(m.Size()))
 	st.mu.Lock()
 	st.core.Appended(m.ID, int64(m.Size()))
+	st.tail.push(m, st.b.cfg().Streams.TailBytes, st.b.mem)
+	st.startPubLocked(m.ID)
+	st.notifyPubLocked()
 	reads := st.core.Take()
 	st.mu.Unlock()
 	st.startReads(reads)
@@ -168,8 +204,17 @@ func (s *session) onStreamSend(f *stomp.Frame, name string) bool {
 		return false
 	}
 	m := s.streamMessage(f, name)
+	if err := s.b.checkStreamSinks(name, m.Headers, m.Body); err != nil {
+		s.fail(f, "message refused", err.Error())
+		return false
+	}
+	if err := st.beginAppend(); err != nil {
+		s.fail(f, "stream not available", err.Error())
+		return false
+	}
 	receipt := f.Get("receipt")
 	s.submit(&Batch{Ops: []Op{st.appendOp(m)}, Done: func(b *Batch, err error) {
+		defer st.inflight.Done()
 		s.b.journalResult(err)
 		if err != nil {
 			s.log.Error("message not stored", "stream", name, "err", err)
@@ -270,6 +315,11 @@ func (s *session) subscribeStream(f *stomp.Frame, sub *subscription) bool {
 	s.b.streams.mu.Unlock()
 	sub.st = st
 	st.mu.Lock()
+	if st.deleting {
+		st.mu.Unlock()
+		s.fail(f, "stream not available", fmt.Sprintf("%v: %s; subscribe again once the delete is done.", ErrStreamDeleting, sub.name))
+		return false
+	}
 	_, err = st.core.Subscribe(sub.sid, streamcore.AckMode(sub.ack), prefetch, start, cursor)
 	if err != nil {
 		st.mu.Unlock()
@@ -326,7 +376,16 @@ func (st *stream) read(rd streamcore.Read) {
 	if !s.waitOutputRoom() {
 		return
 	}
-	msgs, err := st.b.streams.j.StreamRead(st.b.ctx, st.name, rd.From, rd.Limit, rd.MaxBytes)
+	st.mu.Lock()
+	msgs, cached := st.tail.page(rd.From, rd.Limit, rd.MaxBytes)
+	st.mu.Unlock()
+	var err error
+	if cached {
+		st.tailHits.Add(1)
+	} else {
+		st.journalReads.Add(1)
+		msgs, err = st.b.streams.j.StreamRead(st.b.ctx, st.name, rd.From, rd.Limit, rd.MaxBytes)
+	}
 	if err != nil {
 		if st.b.ctx.Err() == nil {
 			s.log.Error("stream read failed", "stream", st.name, "offset", rd.From, "err", err)
@@ -340,11 +399,9 @@ func (st *stream) read(rd streamcore.Read) {
 		entries[i] = streamcore.Entry{Offset: m.ID, Size: int64(m.Size())}
 		held += int64(m.Size())
 	}
-	st.b.mem.charge(held)
-	defer st.b.mem.release(held)
-	byOff := make(map[uint64]*Message, len(msgs))
-	for _, m := range msgs {
-		byOff[m.ID] = m
+	if !cached { // a cached page is charged to the tail already
+		st.b.mem.charge(held)
+		defer st.b.mem.release(held)
 	}
 	st.mu.Lock()
 	if st.subs[rd.Sub] != sub {
@@ -352,8 +409,12 @@ func (st *stream) read(rd streamcore.Read) {
 		st.mu.Unlock()
 		return
 	}
+	i := 0 // deliveries come in offset order, a subsequence of msgs
 	for _, d := range st.core.Paged(rd.Sub, entries) {
-		s.deliverQueue(sub.streamFrame(byOff[d.Offset], d), nil)
+		for msgs[i].ID != d.Offset {
+			i++
+		}
+		s.deliverQueue(sub.streamFrame(msgs[i], d), nil)
 	}
 	reads := st.core.Take()
 	st.mu.Unlock()
@@ -361,25 +422,48 @@ func (st *stream) read(rd streamcore.Read) {
 }
 
 // waitOutputRoom waits until the connection's queued output is within
-// stomp.max_output_bytes; false when the session is ending.
+// stomp.max_output_bytes and the memory budget lets a connection holding
+// that much take more (memBudget.over: a replay waits for the budget as a
+// producer does, so many replays cannot hold more than the budget plus a
+// page each); false when the session is ending.
 func (s *session) waitOutputRoom() bool {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		s.outMu.Lock()
 		if s.ending {
 			s.outMu.Unlock()
 			return false
 		}
-		if s.outBytes <= s.b.cfg().Stomp.MaxOutputBytes {
+		held := s.outBytes
+		if held <= s.b.cfg().Stomp.MaxOutputBytes && !s.b.mem.over(held) {
 			s.outMu.Unlock()
 			return true
 		}
 		ch := s.drained
 		s.outMu.Unlock()
+		s.b.mem.waiting.Add(1) // a release wakes us (memBudget.wake)
+		s.b.mem.mu.Lock()
+		room := s.b.mem.room
+		s.b.mem.mu.Unlock()
+		if t == nil {
+			t = time.NewTimer(100 * time.Millisecond)
+		} else {
+			t.Reset(100 * time.Millisecond)
+		}
 		select {
 		case <-ch:
+		case <-room:
+		case <-t.C: // the budget may have room without anyone waking us
 		case <-s.b.stop:
+			s.b.mem.waiting.Add(-1)
 			return false
 		}
+		s.b.mem.waiting.Add(-1)
 	}
 }
 
@@ -387,17 +471,19 @@ func (s *session) waitOutputRoom() bool {
 func (sub *subscription) streamFrame(m *Message, d streamcore.Delivery) *stomp.Frame {
 	off := strconv.FormatUint(m.ID, 10)
 	token := streamcore.AckToken(sub.sid, m.ID)
-	f := stomp.NewFrame(stomp.CmdMessage,
-		"subscription", sub.id,
-		"message-id", token,
-		"destination", sub.dest,
-		hdrStreamOffset, off,
-		hdrTimestamp, strconv.FormatInt(m.Enqueued, 10))
+	// One allocation of the headers, sized for all of them.
+	f := &stomp.Frame{Command: stomp.CmdMessage, Headers: make(stomp.Headers, 0, 7+len(m.Headers))}
+	f.Headers = append(f.Headers,
+		stomp.Header{Key: "subscription", Value: sub.id},
+		stomp.Header{Key: "message-id", Value: token},
+		stomp.Header{Key: "destination", Value: sub.dest},
+		stomp.Header{Key: hdrStreamOffset, Value: off},
+		stomp.Header{Key: hdrTimestamp, Value: strconv.FormatInt(m.Enqueued, 10)})
 	if sub.ack != ackAuto {
-		f.Headers.Add("ack", token)
+		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: token})
 	}
 	if d.Gap {
-		f.Headers.Add(hdrStreamGap, strconv.FormatUint(d.GapFrom, 10))
+		f.Headers = append(f.Headers, stomp.Header{Key: hdrStreamGap, Value: strconv.FormatUint(d.GapFrom, 10)})
 	}
 	for _, h := range m.Headers {
 		switch h.Key {
@@ -493,9 +579,9 @@ func (st *stream) retainStep() bool {
 	st.mu.Lock()
 	// A reload's paging applies from here (each retention round).
 	st.core.SetConfig(streamcore.Config{PageMessages: c.PageMessages, PageBytes: c.PageBytes})
-	first, count, bytes := st.core.First(), st.core.Count(), st.core.Bytes()
+	first, count, bytes, deleting := st.core.First(), st.core.Count(), st.core.Bytes(), st.deleting
 	st.mu.Unlock()
-	if count == 0 {
+	if count == 0 || deleting { // a trim after the delete would make the stream again
 		return false
 	}
 	es, err := st.b.streams.j.StreamEntries(st.b.ctx, st.name, first, c.RetentionBatch)
@@ -521,6 +607,8 @@ func (st *stream) retainStep() bool {
 			o := &bt.Ops[0]
 			st.mu.Lock()
 			st.core.Trimmed(o.Stream.First, o.Affected, o.Bytes)
+			st.tail.trim(o.Stream.First)
+			st.trimmedN.Add(uint64(o.Affected))
 			reads := st.core.Take()
 			st.mu.Unlock()
 			st.startReads(reads)

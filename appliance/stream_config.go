@@ -22,6 +22,11 @@ type StreamsConfig struct {
 	// are queued to its connection).
 	PageBytes    int64 `toml:"page_bytes" json:"page_bytes"`
 	PageMessages int   `toml:"page_messages" json:"page_messages"`
+	// TailBytes bounds each stream's tail cache: its newest messages, kept
+	// in memory (charged to the queues' half of memory.budget_bytes) so
+	// that caught-up subscribers do not each read every append from the
+	// journal. 0 turns it off.
+	TailBytes int64 `toml:"tail_bytes" json:"tail_bytes"`
 	// RetentionInterval is how often retention runs; RetentionBatch how
 	// many messages one retention transaction removes at most.
 	RetentionInterval Duration `toml:"retention_interval" json:"retention_interval"`
@@ -47,6 +52,7 @@ func defaultStreamsConfig() StreamsConfig {
 		MaxStreams:        1000,
 		PageBytes:         1 << 20,
 		PageMessages:      512,
+		TailBytes:         1 << 20,
 		RetentionInterval: Duration{time.Second},
 		RetentionBatch:    256,
 	}
@@ -90,6 +96,9 @@ func (c *Config) validateStreams() []error {
 	}
 	if s.PageBytes < 4096 || s.PageBytes > 256<<20 {
 		bad("streams.page_bytes: want 4096 to 268435456, got %d", s.PageBytes)
+	}
+	if s.TailBytes < 0 || s.TailBytes > 1<<30 {
+		bad("streams.tail_bytes: want 0 (no tail cache) to 1073741824, got %d", s.TailBytes)
 	}
 	if s.PageMessages < 1 || s.PageMessages > 65536 {
 		bad("streams.page_messages: want 1 to 65536, got %d", s.PageMessages)

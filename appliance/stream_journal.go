@@ -19,6 +19,16 @@ const (
 	// Stream.Offset (the first offset not acknowledged) when that is ahead
 	// of where it is: a cursor never moves back.
 	OpCursor
+	// OpStreamDelete forgets stream Stream.Name: its messages (Limit 0:
+	// all; Limit > 0: at most that many of the oldest, Affected says how
+	// many, and the stream stays while Affected == Limit), its cursors and
+	// its dedup ids. The admin API deletes a stream in such steps so that
+	// appends to other streams interleave; the last step (Limit 0 on what
+	// is left) removes the stream itself.
+	OpStreamDelete
+	// OpCursorSet sets durable cursor Stream.Cursor of stream Stream.Name
+	// to Stream.Offset, back or forth (the admin's reset-cursor).
+	OpCursorSet
 )
 
 // StreamOp is the stream part of an Op.

@@ -129,6 +129,9 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		apps   []streamApp // stream appends (stream.go)
 	)
 	undo := func() {
+		for _, a := range apps {
+			a.st.inflight.Done()
+		}
 		for _, e := range enqs {
 			e.q.enqueueFailed(e.m)
 		}
@@ -144,17 +147,27 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 			kind, name, _ := s.dest(bf.Get("destination"), false)
 			if kind == destStream {
 				st, err := s.b.openStream(name)
+				if err == nil {
+					err = st.beginAppend()
+				}
 				if err != nil {
 					undo()
 					s.fail(f, "transaction not committed", err.Error())
 					return false
 				}
 				if s.b.checkDisk(false) {
+					st.inflight.Done()
 					undo()
 					s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); stream %s accepts no messages until space is freed. The transaction was not committed.", s.b.cfg().DataDir, s.b.diskFloor(), name))
 					return false
 				}
 				m := s.streamMessage(bf, name)
+				if err := s.b.checkStreamSinks(name, m.Headers, m.Body); err != nil {
+					st.inflight.Done()
+					undo()
+					s.fail(f, "transaction not committed", err.Error())
+					return false
+				}
 				apps = append(apps, streamApp{st, m, len(ops)})
 				ops = append(ops, st.appendOp(m))
 				continue
@@ -235,6 +248,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 			} else if err == nil {
 				s.b.stats.dedupHits.Add(1)
 			}
+			a.st.inflight.Done()
 		}
 		if err != nil {
 			s.log.Error("transaction not stored", "transaction", id, "err", err)

@@ -155,7 +155,7 @@ func (s *Store) applyOp(ctx context.Context, op *appliance.Op, now int64, hb *[]
 				return err
 			}
 		case appliance.OpBarrier:
-		case appliance.OpAppend, appliance.OpTrim, appliance.OpCursor:
+		case appliance.OpAppend, appliance.OpTrim, appliance.OpCursor, appliance.OpStreamDelete, appliance.OpCursorSet:
 			if err := s.applyStream(ctx, op, now, &hbuf); err != nil {
 				return err
 			}

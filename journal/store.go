@@ -99,8 +99,13 @@ type Store struct {
 	streamInsert *sql.Stmt            // prepared at the first stream append (stream.go)
 	run          *run                 // writer-owned, reused (run.go)
 	runStmts     map[runKey]*sql.Stmt // prepared on first use (run.go)
-	pageSize     int
-	zip          *compressor
+	// StreamRead's statement on the reader pool, prepared at the first
+	// read (closed with the pool).
+	streamReadOnce sync.Once
+	streamReadStmt *sql.Stmt
+	streamReadErr  error
+	pageSize       int
+	zip            *compressor
 }
 
 type completed struct {

@@ -141,6 +141,47 @@ func (s *Store) applyStream(ctx context.Context, op *appliance.Op, now int64, hb
 			ON CONFLICT(sid, name) DO UPDATE SET next=max(next, excluded.next)`, w.id, so.Cursor, int64(so.Offset)); err != nil {
 			return err
 		}
+	case appliance.OpCursorSet:
+		if _, err := s.wc.ExecContext(ctx, `INSERT INTO stream_cursors(sid, name, next) VALUES(?,?,?)
+			ON CONFLICT(sid, name) DO UPDATE SET next=excluded.next`, w.id, so.Cursor, int64(so.Offset)); err != nil {
+			return err
+		}
+	case appliance.OpStreamDelete:
+		if so.Limit > 0 {
+			res, err := s.wc.ExecContext(ctx, `DELETE FROM stream_messages WHERE sid=? AND off IN
+				(SELECT off FROM stream_messages WHERE sid=? ORDER BY off LIMIT ?)`, w.id, w.id, so.Limit)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			op.Affected = int(n)
+			if op.Affected == so.Limit {
+				return nil
+			}
+		}
+		for _, q := range []string{
+			`DELETE FROM stream_messages WHERE sid=?`,
+			`DELETE FROM stream_cursors WHERE sid=?`,
+			`DELETE FROM streams WHERE id=?`,
+		} {
+			res, err := s.wc.ExecContext(ctx, q, w.id)
+			if err != nil {
+				return err
+			}
+			if q == `DELETE FROM stream_messages WHERE sid=?` {
+				n, _ := res.RowsAffected()
+				op.Affected += int(n)
+			}
+		}
+		// Dedup ids of the stream (under its negative id): a new stream of
+		// the name may get the same id.
+		if _, err := s.wc.ExecContext(ctx, `DELETE FROM dedup WHERE qid=?`, -w.id); err != nil {
+			return err
+		}
+		delete(s.sids, so.Name)
 	}
 	return nil
 }
@@ -202,14 +243,23 @@ func (s *Store) Streams(ctx context.Context) ([]appliance.StreamState, error) {
 // StreamRead pages a stream's messages from offset from, bounded in count
 // and bytes (by the size column: rows past the budget are never read).
 func (s *Store) StreamRead(ctx context.Context, name string, from uint64, limit int, maxBytes int64) ([]*appliance.Message, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT m.off, m.ts, m.flags, m.size, m.headers, m.body FROM stream_messages m
-		WHERE m.sid = (SELECT id FROM streams WHERE name=?) AND m.off >= ? ORDER BY m.off LIMIT ?`, name, int64(from), limit)
+	s.streamReadOnce.Do(func() {
+		// Prepared once on the reader pool (database/sql prepares it on
+		// each connection as it is used): a replay runs it per page.
+		s.streamReadStmt, s.streamReadErr = s.db.PrepareContext(context.Background(), `SELECT m.off, m.ts, m.flags, m.size, m.headers, m.body FROM stream_messages m
+		WHERE m.sid = (SELECT id FROM streams WHERE name=?) AND m.off >= ? ORDER BY m.off LIMIT ?`)
+	})
+	if s.streamReadErr != nil {
+		return nil, fmt.Errorf("journal: read stream %s: %w", name, s.streamReadErr)
+	}
+	rows, err := s.streamReadStmt.QueryContext(ctx, name, int64(from), limit)
 	if err != nil {
 		return nil, fmt.Errorf("journal: read stream %s: %w", name, err)
 	}
 	defer rows.Close()
-	var out []*appliance.Message
+	out := make([]*appliance.Message, 0, min(limit, 1024))
 	var total int64
+	var hb sql.RawBytes // decodeHeaders copies what it keeps
 	for rows.Next() {
 		if maxBytes > 0 && total >= maxBytes {
 			break
@@ -217,7 +267,6 @@ func (s *Store) StreamRead(ctx context.Context, name string, from uint64, limit 
 		m := &appliance.Message{Queue: name}
 		var off, size int64
 		var flags int
-		var hb []byte
 		if err := rows.Scan(&off, &m.Enqueued, &flags, &size, &hb, &m.Body); err != nil {
 			return nil, fmt.Errorf("journal: read stream %s: %w", name, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
 	"github.com/herald-mq/herald/internal/testenv"
 )
@@ -171,7 +172,8 @@ func TestDashboard_Model(t *testing.T) {
 	all := strings.Join(exprs, "\n")
 	for _, m := range []string{"herald_connections", "herald_queue_enqueued_total", "herald_queue_deliveries_total",
 		"herald_queue_messages", "herald_journal_commit_duration_seconds_bucket", "herald_channel_losses_total",
-		"herald_channel_repairs_total", "herald_output_backpressure_total", "herald_queue_blocked_sends_total"} {
+		"herald_channel_repairs_total", "herald_output_backpressure_total", "herald_queue_blocked_sends_total",
+		"herald_stream_appends_total", "herald_stream_cursor_lag"} {
 		if !strings.Contains(all, m) {
 			t.Errorf("no panel uses %s", m)
 		}
@@ -477,6 +479,13 @@ topics = ["dash.>"]
 		t.Fatal(err)
 	}
 	if _, err := c.SendReceipt(ctx, "/topic/dash.cpu", []byte("t")); err != nil {
+		t.Fatal(err)
+	}
+	// A stream with a durable cursor: its per-stream and per-cursor series.
+	if _, err := c.SendReceipt(ctx, "/stream/dash", []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubscribeReceipt(ctx, "/stream/dash", "client", stomp.Header{Key: "x-stream-consumer", Value: "dash"}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -149,6 +149,52 @@ func (c *Core) Cursor(name string) (uint64, bool) {
 	return v, ok
 }
 
+// CursorNames lists the durable cursors (committed or held by a
+// subscriber), in no order.
+func (c *Core) CursorNames() []string {
+	out := make([]string, 0, len(c.cursors)+len(c.active))
+	for k := range c.cursors {
+		out = append(out, k)
+	}
+	for k := range c.active {
+		if _, ok := c.cursors[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// CursorActive reports whether a subscriber (or an admin hold) holds
+// cursor name.
+func (c *Core) CursorActive(name string) bool {
+	_, ok := c.active[name]
+	return ok
+}
+
+// HoldCursor marks cursor name in use without a subscriber (while an admin
+// reset commits): a SUBSCRIBE with the name is refused with
+// ErrCursorInUse. False when it is in use already.
+func (c *Core) HoldCursor(name string) bool {
+	if _, busy := c.active[name]; busy {
+		return false
+	}
+	c.active[name] = 0
+	return true
+}
+
+// ReleaseCursor ends a HoldCursor.
+func (c *Core) ReleaseCursor(name string) {
+	if id, ok := c.active[name]; ok && id == 0 {
+		delete(c.active, name)
+	}
+}
+
+// SetCursor sets cursor name's committed position to off, back or forth
+// (an admin reset, once journaled), bounded by the stream's next offset.
+func (c *Core) SetCursor(name string, off uint64) {
+	c.cursors[name] = min(off, c.next)
+}
+
 // Subscribers is the number of subscriptions.
 func (c *Core) Subscribers() int { return len(c.subs) }
 

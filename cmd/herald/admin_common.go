@@ -39,7 +39,7 @@ var SystemSocket = "/run/herald/admin.sock"
 // adminCommands are the commands talking to heraldd's admin socket.
 func adminCommands() []*cli.Command {
 	cmds := []*cli.Command{
-		statusCommand(), queuesCommand(), queueCommand(), topicsCommand(), channelsCommand(),
+		statusCommand(), queuesCommand(), queueCommand(), streamsCommand(), streamCommand(), topicsCommand(), channelsCommand(),
 		connectionsCommand(), backupCommand(), awaitReadyCommand(), configCommand(), logLevelCommand(),
 		topCommand(), manCommand(), completionCommand(),
 	}

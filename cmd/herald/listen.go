@@ -222,6 +222,9 @@ type jsonSession struct {
 }
 
 func (p *listenPrinter) print(e multicast.Event) error {
+	if err := streamCatchUp(p, e); err != nil { // listen_stream.go
+		return err
+	}
 	var err error
 	switch e := e.(type) {
 	case multicast.Message:

@@ -21,6 +21,7 @@ import (
 
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/appliance/streamcore"
 )
 
 // receiveHeartBeat is offered both ways, so that a dead server is noticed
@@ -60,6 +61,7 @@ reconnections included. A refusal (login, destination) is not retried.`,
 			&cli.StringFlag{Name: "ack", Value: "auto", Usage: "acknowledgement mode: auto or client-individual"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per message"},
 			&cli.DurationFlag{Name: "timeout", Usage: "exit with status 75 when no message arrives for this long (0: wait forever)"},
+			&cli.StringFlag{Name: "offset", Usage: "/stream/ destinations: start at `WHERE`: first, last, next, an offset N or timestamp=T (seconds); sent as x-stream-offset"},
 			&cli.IntFlag{Name: "prefetch", Usage: "ask the server to have at most `N` unacknowledged messages in flight (0: server default)"},
 			&cli.BoolFlag{Name: "reconnect", Usage: "when the server cannot be reached or the connection drops, reconnect (back-off 0.1s doubling to 10s) and subscribe again"},
 		},
@@ -88,6 +90,15 @@ func runReceive(cCtx *cli.Context) error {
 		prefetch = count // do not take (and with ack:auto, lose) more than we will print
 	}
 	var hdrs []stomp.Header
+	if off := cCtx.String("offset"); off != "" {
+		if !strings.HasPrefix(dest, "/stream/") {
+			return usageErrorf("--offset is for /stream/ destinations (got %s)", dest)
+		}
+		if _, _, _, err := streamcore.ParseStart(off); err != nil {
+			return usageErrorf("--offset %q: want first, last, next, an offset or timestamp=T (seconds)", off)
+		}
+		hdrs = append(hdrs, stomp.Header{Key: "x-stream-offset", Value: off})
+	}
 	if prefetch > 0 {
 		hdrs = append(hdrs, stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(prefetch)})
 	}

@@ -54,7 +54,7 @@ func (d *daemon) startAuth() error {
 	} else {
 		d.log.Info("users loaded", "users_file", d.cfg.Auth.UsersFile, "users", p.Users(), "allow_anonymous", d.cfg.Auth.AllowAnonymous)
 	}
-	d.adminMetrics().Registry().MustRegister(authCollector{d.broker}, kvCollector{d.broker})
+	d.adminMetrics().Registry().MustRegister(authCollector{d.broker}, kvCollector{d.broker}, streamCollector{d.broker})
 	return nil
 }
 

@@ -20,6 +20,7 @@ type channel struct {
 var (
 	_ appliance.TopicSink        = (*channel)(nil)
 	_ appliance.TopicSinkChecker = (*channel)(nil)
+	_ appliance.StreamSink       = (*channel)(nil)
 )
 
 func (c *channel) Name() string { return c.cfg.Name }
@@ -27,6 +28,17 @@ func (c *channel) Name() string { return c.cfg.Name }
 func (c *channel) Matches(topic string) bool {
 	for _, p := range c.cfg.Topics {
 		if appliance.MatchTopic(p, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchesStream reports whether the channel carries stream name (its
+// streams patterns): appliance.StreamSink.
+func (c *channel) MatchesStream(name string) bool {
+	for _, p := range c.cfg.Streams {
+		if appliance.MatchTopic(p, name) {
 			return true
 		}
 	}
@@ -101,7 +113,7 @@ func (d *daemon) openChannels(ctx context.Context) error {
 		ch := &channel{cfg: cc, sender: s}
 		d.channels = append(d.channels, ch)
 		d.broker.AddTopicSink(ch)
-		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "profile", cc.Profile, "session", multicast.FormatSession(s.Session()))
+		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "streams", cc.Streams, "profile", cc.Profile, "session", multicast.FormatSession(s.Session()))
 	}
 	return nil
 }
