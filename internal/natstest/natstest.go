@@ -266,7 +266,7 @@ func StartProcsIn(t testing.TB, n int, prefix []string, host string, dialer Dial
 			p.Kill(i)
 		}
 	})
-	waitJetStream(t, p.URLs(), 60*time.Second, nats.SetCustomDialer(p.Dialer))
+	waitJetStream(t, p.URLs(), 120*time.Second, nats.SetCustomDialer(p.Dialer)) // race-built child nodes on 2 loaded cores took over 60 s once
 	return p
 }
 
