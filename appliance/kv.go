@@ -20,8 +20,8 @@ import (
 // Writers of the store (a group of SENDs, a transaction, an expiry) take
 // kvStore.commitMu one at a time, across their journal commit; the core
 // itself is under kvStore.mu, held only while it is read or changed. A
-// SEND queues itself (kv.pending) and takes commitMu; whoever holds it
-// flushes every queued SEND as one group: PrepareEach (each sees the
+// SEND queues itself (kv.pending); one writer at a time leads and, under
+// commitMu, flushes every queued SEND as one group: PrepareEach (each sees the
 // earlier ones), one journal batch, then Apply and deliver each, in order.
 // So concurrent writers share a commit (an fsync with journal.sync =
 // "full"), revisions are given in commit order, a write whose batch fails
@@ -79,6 +79,7 @@ type kvStore struct {
 	// commitMu, then locks.mu, then mu.
 	commitMu sync.Mutex
 	pending  []*kvWrite // SENDs waiting for the next group (under mu)
+	leading  bool       // a writer leads: it will commit pending (under mu)
 	groups   atomic.Uint64
 }
 
@@ -212,12 +213,8 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 		s.fail(f, "key-value store unavailable", errKVUnavailable)
 		return false
 	}
-	kv.pending = append(kv.pending, w)
 	kv.mu.Unlock()
-	kv.commitMu.Lock()
-	kv.flush(s.b) // w's, and those queued meanwhile; or nothing: an earlier flush took w
-	kv.commitMu.Unlock()
-	res := <-w.done
+	res := kv.write(s.b, w)
 	e, err := res.e, res.err
 	lim, where := s.b.cfg().KV.limits(req.Bucket)
 	var ce *kvcore.ConflictError
@@ -253,6 +250,39 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 	return true
 }
 
+// write queues w for the next group and returns its outcome. One writer
+// at a time leads: it commits every write queued (its own included) as one
+// group, then hands the lead to the first write queued meanwhile, if any,
+// and returns. The others wait on their done channel only, for their
+// outcome or the lead; so a write whose group has committed returns at
+// once, never held behind the next group (waiting for commitMu there
+// serialised the writers: each took the lock in turn and committed the one
+// write queued since, alone).
+func (kv *kvStore) write(b *Broker, w *kvWrite) kvResult {
+	kv.mu.Lock()
+	kv.pending = append(kv.pending, w)
+	lead := !kv.leading
+	kv.leading = true
+	kv.mu.Unlock()
+	if !lead {
+		if r := <-w.done; !r.lead {
+			return r
+		}
+	}
+	kv.commitMu.Lock()
+	kv.flush(b) // w's, and those queued meanwhile
+	kv.commitMu.Unlock()
+	kv.mu.Lock()
+	if len(kv.pending) > 0 {
+		// Not yet in a group, so its done channel is empty.
+		kv.pending[0].done <- kvResult{lead: true}
+	} else {
+		kv.leading = false
+	}
+	kv.mu.Unlock()
+	return <-w.done
+}
+
 // kvWrite is one SEND to /kv/ waiting for its group's commit.
 type kvWrite struct {
 	req   kvcore.Request
@@ -267,6 +297,7 @@ type kvResult struct {
 	err     error
 	fenced  bool
 	journal bool
+	lead    bool // not an outcome: this write now leads (kvStore.write)
 }
 
 // flush commits the writes queued in kv.pending as one group: every write
