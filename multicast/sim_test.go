@@ -28,9 +28,9 @@ type sim struct {
 	naks    int             // NAK datagrams that reached the sender
 	onNAK   func(b []byte)
 	dropNAK func(b []byte) bool // true: the datagram never reaches the sender (an older sender ignoring it)
-	onSend  func(b []byte) // sees every datagram the sender multicasts
-	shared  lossModel      // loss on the sender's side: every receiver loses the datagram
-	losses  int            // DATA datagrams lost, counted per receiver
+	onSend  func(b []byte)      // sees every datagram the sender multicasts
+	shared  lossModel           // loss on the sender's side: every receiver loses the datagram
+	losses  int                 // DATA datagrams lost, counted per receiver
 }
 
 type flight struct {
