@@ -44,7 +44,14 @@ Without a key, sealed datagrams are only counted (sealed, in --stats).
 
 Without a key, a host on the LAN can inject messages, but not take the channel away:
 datagrams far ahead of the window, of another session while the current one is live, or
-of the current session from another address are ignored, counted and logged.`,
+of the current session from another address are ignored, counted and logged.
+
+With --late-join N (or --late-join-age DURATION), a listener started while the channel is
+running asks the sender for the recent messages of its topics still in the sender's
+retransmit window and prints them first, in order, then the live ones with no gap and no
+duplicate between the two: a dashboard starts full. What cannot be repaired prints as #GAP.
+A sender older than protocol revision 4 does not answer: after 1 s (2 s with the dashboard
+profile) the listener goes on with the live messages only (history-unanswered in --stats).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "group", Required: true, Usage: "multicast `ADDR:PORT` of the channel, e.g. 239.255.0.1:7400"},
 			&cli.StringFlag{Name: "interface", Aliases: []string{"i"}, Usage: "`IFACE` to join on (default: the interface of the route to the group)"},
@@ -61,13 +68,15 @@ of the current session from another address are ignored, counted and logged.`,
 			&cli.BoolFlag{Name: "stats", Usage: "print the receiver's counters to stderr on exit"},
 			&cli.DurationFlag{Name: "session-timeout", Value: multicast.DefaultSessionTimeout,
 				Usage: "without a key, follow a new sender session only after the current one has been silent this long"},
+			&cli.IntFlag{Name: "late-join", Usage: "joining late, first print the last `N` messages of each topic still in the sender's window (repaired like any loss)"},
+			&cli.DurationFlag{Name: "late-join-age", Usage: "joining late, first print the messages of each topic sent within `DURATION` still in the sender's window (with --late-join: the last N of those)"},
 		},
 		Action: runListen,
 	}
 }
 
 func runListen(cCtx *cli.Context) error {
-	const usage = "listen --group ADDR:PORT [--interface IFACE] [--topic PATTERN] [--key-file F] [--json] [--count N]"
+	const usage = "listen --group ADDR:PORT [--interface IFACE] [--topic PATTERN] [--key-file F] [--json] [--count N] [--late-join N]"
 	if err := checkArgs(cCtx, 0, 0, usage); err != nil {
 		return err
 	}
@@ -108,6 +117,16 @@ func runListen(cCtx *cli.Context) error {
 	if count < 0 {
 		return usageErrorf("--count must not be negative")
 	}
+	if n := cCtx.Int("late-join"); n < 0 {
+		return usageErrorf("--late-join %d: want a count of messages per topic, 0 for none", n)
+	} else {
+		cfg.LateJoin = n
+	}
+	if d := cCtx.Duration("late-join-age"); d < 0 {
+		return usageErrorf("--late-join-age %v: want a positive duration, e.g. 10m", d)
+	} else {
+		cfg.LateJoinAge = d
+	}
 	if d := cCtx.Duration("session-timeout"); d <= 0 {
 		return usageErrorf("--session-timeout %v: want a positive duration, e.g. 3s", d)
 	} else {
@@ -142,9 +161,11 @@ func runListen(cCtx *cli.Context) error {
 	if cCtx.Bool("stats") {
 		st := r.Stats()
 		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d"+
-			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d reassembled %d forged-fragments %d sealed %d\n",
+			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d reassembled %d forged-fragments %d sealed %d"+
+			" fragments %d fragments-dropped %d incomplete %d history-requests %d history-answers %d history-repairs %d history-unanswered %d\n",
 			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf,
-			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops, st.Reassembled, st.ForgedFragments, st.Sealed)
+			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops, st.Reassembled, st.ForgedFragments, st.Sealed,
+			st.Fragments, st.ReassemblyDrops, st.Incomplete, st.HistoryRequests, st.HistoryAnswers, st.HistoryRepairs, st.HistoryUnanswered)
 	}
 	return err
 }
