@@ -85,6 +85,11 @@ type SenderStats struct {
 	Leading          uint64
 	Trailing         uint64
 	WindowBytes      int
+	Fragmented       uint64 // messages sent as fragments (larger than one datagram)
+	Fragments        uint64 // fragment datagrams sent (originals, not repairs)
+	HistoryRequests  uint64 // late-join history requests accepted
+	HistoryAnswers   uint64 // HISTORY answers sent
+	HistoryRefused   uint64 // history requests not answered (too soon, or over the byte budget)
 }
 
 type pubMsg struct {
@@ -455,7 +460,8 @@ func (s *Sender) Stats() SenderStats {
 		Heartbeats: c.Heartbeats, RateLimited: c.RateLimited, AuthFailures: c.AuthFailures,
 		SendErrors: s.sendErrors.Load(), Leading: c.Leading, Trailing: c.Trailing, WindowBytes: c.WindowBytes,
 		Lost: c.Lost, NAKsRefused: c.NAKsRefused, NAKSources: c.NAKSources, TopSources: s.core.TopSources(TopSourcesShown),
-		Streams: c.Streams}
+		Streams: c.Streams, Fragmented: c.Fragmented, Fragments: c.Fragments,
+		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRefused: c.HistoryRefused}
 }
 
 // Close stops the goroutines, sends what is queued and closes the socket. It is idempotent.
