@@ -51,7 +51,16 @@ running asks the sender for the recent messages of its topics still in the sende
 retransmit window and prints them first, in order, then the live ones with no gap and no
 duplicate between the two: a dashboard starts full. What cannot be repaired prints as #GAP.
 A sender older than protocol revision 4 does not answer: after 1 s (2 s with the dashboard
-profile) the listener goes on with the live messages only (history-unanswered in --stats).`,
+profile) the listener goes on with the live messages only (history-unanswered in --stats).
+
+With --serve ADDR, the listener also re-serves the channel on this host, read-only: the
+appliance's dashboard page at / (gaps listed on it), STOMP over WebSocket at /stomp (SUBSCRIBE to
+/topic/PATTERN; a gap is a MESSAGE frame with gap-from, gap-to and gap-reason headers and no
+body; SEND gets an ERROR) and server-sent events at /events?topic=PATTERN[&format=json] (a gap
+is an event of type "gap"). A wall-screen PC receives the channel once from the LAN and serves
+any number of local browsers. It listens on 127.0.0.1 unless ADDR names a host; pages of
+another origin are refused unless --serve-allow-origin names them. Each client may have at most
+--serve-client-buffer bytes waiting (default 4 MiB): a slower one is dropped with an error.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "group", Required: true, Usage: "multicast `ADDR:PORT` of the channel, e.g. 239.255.0.1:7400"},
 			&cli.StringFlag{Name: "interface", Aliases: []string{"i"}, Usage: "`IFACE` to join on (default: the interface of the route to the group)"},
@@ -69,6 +78,10 @@ profile) the listener goes on with the live messages only (history-unanswered in
 			&cli.DurationFlag{Name: "session-timeout", Value: multicast.DefaultSessionTimeout,
 				Usage: "without a key, follow a new sender session only after the current one has been silent this long"},
 			&cli.IntFlag{Name: "late-join", Usage: "joining late, first print the last `N` messages of each topic still in the sender's window (repaired like any loss)"},
+			&cli.StringFlag{Name: "serve", Usage: "re-serve the channel at `ADDR` ([HOST]:PORT, on 127.0.0.1 without a host): the dashboard page at /, STOMP over WebSocket at /stomp (read-only), server-sent events at /events"},
+			&cli.IntFlag{Name: "serve-client-buffer", Value: defaultServeClientBuffer, Usage: "with --serve, the most `BYTES` waiting for one client; a client that lets more pile up is dropped with an error"},
+			&cli.IntFlag{Name: "serve-max-clients", Value: defaultServeMaxClients, Usage: "with --serve, the most clients served at once"},
+			&cli.StringSliceFlag{Name: "serve-allow-origin", Usage: "with --serve, a web page `ORIGIN` (scheme://host[:port], or *) allowed besides the server's own; repeatable"},
 			&cli.DurationFlag{Name: "late-join-age", Usage: "joining late, first print the messages of each topic sent within `DURATION` still in the sender's window (with --late-join: the last N of those)"},
 		},
 		Action: runListen,
@@ -150,6 +163,12 @@ func runListen(cCtx *cli.Context) error {
 	}
 	defer r.Close()
 	p := &listenPrinter{out: bufio.NewWriterSize(cCtx.App.Writer, 64<<10), json: cCtx.Bool("json")}
+	if a := cCtx.String("serve"); a != "" {
+		if p.serve, err = listenServe(cCtx, a, cfg.Group); err != nil {
+			return err
+		}
+		defer p.serve.close()
+	}
 	if p.json {
 		p.enc = json.NewEncoder(p.out)
 		p.enc.SetEscapeHTML(false)
@@ -185,9 +204,10 @@ func readKeyFile(f string) ([]byte, error) {
 }
 
 type listenPrinter struct {
-	out  *bufio.Writer
-	json bool
-	enc  *json.Encoder
+	out   *bufio.Writer
+	json  bool
+	enc   *json.Encoder
+	serve *serveHub // --serve: every event goes to the local clients too
 }
 
 func (p *listenPrinter) loop(ctx context.Context, r *multicast.Receiver, count int) error {
@@ -196,6 +216,9 @@ func (p *listenPrinter) loop(ctx context.Context, r *multicast.Receiver, count i
 		case e, ok := <-r.Events():
 			if !ok {
 				return nil
+			}
+			if p.serve != nil {
+				p.serve.publish(e)
 			}
 			if err := p.print(e); err != nil {
 				return err
