@@ -41,6 +41,9 @@ const (
 	serveHeartbeat = 15 * time.Second
 	// serveFrameLimit bounds a frame a WebSocket client sends (they only subscribe).
 	serveFrameLimit = 64 << 10
+	// serveWriteTimeout: a client that takes nothing for this long is dropped (its queue is
+	// bounded anyway; this ends the goroutine and the connection).
+	serveWriteTimeout = 30 * time.Second
 )
 
 type serveConfig struct {
@@ -523,12 +526,14 @@ func (h *serveHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-h.ctx.Done():
 			return
 		case <-hb.C:
+			http.NewResponseController(w).SetWriteDeadline(time.Now().Add(serveWriteTimeout))
 			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
 				return
 			}
 			flusher.Flush()
 			continue
 		case <-topicsC:
+			http.NewResponseController(w).SetWriteDeadline(time.Now().Add(serveWriteTimeout))
 			if _, err := w.Write(h.topicsEvent(pattern)); err != nil {
 				return
 			}
@@ -537,6 +542,7 @@ func (h *serveHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-c.wake:
 		}
 		batch, final, closing := h.grab(c)
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(serveWriteTimeout))
 		for _, b := range batch {
 			if _, err := w.Write(b); err != nil {
 				return
@@ -613,6 +619,8 @@ func (h *serveHub) serveStomp(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(-1) // the STOMP reader bounds frames
 	conn := appliance.NewWebSocketConn(ws, serveAddr(h.ln.Addr().String()), serveAddr(r.RemoteAddr))
 	defer conn.Close()
+	stop := context.AfterFunc(h.ctx, func() { conn.Close() }) // the hub ends: so does the session
+	defer stop()
 	rd := stomp.NewReader(conn, stomp.Limits{MaxBody: serveFrameLimit, MaxHeaderBytes: serveFrameLimit, MaxHeaderLine: serveFrameLimit})
 	done := make(chan struct{})
 	go func() {
@@ -625,6 +633,7 @@ func (h *serveHub) serveStomp(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			q, final, closing := h.grab(c)
+			conn.SetWriteDeadline(time.Now().Add(serveWriteTimeout))
 			for _, b := range q {
 				if _, err := conn.Write(b); err != nil {
 					conn.Close()
