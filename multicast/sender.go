@@ -114,19 +114,25 @@ type Sender struct {
 	mu   sync.Mutex // guards core, and what Open sets up against Close and Stats
 	core *SenderCore
 
-	conn    *net.UDPConn
-	pc      *ipv4.PacketConn
-	dst     *net.UDPAddr
-	msgs    []ipv4.Message
-	pubq    chan pubMsg
-	qtok    chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
-	qacq    sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	open    atomic.Bool // Open was called
-	running atomic.Bool // Open succeeded: Publish may use what it set up
-	closed  chan struct{}
-	once    sync.Once
+	conn *net.UDPConn
+	pc   *ipv4.PacketConn
+	dst  *net.UDPAddr
+	msgs []ipv4.Message
+	pubq chan pubMsg
+	// inflight counts messages in pubq or taken from it and not yet packed: a Publish packs
+	// and sends its message itself (no goroutine hand-off on the latency path) only when it is 0,
+	// so a publisher's messages keep their order.
+	inflight atomic.Int64
+	kick     chan struct{} // an inline Publish moved the core's deadline: writeLoop re-arms its timer
+	noInline bool          // tests: every message through pubq (the latency benchmark's baseline)
+	qtok     chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
+	qacq     sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	open     atomic.Bool // Open was called
+	running  atomic.Bool // Open succeeded: Publish may use what it set up
+	closed   chan struct{}
+	once     sync.Once
 
 	sendErrors atomic.Uint64
 }
@@ -166,7 +172,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.QueueBytes < MaxMessage {
 		return nil, fmt.Errorf("QueueBytes %d below MaxMessage %d: %w", cfg.QueueBytes, MaxMessage, ErrBadConfig)
 	}
-	return &Sender{cfg: cfg, group: g, closed: make(chan struct{}), pubq: make(chan pubMsg, cfg.QueueLen),
+	return &Sender{cfg: cfg, group: g, closed: make(chan struct{}), pubq: make(chan pubMsg, cfg.QueueLen), kick: make(chan struct{}, 1),
 		qtok: make(chan struct{}, cfg.QueueBytes/QueueUnit),
 		log:  cfg.Logger.With(logGroup, g.String())}, nil
 }
@@ -293,26 +299,53 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 	default:
 	}
 	m := pubMsg{topic: topic, payload: p}
+	// Nothing queued and the core free: pack and send it here, at once. The writer goroutine
+	// would cost a wake-up (tens of microseconds on a busy host) before the datagram leaves.
+	if !s.noInline && s.inflight.Load() == 0 && s.mu.TryLock() {
+		if s.inflight.Load() == 0 && s.core.Backlog() <= maxBacklog {
+			select {
+			case <-s.closed:
+				s.mu.Unlock()
+				return ErrClosed
+			default:
+			}
+			now := time.Now()
+			s.publishLocked(now, m)
+			s.core.Flush(now)
+			s.sendLocked()
+			s.mu.Unlock()
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+		s.mu.Unlock()
+	}
 	if len(p) > QueueUnit {
 		if err := s.acquire(&m); err != nil {
 			return err
 		}
 	}
+	s.inflight.Add(1)
 	select {
 	case s.pubq <- m:
 		return nil
 	case <-s.closed:
+		s.inflight.Add(-1)
 		s.releaseTokens(m.tokens)
 		return ErrClosed
 	}
 }
+
+// maxBacklog: while more bytes than this wait for the rate limit, Publish blocks.
+const maxBacklog = 1 << 20
 
 // writeLoop packs queued messages (flushing when the queue drains), and runs the core's timers.
 func (s *Sender) writeLoop(ctx context.Context) {
 	defer s.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	const maxBacklog = 1 << 20
 	for {
 		s.mu.Lock()
 		d := time.Until(s.core.Deadline())
@@ -330,10 +363,12 @@ func (s *Sender) writeLoop(ctx context.Context) {
 			s.mu.Lock()
 			now := time.Now()
 			s.publishLocked(now, m)
+			s.inflight.Add(-1)
 			for n := 0; n < 1024 && s.core.Backlog() <= maxBacklog; n++ {
 				select {
 				case m = <-s.pubq:
 					s.publishLocked(now, m)
+					s.inflight.Add(-1)
 					continue
 				default:
 				}
@@ -347,6 +382,7 @@ func (s *Sender) writeLoop(ctx context.Context) {
 			s.core.Tick(time.Now())
 			s.sendLocked()
 			s.mu.Unlock()
+		case <-s.kick:
 		}
 		if !timer.Stop() {
 			select {
