@@ -52,19 +52,22 @@ func TestNetns_LateJoinLossy(t *testing.T) {
 // topic sent before it joined, in order, then every live message published while the history
 // is being repaired and after: no gap, no duplicate (the helper checks order and bodies). A
 // receiver without LateJoin on the same channel starts at the first live message, as before.
+// The channel has the dashboard profile, the one a dashboard uses: its 2 s repair budget rides
+// out a loaded host (with -race at a load of 12, the low-latency profile's 200 ms gave up a few
+// live repairs in one run of three).
 func TestNetns_LateJoinHistory(t *testing.T) {
 	hosts := []string{"r1", "r2", "r3"}
 	tp := newTopo(t, append([]string{"s", "r0"}, hosts...)...)
 	const group, port, n = "239.255.7.10:7410", 7410, 40
-	s := tp.startSender("s", SenderConfig{Group: group})
+	s := tp.startSender("s", SenderConfig{Group: group, Profile: ProfileDashboard})
 	count := publishN(t, s, nil, 3000, 20000, 16)
 	before := maps.Clone(count)
 	var rs []*child
 	for _, h := range hosts {
 		tp.dropShare(h, port)
-		rs = append(rs, tp.startReceiver(h, helperConfig{Group: group, Late: true, LateJoin: n}))
+		rs = append(rs, tp.startReceiver(h, helperConfig{Group: group, Late: true, LateJoin: n, Profile: ProfileDashboard}))
 	}
-	plain := tp.startReceiver("r0", helperConfig{Group: group, Late: true})
+	plain := tp.startReceiver("r0", helperConfig{Group: group, Late: true, Profile: ProfileDashboard})
 	// Joined on a HEARTBEAT of the idle sender; the history is being asked for and repaired
 	// while live messages flow.
 	waitReached(t, 5*time.Second, 1, nil, append(rs, plain)...)
