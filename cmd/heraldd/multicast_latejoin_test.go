@@ -23,7 +23,8 @@ import (
 // live message, with no gap and no duplicate. The fragment counters are real: the channel's
 // fragmented_messages_total and fragments_total in GET /v1/channels, `herald channels --json`
 // and the metrics; the listener's reassembled, fragments-dropped, incomplete and
-// history-answers in --stats.
+// history-answers in --stats. The channel and the listener use the dashboard profile (a
+// dashboard's: a 2 s repair budget, which a loaded test host does not exhaust).
 func TestMulticastLateJoin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("network namespace tests skipped in -short mode")
@@ -33,7 +34,7 @@ func TestMulticastLateJoin(t *testing.T) {
 	nw := newMCNet(t, "app", "r1")
 	const group, port, n = "239.255.78.11:7811", 7811, 5
 	dir := t.TempDir()
-	cfg := writeDaemonConfig(t, dir, nw.Addr["app"].String(), mcChannel{group: group, topics: []string{"metrics.>"}})
+	cfg := writeDaemonConfig(t, dir, nw.Addr["app"].String(), mcChannel{group: group, topics: []string{"metrics.>"}, profile: "dashboard"})
 	b, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func TestMulticastLateJoin(t *testing.T) {
 	sendBig(2)
 	before := copyCount(count)
 	nw.dropShare("r1", port)
-	l := nw.startListener(t, herald, "r1", group, "--late-join", strconv.Itoa(n))
+	l := nw.startListener(t, herald, "r1", group, "--late-join", strconv.Itoa(n), "--profile", "dashboard")
 	// It joins on the idle sender's next HEARTBEAT and prints the history.
 	waitAll(t, 10*time.Second, 1, before, l)
 	publish(t, pub, count, topics, 600, 5000)
