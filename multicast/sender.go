@@ -480,6 +480,11 @@ func (s *Sender) readLoop(ctx context.Context) {
 		}
 		s.sendLocked()
 		s.mu.Unlock()
+		// Repairs held back by the repair budget are due at a deadline the writer may not know.
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
