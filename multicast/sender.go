@@ -124,6 +124,7 @@ type Sender struct {
 	// so a publisher's messages keep their order.
 	inflight atomic.Int64
 	kick     chan struct{} // an inline Publish moved the core's deadline: writeLoop re-arms its timer
+	lastPub  atomic.Int64  // when the last Publish was called (unix ns): a burst goes through pubq
 	noInline bool          // tests: every message through pubq (the latency benchmark's baseline)
 	qtok     chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
 	qacq     sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
@@ -299,9 +300,13 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 	default:
 	}
 	m := pubMsg{topic: topic, payload: p}
-	// Nothing queued and the core free: pack and send it here, at once. The writer goroutine
-	// would cost a wake-up (tens of microseconds on a busy host) before the datagram leaves.
-	if !s.noInline && s.inflight.Load() == 0 && s.mu.TryLock() {
+	// A lone message (nothing queued, the previous Publish more than inlineGap ago, the core
+	// free): pack and send it here, at once. The writer goroutine would cost a wake-up (tens of
+	// microseconds on a busy host) before the datagram leaves. Messages of a burst go to the
+	// writer, which packs what piles up into full datagrams.
+	now := time.Now()
+	lone := now.UnixNano()-s.lastPub.Swap(now.UnixNano()) > int64(inlineGap)
+	if lone && !s.noInline && s.inflight.Load() == 0 && s.mu.TryLock() {
 		if s.inflight.Load() == 0 && s.core.Backlog() <= maxBacklog {
 			select {
 			case <-s.closed:
@@ -309,7 +314,6 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 				return ErrClosed
 			default:
 			}
-			now := time.Now()
 			s.publishLocked(now, m)
 			s.core.Flush(now)
 			s.sendLocked()
@@ -340,6 +344,10 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 
 // maxBacklog: while more bytes than this wait for the rate limit, Publish blocks.
 const maxBacklog = 1 << 20
+
+// inlineGap: a Publish less than this after the previous one is part of a burst and goes
+// through the writer goroutine (batched); a later one is sent by Publish itself.
+const inlineGap = 20 * time.Microsecond
 
 // writeLoop packs queued messages (flushing when the queue drains), and runs the core's timers.
 func (s *Sender) writeLoop(ctx context.Context) {
