@@ -347,7 +347,7 @@ const maxBacklog = 1 << 20
 
 // inlineGap: a Publish less than this after the previous one is part of a burst and goes
 // through the writer goroutine (batched); a later one is sent by Publish itself.
-const inlineGap = 20 * time.Microsecond
+const inlineGap = 50 * time.Microsecond
 
 // writeLoop packs queued messages (flushing when the queue drains), and runs the core's timers.
 func (s *Sender) writeLoop(ctx context.Context) {
