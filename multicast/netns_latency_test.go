@@ -77,13 +77,13 @@ func BenchmarkNetnsLatency(b *testing.B) {
 		if w := time.Duration(i)*time.Second/rate - time.Since(start); w > 0 {
 			time.Sleep(w) // not synchronisation: the publishing rate
 		}
-		s.noInline = (i/round)%2 == 1
-		way := map[bool]string{false: "inline", true: "queued"}[s.noInline]
+		s.cfg.LoneInline = (i/round)%2 == 0
+		way := map[bool]string{true: "inline", false: "queued"}[s.cfg.LoneInline]
 		t0 := time.Now()
 		if err := s.Publish("lat", []Header{{"t", strconv.FormatInt(t0.UnixNano(), 10)}, {"m", way}}, body); err != nil {
 			b.Fatal(err)
 		}
-		call[s.noInline] = append(call[s.noInline], time.Since(t0))
+		call[!s.cfg.LoneInline] = append(call[!s.cfg.LoneInline], time.Since(t0))
 	}
 	select {
 	case <-done:

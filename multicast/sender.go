@@ -58,6 +58,12 @@ type SenderConfig struct {
 	// QueueLen bounds messages accepted by Publish and not yet packed; Publish blocks when it is
 	// full (default 4096).
 	QueueLen int
+	// LoneInline: a lone message (published while nothing is queued, more than 50 µs after the
+	// previous one) is packed and sent by Publish itself instead of the writer goroutine: lower
+	// latency (BenchmarkNetnsLatency: p50 0.57-0.65 of the queued path), but such messages no
+	// longer share datagrams, so a steady publisher sends more datagrams (1.4-1.9x in
+	// TestMulticastE2E under -race). Off by default.
+	LoneInline bool
 }
 
 // TopSourcesShown is how many NAK sources SenderStats lists.
@@ -125,7 +131,6 @@ type Sender struct {
 	inflight atomic.Int64
 	kick     chan struct{} // an inline Publish moved the core's deadline: writeLoop re-arms its timer
 	lastPub  atomic.Int64  // when the last Publish was called (unix ns): a burst goes through pubq
-	noInline bool          // tests: every message through pubq (the latency benchmark's baseline)
 	qtok     chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
 	qacq     sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
 	cancel   context.CancelFunc
@@ -306,7 +311,7 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 	// writer, which packs what piles up into full datagrams.
 	now := time.Now()
 	lone := now.UnixNano()-s.lastPub.Swap(now.UnixNano()) > int64(inlineGap)
-	if lone && !s.noInline && s.inflight.Load() == 0 && s.mu.TryLock() {
+	if lone && s.cfg.LoneInline && s.inflight.Load() == 0 && s.mu.TryLock() {
 		if s.inflight.Load() == 0 && s.core.Backlog() <= maxBacklog {
 			select {
 			case <-s.closed:
