@@ -160,6 +160,10 @@ var (
 	dChRate        = desc("herald_channel_rate_limited_seconds_total", "Time the channel's sender waited on its rate limit.", "channel")
 	dChWindow      = desc("herald_channel_window_bytes", "Bytes held in the channel's retransmit window.", "channel")
 	dChStreams     = desc("herald_channel_streams", "Topics (streams) seen on the channel.", "channel")
+	dChFragmented  = desc("herald_channel_fragmented_messages_total", "Messages larger than one datagram, sent as fragments.", "channel")
+	dChFragments   = desc("herald_channel_fragments_total", "Fragment datagrams sent (originals, not repairs).", "channel")
+	dChHistory     = desc("herald_channel_history_answers_total", "Late-join HISTORY answers sent.", "channel")
+	dChHistRefused = desc("herald_channel_history_refused_total", "Late-join history requests not answered (too soon from a source, or over its repair budget).", "channel")
 )
 
 // viewCollector reads the broker's, journal's and channels' views at scrape
@@ -175,6 +179,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJCkpt, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
 		dChRepairBytes, dChNAKsDropped, dChSources, dChSrcNAKs, dChSrcRepBytes, dChSrcRefused,
+		dChFragmented, dChFragments, dChHistory, dChHistRefused,
 	} {
 		ch <- d
 	}
@@ -277,6 +282,10 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(dChRepairBytes, float64(v.RepairBytes), n)
 		counter(dChNAKsDropped, float64(v.NAKsDropped), n)
 		gauge(dChSources, float64(v.NAKSourceCount), n)
+		counter(dChFragmented, float64(v.FragmentedMessages), n)
+		counter(dChFragments, float64(v.Fragments), n)
+		counter(dChHistory, float64(v.HistoryAnswers), n)
+		counter(dChHistRefused, float64(v.HistoryRefused), n)
 		for _, src := range v.NAKSources {
 			counter(dChSrcNAKs, float64(src.NAKs), n, src.Source)
 			counter(dChSrcRepBytes, float64(src.RepairBytes), n, src.Source)

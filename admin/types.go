@@ -78,6 +78,13 @@ type ChannelView struct {
 	// bytes, at most 8.
 	NAKSourceCount int             `json:"nak_sources"`
 	NAKSources     []NAKSourceView `json:"top_nak_sources"`
+	// Fragments: messages larger than one datagram, sent as fragments (receivers count
+	// reassembled, dropped and incomplete ones: herald listen --stats).
+	FragmentedMessages uint64 `json:"fragmented_messages_total"`
+	Fragments          uint64 `json:"fragments_total"` // fragment datagrams sent (originals)
+	// Late join: HISTORY answers sent to receivers joining late, and requests not answered.
+	HistoryAnswers uint64 `json:"history_answers_total"`
+	HistoryRefused uint64 `json:"history_refused_total"`
 }
 
 // NAKSourceView is one host that sent NAKs to a channel's sender (its IP

@@ -41,6 +41,12 @@ type confConfig struct {
 	// Revision 3: more keys accepted (rotation), and sealing required.
 	Keys []confKey `json:"keys,omitempty"`
 	Seal bool      `json:"seal,omitempty"`
+	// Revision 4: late join with history (section 4.10): the last late_join messages per
+	// stream, those sent within late_join_age_ms; receiver_id is the receiver's id (HISTORY
+	// answers name it).
+	LateJoin      int    `json:"late_join,omitempty"`
+	LateJoinAgeMs int64  `json:"late_join_age_ms,omitempty"`
+	ReceiverID    uint64 `json:"receiver_id,omitempty"`
 }
 
 // confKey is one more key a case's receiver accepts.
@@ -132,6 +138,8 @@ func runConformance(t *testing.T, cfg confConfig, in []confInput, end int64) ([]
 		rc.Keys = append(rc.Keys, Key{ID: ck.ID, Secret: k})
 	}
 	rc.Seal = cfg.Seal
+	rc.LateJoin, rc.LateJoinAge, rc.ID = cfg.LateJoin, time.Duration(cfg.LateJoinAgeMs)*time.Millisecond, cfg.ReceiverID
+	rc.Topics = cfg.Topics
 	r, err := NewReceiverCore(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -541,5 +549,44 @@ func conformanceCases() []confCase {
 		send("DATA 6, key 2", g2k.data(6, 1, pxeu(5, "k2 last"))).
 		at(12000000).send("DATA 7, key 1 again: refused for good", g1.data(7, 1, pxeu(6, "k1 replay"))).
 		end(12100000, S1, "msg px.eu 1 k1", "msg px.eu 2 k2", "msg px.eu 3 k1 late", "msg px.eu 4 k2 again", "msg px.eu 5 k2 last"))
+	// Late join with history (revision 4): the receiver (id 0x1234) joins at datagram 100 and
+	// sends a HISTORY-REQUEST (NAK counter 1) at once; the sender's HISTORY answer says px.eu
+	// starts at stream sequence 51, in datagrams 98-99.
+	const me = 0x1234
+	hist := func(leading, trailing, receiver, request uint64, sts []StreamSeq, rs ...Range) []byte {
+		return g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeHistory, Seq: leading, Trailing: trailing},
+			Receiver: receiver, Request: request, Streams: sts, Ranges: rs})
+	}
+	lateCfg := func(v *vec) *vec {
+		v.c.cfg.LateJoin, v.c.cfg.ReceiverID, v.c.cfg.Topics = 2, me, []string{"px.*"}
+		return v
+	}
+	add(lateCfg(newVec("history", "late_join 2: join on a CATALOG at 100; a HISTORY for another receiver is ignored; ours names px.eu from 51 in datagrams 98-99, which come as repairs (with a record of another stream, ignored): 51, 52, then the live 53")).
+		send("CATALOG 100, px.eu first 95 (before the join)", g.cat(100, 90, CatalogEntry{1, 95, "px.eu"})).
+		send("DATA 101, px.eu 53 (held: the history decides the start)", g.data(101, 90, pxeu(53, "53"))).
+		send("HISTORY for receiver 0x9999: not ours", hist(101, 90, 0x9999, 1, []StreamSeq{{1, 40}}, Range{91, 99})).
+		send("HISTORY for 0x1234, request 1: px.eu from 51, datagrams 98-99", hist(101, 90, me, 1, []StreamSeq{{1, 51}}, Range{98, 99})).
+		send("RDATA 99, px.eu 52", g.rdata(99, 90, pxeu(52, "52"))).
+		send("RDATA 98, px.eu 51 and px.us 7 (not asked for)", g.rdata(98, 90, pxeu(51, "51"), pxus(7, "x"))).
+		send("DATA 102, px.eu 54", g.data(102, 90, pxeu(54, "54"))).
+		end(20000, S1, "msg px.eu 51 51", "msg px.eu 52 52", "msg px.eu 53 53", "msg px.eu 54 54"))
+	add(lateCfg(newVec("history-lost", "late_join 2: datagram 99 of the history never comes: given up after the budget, an exact gap between 51 and the live 53")).
+		send("CATALOG 100, px.eu first 95", g.cat(100, 90, CatalogEntry{1, 95, "px.eu"})).
+		send("DATA 101, px.eu 53", g.data(101, 90, pxeu(53, "53"))).
+		send("HISTORY for 0x1234: px.eu from 51, datagrams 98-99", hist(101, 90, me, 1, []StreamSeq{{1, 51}}, Range{98, 99})).
+		send("RDATA 98, px.eu 51", g.rdata(98, 90, pxeu(51, "51"))).
+		end(1000000, S1, "msg px.eu 51 51", "gap px.eu 52-52 expired", "msg px.eu 53 53"))
+	add(lateCfg(newVec("history-unanswered", "late_join 2, a sender of an earlier revision (no HISTORY answer): after 1 s the stream starts as without late join, at its first record after the join")).
+		send("CATALOG 100, px.eu first 95", g.cat(100, 90, CatalogEntry{1, 95, "px.eu"})).
+		send("DATA 101, px.eu 53", g.data(101, 90, pxeu(53, "53"))).
+		at(1100000).send("DATA 102, px.eu 54", g.data(102, 90, pxeu(54, "54"))).
+		end(1200000, S1, "msg px.eu 53 53", "msg px.eu 54 54"))
+	add(lateCfg(newVec("history-gone", "late_join 2: the history names datagrams 97-99; an NCF gone for 97 and a trailing edge of 99 make 97 and 98 lost at once: a gap from 50, then 52 and the live 53")).
+		send("CATALOG 100, px.eu first 95", g.cat(100, 90, CatalogEntry{1, 95, "px.eu"})).
+		send("DATA 101, px.eu 53", g.data(101, 90, pxeu(53, "53"))).
+		send("HISTORY for 0x1234: px.eu from 50, datagrams 97-99", hist(101, 90, me, 1, []StreamSeq{{1, 50}}, Range{97, 99})).
+		send("NCF gone 97", g.ncf(101, 90, NCFGone, Range{97, 97})).
+		send("RDATA 99, px.eu 52, trailing edge 99", g.rdata(99, 99, pxeu(52, "52"))).
+		end(20000, S1, "gap px.eu 50-51 gone", "msg px.eu 52 52", "msg px.eu 53 53"))
 	return cases
 }

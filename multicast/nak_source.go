@@ -28,6 +28,9 @@ type NAKSourceStats struct {
 	// CatalogRefused counts catalog requests (range 0-0) not answered: a
 	// second within the catalog interval, or over the byte budget.
 	CatalogRefused uint64
+	// HistoryRefused counts history requests (late join) not answered: a second within
+	// historyInterval, or over the byte budget.
+	HistoryRefused uint64
 	Repairs        uint64 // repair datagrams sent because of this source
 	RepairBytes    uint64
 }
@@ -41,6 +44,7 @@ type nakSource struct {
 	rcv        [receiversPerSource]struct{ id, counter uint64 }
 	nrcv, rot  int
 	catalogAt  time.Time // last catalog request answered
+	historyAt  time.Time // last history request answered
 	prev, next *nakSource
 	st         NAKSourceStats
 }

@@ -94,6 +94,9 @@ type helperConfig struct {
 	Topics []string
 	Big    int // bodies are bigBody(seq, Big) instead of the sequence in decimal
 	Seal   bool
+	// LateJoin: ask for the last LateJoin messages per topic on joining late (section 4.10).
+	LateJoin int
+	Profile  Profile // "" = low-latency
 }
 
 // helperLine is one line of TestHelperReceiver's output. The helper checks order itself (printing
@@ -129,7 +132,7 @@ func TestHelperReceiver(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := NewReceiver(ReceiverConfig{Group: cfg.Group, Interface: "eth0", Mode: cfg.Mode, Key: cfg.Key, KeyID: 1, Seal: cfg.Seal,
-		Topics: cfg.Topics, RcvBuf: cfg.RcvBuf, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Topics: cfg.Topics, RcvBuf: cfg.RcvBuf, LateJoin: cfg.LateJoin, Profile: cfg.Profile, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}

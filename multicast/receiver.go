@@ -43,6 +43,11 @@ type ReceiverConfig struct {
 	// SlowConsumerWait is how long delivery waits for room in a full Events channel before it
 	// drops messages as a slow-consumer gap; default DefaultSlowConsumerWait (1 s).
 	SlowConsumerWait time.Duration
+	// LateJoin: joining a session late, ask the sender for the last LateJoin messages of each
+	// stream of Topics still in its window and deliver them first (section 4.10 of
+	// docs/multicast-protocol.md); LateJoinAge: only those sent within this long. 0: none.
+	LateJoin    int
+	LateJoinAge time.Duration
 }
 
 // DefaultSlowConsumerWait: a full Events channel makes delivery wait this long (the socket buffer
@@ -75,11 +80,17 @@ type ReceiverStats struct {
 	Overflow          uint64 // records dropped for MaxBytes or MaxStreams (reported as gaps)
 	SlowConsumerDrops uint64 // messages dropped because Events was full
 	Sealed            uint64 // sealed datagrams dropped: no key to open them
+	Fragments         uint64 // fragment records taken into a reassembly
 	Reassembled       uint64 // messages completed from fragments
+	Incomplete        int    // messages being reassembled now (some fragments still missing)
 	ForgedFragments   uint64 // fragments dropped as contradicting the protocol or each other
 	ReassemblyDrops   uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
 	Sessions          uint64
-	RcvBuf            int // receive buffer granted by the kernel
+	HistoryRequests   uint64 // late join: history requests sent
+	HistoryAnswers    uint64 // late join: answers taken
+	HistoryRepairs    uint64 // late join: datagrams before the join point received
+	HistoryUnanswered uint64 // late join: sessions joined without history (no answer in time)
+	RcvBuf            int    // receive buffer granted by the kernel
 }
 
 // Receiver joins a group on an interface and turns its datagrams into Events: messages in order per
@@ -173,7 +184,7 @@ func (r *Receiver) Open(ctx context.Context) error {
 	core, err := NewReceiverCore(ReceiverCoreConfig{Profile: r.cfg.Profile, Mode: r.cfg.Mode,
 		Filter: topicFilter(r.cfg.Topics), Auth: NewAuth(r.cfg.Key, r.cfg.KeyID), Rand: newRand(),
 		SessionTimeout: r.cfg.SessionTimeout, MaxBytes: r.cfg.MaxBytes, MaxReassembly: r.cfg.MaxReassembly,
-		Keys: r.keys(), Seal: r.cfg.Seal})
+		Keys: r.keys(), Seal: r.cfg.Seal, LateJoin: r.cfg.LateJoin, LateJoinAge: r.cfg.LateJoinAge, Topics: r.cfg.Topics})
 	if err != nil {
 		return err
 	}
@@ -463,7 +474,9 @@ func (r *Receiver) Stats() ReceiverStats {
 		Malformed: c.Malformed, Replays: c.Replays, Ahead: c.Ahead, ForeignSource: c.ForeignSource,
 		OtherSession: c.OtherSession, Overflow: c.Overflow, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
 		Sealed: c.Sealed, Reassembled: c.Reassembled, ForgedFragments: c.ForgedFragments, ReassemblyDrops: c.ReassemblyDrops,
-		RcvBuf: r.rcvBuf}
+		Fragments: c.Fragments, Incomplete: r.core.State().Partials,
+		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRepairs: c.HistoryRepairs,
+		HistoryUnanswered: c.HistoryUnanswered, RcvBuf: r.rcvBuf}
 }
 
 // Close leaves the group, stops the goroutines and closes Events. It is idempotent.

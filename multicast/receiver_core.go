@@ -73,34 +73,48 @@ type ReceiverCoreConfig struct {
 	// + 48 per fragment + 96 per message; DefaultMaxReassembly when 0. A message whose
 	// fragments do not fit is dropped and reported as a gap.
 	MaxReassembly int
+	// LateJoin: when the receiver joins a session late (not from its start), it asks the sender
+	// for the last LateJoin messages of each stream matching Topics still in the sender's window
+	// (a history request, section 4.10) and gets them first, repaired like any loss, then the
+	// live messages. LateJoinAge: only those sent within this long (with LateJoin 0: all of
+	// them). Both 0: no history.
+	LateJoin    int
+	LateJoinAge time.Duration
+	// Topics are the patterns sent in a history request (none: every topic); Filter still
+	// decides what is delivered.
+	Topics []string
 }
 
 // ReceiverCounters are the ReceiverCore's counts.
 type ReceiverCounters struct {
-	Datagrams, Bytes uint64
-	Duplicates       uint64
-	Malformed        uint64
-	AuthFailures     uint64
-	Replays          uint64 // out-of-window sequences and datagrams of retired or older sessions
-	Ahead            uint64 // datagrams further than MaxHole ahead of the window: not believed
-	ForeignSource    uint64 // datagrams of the current session from another address than its sender's
-	OtherSession     uint64 // datagrams of another session while the current one was live
-	Overflow         uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
-	Sealed           uint64 // sealed datagrams dropped: no key to open them
-	Fragments        uint64 // fragment records taken into a reassembly
-	Reassembled      uint64 // messages completed from fragments
-	ForgedFragments  uint64 // fragments dropped: total above MaxMessage, out of range, overlapping, another total
-	ReassemblyDrops  uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
-	NAKs             uint64 // NAK datagrams sent
-	NAKedSeqs        uint64 // sequences asked for (counting repeats)
-	CatalogRequests  uint64 // NAKs for sequence 0: records of an unknown stream arrived
-	NCFs             uint64
-	Repairs          uint64 // RDATA datagrams that filled a hole
-	Messages         uint64
-	Gaps             uint64
-	GapMessages      uint64 // messages covered by gaps
-	LostDatagrams    uint64
-	Sessions         uint64
+	Datagrams, Bytes  uint64
+	Duplicates        uint64
+	Malformed         uint64
+	AuthFailures      uint64
+	Replays           uint64 // out-of-window sequences and datagrams of retired or older sessions
+	Ahead             uint64 // datagrams further than MaxHole ahead of the window: not believed
+	ForeignSource     uint64 // datagrams of the current session from another address than its sender's
+	OtherSession      uint64 // datagrams of another session while the current one was live
+	Overflow          uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
+	Sealed            uint64 // sealed datagrams dropped: no key to open them
+	Fragments         uint64 // fragment records taken into a reassembly
+	Reassembled       uint64 // messages completed from fragments
+	ForgedFragments   uint64 // fragments dropped: total above MaxMessage, out of range, overlapping, another total
+	ReassemblyDrops   uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
+	NAKs              uint64 // NAK datagrams sent
+	HistoryRequests   uint64 // history requests sent (late join)
+	HistoryAnswers    uint64 // HISTORY answers taken
+	HistoryRepairs    uint64 // datagrams before the join point received for the history
+	HistoryUnanswered uint64 // sessions whose history request got no answer in time: joined without history
+	NAKedSeqs         uint64 // sequences asked for (counting repeats)
+	CatalogRequests   uint64 // NAKs for sequence 0: records of an unknown stream arrived
+	NCFs              uint64
+	Repairs           uint64 // RDATA datagrams that filled a hole
+	Messages          uint64
+	Gaps              uint64
+	GapMessages       uint64 // messages covered by gaps
+	LostDatagrams     uint64
+	Sessions          uint64
 }
 
 // Outgoing is a datagram the caller must send by unicast UDP to To (a NAK to the sender).
@@ -130,6 +144,7 @@ type rstream struct {
 	dropMin  uint64              // lowest record dropped for want of room before the stream started (0: none)
 	queued   bool                // in ReceiverCore.gapq
 	frags    map[uint64]*partial // messages being reassembled, by stream sequence
+	ljStart  uint64              // a HISTORY answer says the stream starts here (0: none)
 }
 
 // partial is a message being reassembled from its fragments.
@@ -219,6 +234,15 @@ type ReceiverCore struct {
 	now      time.Time // of the call in progress
 	catDue   time.Time // when to ask for the catalog (records of unknown streams are held)
 
+	lj struct { // late join: the history before the join point (section 4.10)
+		active   bool // streams that began before the join wait for the history
+		pending  bool // a request is out, no answer yet
+		due      time.Time
+		since    time.Time        // the first request
+		firstReq uint64           // NAK counter of the session's first request
+		hist     map[uint64]*hole // datagrams below the join point to NAK for the history
+	}
+
 	events []Event
 	out    []Outgoing
 	pkt    Packet
@@ -273,6 +297,8 @@ func (r *ReceiverCore) reset() {
 	r.nextDue, r.catDue = time.Time{}, time.Time{}
 	r.lossPassed, r.lossEver = false, false
 	r.firstLost = 0
+	r.lj.active, r.lj.pending, r.lj.hist = false, false, nil
+	r.lj.due, r.lj.since, r.lj.firstReq = time.Time{}, time.Time{}, 0
 	r.dropCandidate()
 }
 
@@ -305,7 +331,7 @@ type ReceiverState struct {
 
 // State returns the size of the core's state.
 func (r *ReceiverCore) State() ReceiverState {
-	s := ReceiverState{Tracked: len(r.done) + len(r.miss), Streams: len(r.streams), Bytes: r.bytes}
+	s := ReceiverState{Tracked: len(r.done) + len(r.miss) + len(r.lj.hist), Streams: len(r.streams), Bytes: r.bytes}
 	s.Reassembly = r.fbytes
 	for _, st := range r.slist {
 		s.Held += len(st.held)
@@ -399,8 +425,8 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 		r.c.Malformed++
 		return err
 	}
-	if p.Type == TypeNAK {
-		return nil // another receiver's NAK: not for us
+	if p.Type == TypeNAK || p.Type == TypeHistoryRequest {
+		return nil // another receiver's NAK or history request: not for us
 	}
 	r.now = now
 	if !edges(p) || p.Seq == math.MaxUint64 {
@@ -443,9 +469,16 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 	r.c.Bytes += uint64(len(b))
 	r.heard = now
 	r.trail(p.Trailing, ReasonGone)
+	if len(r.lj.hist) > 0 {
+		r.histTrail(p.Trailing)
+	}
 	switch p.Type {
 	case TypeData, TypeRData, TypeCatalog:
 		seq := p.Seq
+		if r.lj.hist[seq] != nil {
+			r.historyData(p)
+			break
+		}
 		if _, ok := r.done[seq]; ok || seq < r.next || (seq <= r.leading && r.miss[seq] == nil) {
 			r.c.Duplicates++
 			return nil
@@ -512,6 +545,9 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 					r.lose(q, ReasonGone)
 				}
 			})
+			if p.Status == NCFGone {
+				r.eachHist(rg, ReasonGone)
+			}
 		}
 	case TypeLoss:
 		r.learn(now, p.Seq)
@@ -521,7 +557,11 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 		}
 		for _, rg := range p.Ranges {
 			r.eachMissing(rg, func(q uint64, _ *hole) { r.lose(q, reason) })
+			r.eachHist(rg, reason)
 		}
+	case TypeHistory:
+		r.learn(now, p.Seq)
+		r.history(now, p)
 	}
 	r.advance()
 	return nil
@@ -625,6 +665,12 @@ func (r *ReceiverCore) switchSession(p *Packet, from netip.AddrPort, young bool)
 		first = 1 // we were there (or nearly) when it began: recover the session from its start
 	}
 	r.join, r.next, r.leading = first, first, first-1
+	if (r.cfg.LateJoin > 0 || r.cfg.LateJoinAge > 0) && first > 1 {
+		// Joined late: ask for the history before the join point; the streams that began
+		// before it wait for the answer (or for HistoryWait without one).
+		r.lj.active, r.lj.pending, r.lj.due = true, true, r.now
+		r.setDue(r.now)
+	}
 }
 
 // flushSession delivers what the old session left, with gaps for its holes.
@@ -799,6 +845,23 @@ func (r *ReceiverCore) await(st *rstream) {
 // reports whether the stream started.
 func (r *ReceiverCore) tryStart(st *rstream) bool {
 	if st.started || !st.known || !st.wanted {
+		return true
+	}
+	if r.lj.active {
+		return false // the history before the join point decides
+	}
+	if st.ljStart != 0 {
+		// The sender said where its history starts: deliver from there (what is missing from
+		// it is a gap once every history datagram is resolved).
+		for q, h := range st.held {
+			if q < st.ljStart {
+				r.bytes -= len(h.payload) + heldOverhead
+				delete(st.held, q)
+			}
+		}
+		st.started, st.expected = true, st.ljStart
+		r.drain(st)
+		r.lossPassed = true
 		return true
 	}
 	if len(st.held) == 0 && st.dropMin == 0 {
@@ -1265,6 +1328,38 @@ func (r *ReceiverCore) Tick(now time.Time) {
 	var ask []uint64
 	r.nextDue = time.Time{}
 	bo := r.backoff() // one draw per Tick: what is NAKed together stays together
+	if len(r.lj.hist) > 0 {
+		// History datagrams (below the join point, so before every other sequence): NAKed
+		// and given up like any missing datagram.
+		hk := sortedKeys(r.lj.hist, nil)
+		for _, q := range hk {
+			m := r.lj.hist[q]
+			if m == nil {
+				continue // the late join ended on the way
+			}
+			if now.Before(m.due) {
+				r.setDue(m.due)
+				continue
+			}
+			if !m.giveUp.IsZero() && !now.Before(m.giveUp) {
+				if !r.behind {
+					r.histLose(q, ReasonExpired)
+					continue
+				}
+				m.giveUp = now.Add(4 * r.t.nakRetry)
+			}
+			ask = append(ask, q)
+			if m.giveUp.IsZero() {
+				m.giveUp = now.Add(r.t.budget)
+			}
+			m.tries++
+			m.due = now.Add(min(r.t.nakRetry<<min(m.tries-1, 16), r.t.budget/4) + bo)
+			if m.due.After(m.giveUp) {
+				m.due = m.giveUp
+			}
+			r.setDue(m.due)
+		}
+	}
 	for _, q := range r.keys {
 		m := r.miss[q]
 		if now.Before(m.due) {
@@ -1298,6 +1393,23 @@ func (r *ReceiverCore) Tick(now time.Time) {
 			rs = rs[k:]
 		}
 		r.c.NAKedSeqs += uint64(len(ask))
+	}
+	if r.lj.pending {
+		if !now.Before(r.lj.due) && r.src.IsValid() {
+			if r.lj.since.IsZero() {
+				r.lj.since = now
+			}
+			if now.Sub(r.lj.since) >= r.historyWait() {
+				r.c.HistoryUnanswered++ // an older sender, or the answers were lost: no history
+				r.ljFinish()
+			} else {
+				r.sendHistoryRequest()
+				r.lj.due = now.Add(historyRetry)
+			}
+		}
+		if r.lj.pending {
+			r.setDue(r.lj.due)
+		}
 	}
 	if !r.catDue.IsZero() {
 		switch {

@@ -22,7 +22,8 @@ import (
 // starting where the previous one ended.
 //
 // Input: byte 0 configures (bit 0 skip mode, bit 1 a key "k" id 1, bit 2 sealing with the keys
-// of the conformance vectors: fuzzSealKeys); then records of u8 time
+// of the conformance vectors: fuzzSealKeys, bit 3 late join with history as in vectors 34-37);
+// then records of u8 time
 // step (x 250 us), u8 source (bit 0: another address), u16 length, length bytes of datagram; at
 // most 256 datagrams are used.
 // The seed corpus in testdata/fuzz/FuzzReceiverCore is the conformance vectors in this form.
@@ -40,6 +41,9 @@ func FuzzReceiverCore(f *testing.F) {
 		}
 		if in[0]&4 != 0 {
 			cfg.Keys, cfg.Seal = fuzzSealKeys, true
+		}
+		if in[0]&8 != 0 {
+			cfg.LateJoin, cfg.ID = 2, 0x1234 // late join with history, the vectors' receiver id
 		}
 		r, err := NewReceiverCore(cfg)
 		if err != nil {
@@ -87,7 +91,7 @@ var fuzzSealKeys = []Key{{ID: 1, Secret: []byte("0123456789abcdef0123456789abcde
 // checkInvariants checks the core's bounds and its byte accounting.
 func (r *ReceiverCore) checkInvariants() error {
 	st := r.State()
-	if st.Tracked > MaxHole || st.Streams > MaxStreams || st.Bytes > r.cfg.MaxBytes {
+	if len(r.done)+len(r.miss) > MaxHole || len(r.lj.hist) > MaxHole || st.Streams > MaxStreams || st.Bytes > r.cfg.MaxBytes {
 		return fmt.Errorf("state %+v over its bounds", st)
 	}
 	if r.joined && r.next > r.leading+1 {
@@ -213,6 +217,9 @@ func TestWriteReceiverFuzzCorpus(t *testing.T) {
 		}
 		if cfg.Seal {
 			in[0] |= 4
+		}
+		if cfg.LateJoin > 0 {
+			in[0] |= 8
 		}
 		last := int64(0)
 		for _, l := range lines[1 : len(lines)-1] {

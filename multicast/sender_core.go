@@ -70,6 +70,9 @@ type SenderCounters struct {
 	SourcesEvicted       uint64 // NAK sources forgotten to make room (least recently heard)
 	NAKSources           int    // NAK sources tracked now
 	AuthFailures         uint64
+	HistoryRequests      uint64        // history requests (late join) accepted
+	HistoryAnswers       uint64        // HISTORY datagrams sent
+	HistoryRefused       uint64        // history requests not answered: too soon after the last, or over the byte budget
 	RateLimited          time.Duration // time original data waited for the rate limit
 	Trailing, Leading    uint64
 	WindowBytes, Streams int
@@ -142,6 +145,7 @@ type SenderCore struct {
 	hbAt        time.Time
 	catalogAt   time.Time
 	lastCatalog time.Time
+	histAt      []time.Time // when the last history answers went out (at most historyBurst per CatalogInterval)
 
 	out  [][]byte
 	pkt  Packet
@@ -520,7 +524,7 @@ func (s *SenderCore) release(now time.Time) {
 		s.qBytes -= len(b)
 		seq := s.win.next()
 		binary.LittleEndian.PutUint64(b[16:], seq)
-		s.win.push(b)
+		s.win.push(b, now)
 		binary.LittleEndian.PutUint64(b[24:], s.win.trailing())
 		if Type(b[3]) == TypeData {
 			s.c.DataDatagrams++
@@ -584,7 +588,7 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 		s.c.NAKsDropped++
 		return err
 	}
-	if p.Type != TypeNAK {
+	if p.Type != TypeNAK && p.Type != TypeHistoryRequest {
 		return nil // our own multicast looped back, or another sender: not ours to handle
 	}
 	if p.Session != s.session {
@@ -597,6 +601,10 @@ func (s *SenderCore) Step(now time.Time, from netip.AddrPort, b []byte) error {
 	if !src.naks.take(now, 1) || !src.accept(p.Receiver, p.Seq) {
 		s.c.NAKsDropped++ // over the per-source NAK rate, or replayed
 		src.st.NAKsDropped++
+		return nil
+	}
+	if p.Type == TypeHistoryRequest {
+		s.historyRequest(now, src, p)
 		return nil
 	}
 	s.c.NAKs++

@@ -23,6 +23,7 @@ func FuzzSenderStep(f *testing.F) {
 	f.Add(item(0, 1, 0, rng(1, 1<<40)))
 	f.Add(append(item(1, 0, 0, rng(0, 0)), item(1, 1, 0, append(rng(5, 9), rng(0, 0)...))...))
 	f.Add(item(2, 3, 1, []byte("HM\x01\x04\x00\x00\x00\x00")))
+	f.Add(append(item(0, 1, 2, []byte{5, 0}), item(0, 0, 6, []byte{0, 0})...)) // history requests, the second too soon
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := mustSenderCore(t, SenderCoreConfig{Window: 64 * DefaultMTU, RepairRate: 1 << 20})
 		fillSender(t, s, 200, 600)
@@ -40,7 +41,12 @@ func FuzzSenderStep(f *testing.F) {
 			data = data[n:]
 			now = now.Add(time.Duration(ms) * time.Millisecond)
 			var b []byte
-			if kind%2 == 0 {
+			if kind%4 == 2 && len(body) >= 2 {
+				// A history request (late join): the last body[0] messages, within body[1] ms.
+				counter++
+				b, _ = AppendPacket(nil, &Packet{PacketHeader: PacketHeader{Type: TypeHistoryRequest, Session: s.Session(), Seq: counter},
+					Receiver: uint64(kind), Before: 1 << 40, Count: uint32(body[0]), AgeMs: uint32(body[1])})
+			} else if kind%2 == 0 {
 				var rs []Range
 				for ; len(body) >= 16; body = body[16:] {
 					rs = append(rs, Range{le.Uint64(body), le.Uint64(body[8:])})

@@ -27,9 +27,10 @@ type sim struct {
 	lost    map[uint64]bool // original DATA sequences some receiver lost
 	naks    int             // NAK datagrams that reached the sender
 	onNAK   func(b []byte)
-	onSend  func(b []byte) // sees every datagram the sender multicasts
-	shared  lossModel      // loss on the sender's side: every receiver loses the datagram
-	losses  int            // DATA datagrams lost, counted per receiver
+	dropNAK func(b []byte) bool // true: the datagram never reaches the sender (an older sender ignoring it)
+	onSend  func(b []byte)      // sees every datagram the sender multicasts
+	shared  lossModel           // loss on the sender's side: every receiver loses the datagram
+	losses  int                 // DATA datagrams lost, counted per receiver
 }
 
 type flight struct {
@@ -166,6 +167,9 @@ func (s *sim) run(until time.Time, every time.Duration, pub func(now time.Time))
 				s.naks++
 				if s.onNAK != nil {
 					s.onNAK(f.b)
+				}
+				if s.dropNAK != nil && s.dropNAK(f.b) {
+					continue
 				}
 				s.snd.Step(s.now, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 1, byte(f.from)}), 7400), f.b)
 				s.fromSender()

@@ -1,12 +1,15 @@
 package multicast
 
+import "time"
+
 // window is the sender's retransmit window: a ring of encoded datagrams (unsigned, without tag)
 // indexed by sequence, bounded in bytes. The newest datagram is always kept.
 type window struct {
 	max   int
 	bytes int
-	first uint64   // sequence of bufs[head]
-	bufs  [][]byte // ring storage
+	first uint64      // sequence of bufs[head]
+	bufs  [][]byte    // ring storage
+	at    []time.Time // when each datagram of bufs was sent (history requests by age)
 	head  int
 	n     int
 	free  [][]byte // evicted buffers for reuse
@@ -29,7 +32,7 @@ func (w *window) recycle() {
 }
 
 func newWindow(maxBytes int, first uint64) *window {
-	return &window{max: maxBytes, first: first, bufs: make([][]byte, 64)}
+	return &window{max: maxBytes, first: first, bufs: make([][]byte, 64), at: make([]time.Time, 64)}
 }
 
 // next is the sequence the next push gets.
@@ -50,16 +53,19 @@ func (w *window) buffer(size int) []byte {
 	return make([]byte, 0, size)
 }
 
-// push appends the datagram with sequence next().
-func (w *window) push(b []byte) {
+// push appends the datagram with sequence next(), sent at now.
+func (w *window) push(b []byte, now time.Time) {
 	if w.n == len(w.bufs) {
 		nb := make([][]byte, 2*len(w.bufs))
+		na := make([]time.Time, 2*len(w.bufs))
 		for i := 0; i < w.n; i++ {
 			nb[i] = w.bufs[(w.head+i)%len(w.bufs)]
+			na[i] = w.at[(w.head+i)%len(w.bufs)]
 		}
-		w.bufs, w.head = nb, 0
+		w.bufs, w.at, w.head = nb, na, 0
 	}
 	w.bufs[(w.head+w.n)%len(w.bufs)] = b
+	w.at[(w.head+w.n)%len(w.bufs)] = now
 	w.n++
 	w.bytes += cap(b)
 	for w.bytes > w.max && w.n > 1 {
@@ -81,4 +87,12 @@ func (w *window) get(seq uint64) []byte {
 		return nil
 	}
 	return w.bufs[(w.head+int(seq-w.first))%len(w.bufs)]
+}
+
+// sentAt returns when the datagram with sequence seq was sent (zero outside the window).
+func (w *window) sentAt(seq uint64) time.Time {
+	if seq < w.first || seq >= w.next() {
+		return time.Time{}
+	}
+	return w.at[(w.head+int(seq-w.first))%len(w.bufs)]
 }

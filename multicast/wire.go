@@ -56,6 +56,20 @@ const (
 	TypeNCF       Type = 5 // sender -> group: NAK confirm (will send / delayed / gone)
 	TypeLoss      Type = 6 // sender -> group: ranges that cannot be repaired
 	TypeCatalog   Type = 7 // sender -> group: stream id to topic, consumes a sequence number
+	// TypeHistoryRequest (revision 4): receiver -> sender (unicast): a late-joining receiver
+	// asks which datagrams before its join point hold the last messages of its topics.
+	TypeHistoryRequest Type = 8
+	// TypeHistory (revision 4): sender -> group: the answer to one receiver's history request:
+	// where each stream starts and which datagrams to NAK for it.
+	TypeHistory Type = 9
+)
+
+// History request limits (docs/multicast-protocol.md, section 3, "History (late join)").
+const (
+	// MaxHistoryStreams is the most streams one HISTORY answer names (the most recently active).
+	MaxHistoryStreams = 64
+	// MaxHistoryPatterns is the most topic patterns one history request carries.
+	MaxHistoryPatterns = 16
 )
 
 func (t Type) String() string {
@@ -74,6 +88,10 @@ func (t Type) String() string {
 		return "LOSS"
 	case TypeCatalog:
 		return "CATALOG"
+	case TypeHistoryRequest:
+		return "HISTORY-REQUEST"
+	case TypeHistory:
+		return "HISTORY"
 	}
 	return fmt.Sprintf("Type(%d)", uint8(t))
 }
@@ -169,6 +187,18 @@ type Packet struct {
 	Reason   Reason         // LOSS
 	Ranges   []Range        // NAK, NCF, LOSS
 	Catalog  []CatalogEntry // CATALOG
+	// History request (TypeHistoryRequest): Receiver is the receiver id; Before the receiver's
+	// join point (only datagrams below it); Count the last messages per stream (0: no count
+	// limit); AgeMs the oldest message's age in milliseconds (0: no age limit); Patterns the
+	// topic patterns (none: every topic).
+	Before   uint64
+	Count    uint32
+	AgeMs    uint32
+	Patterns []string
+	// History answer (TypeHistory): Receiver and Request (the NAK counter of the request it
+	// answers); Streams as (stream id, first stream sequence to deliver); Ranges the datagram
+	// sequences below the request's Before that hold those streams' records from there on.
+	Request uint64
 }
 
 // appendHeader appends the fixed header.
@@ -230,6 +260,31 @@ func AppendPacket(dst []byte, p *Packet) ([]byte, error) {
 			dst = binary.LittleEndian.AppendUint16(dst, uint16(len(c.Topic)))
 			dst = append(dst, c.Topic...)
 		}
+	case TypeHistoryRequest:
+		if len(p.Patterns) > MaxHistoryPatterns {
+			return dst, fmt.Errorf("%d history patterns (at most %d): %w", len(p.Patterns), MaxHistoryPatterns, ErrTooLarge)
+		}
+		dst = binary.LittleEndian.AppendUint64(dst, p.Receiver)
+		dst = binary.LittleEndian.AppendUint64(dst, p.Before)
+		dst = binary.LittleEndian.AppendUint32(dst, p.Count)
+		dst = binary.LittleEndian.AppendUint32(dst, p.AgeMs)
+		dst = binary.LittleEndian.AppendUint16(dst, uint16(len(p.Patterns)))
+		for _, t := range p.Patterns {
+			if len(t) > 0xffff {
+				return dst, fmt.Errorf("pattern %.32q: %w", t, ErrTooLarge)
+			}
+			dst = binary.LittleEndian.AppendUint16(dst, uint16(len(t)))
+			dst = append(dst, t...)
+		}
+	case TypeHistory:
+		dst = binary.LittleEndian.AppendUint64(dst, p.Receiver)
+		dst = binary.LittleEndian.AppendUint64(dst, p.Request)
+		dst = binary.LittleEndian.AppendUint16(dst, uint16(len(p.Streams)))
+		for _, s := range p.Streams {
+			dst = binary.LittleEndian.AppendUint32(dst, s.Stream)
+			dst = binary.LittleEndian.AppendUint64(dst, s.Seq)
+		}
+		dst = appendRanges(dst, p.Ranges)
 	default:
 		return dst, fmt.Errorf("encode %v: %w", p.Type, ErrType)
 	}
@@ -308,7 +363,7 @@ func Decode(b []byte, p *Packet) error {
 	if h.Flags&FlagFragment != 0 && h.Type != TypeData && h.Type != TypeRData {
 		return fmt.Errorf("fragment flag on %v: %w", h.Type, ErrMalformed)
 	}
-	*p = Packet{PacketHeader: h, Records: p.Records[:0], Streams: p.Streams[:0], Ranges: p.Ranges[:0], Catalog: p.Catalog[:0]}
+	*p = Packet{PacketHeader: h, Records: p.Records[:0], Streams: p.Streams[:0], Ranges: p.Ranges[:0], Catalog: p.Catalog[:0], Patterns: p.Patterns[:0]}
 	d := decoder{b: b[HeaderSize:]}
 	switch h.Type {
 	case TypeData, TypeRData:
@@ -375,6 +430,37 @@ func Decode(b []byte, p *Packet) error {
 				break
 			}
 			p.Catalog = append(p.Catalog, CatalogEntry{Stream: id, First: first, Topic: string(t)})
+		}
+	case TypeHistoryRequest:
+		p.Receiver, p.Before = d.u64(), d.u64()
+		p.Count, p.AgeMs = d.u32(), d.u32()
+		n := int(d.u16())
+		if n > MaxHistoryPatterns || n > len(d.b)/2 {
+			return fmt.Errorf("HISTORY-REQUEST with %d patterns in %d bytes (at most %d): %w", n, len(d.b), MaxHistoryPatterns, ErrMalformed)
+		}
+		for i := 0; i < n && !d.bad; i++ {
+			t := d.bytes(uint32(d.u16()))
+			if d.bad {
+				break
+			}
+			p.Patterns = append(p.Patterns, string(t))
+		}
+	case TypeHistory:
+		p.Receiver, p.Request = d.u64(), d.u64()
+		n := int(d.u16())
+		if n > MaxHistoryStreams || n > len(d.b)/12 {
+			return fmt.Errorf("HISTORY with %d streams in %d bytes (at most %d): %w", n, len(d.b), MaxHistoryStreams, ErrMalformed)
+		}
+		for i := 0; i < n; i++ {
+			p.Streams = append(p.Streams, StreamSeq{Stream: d.u32(), Seq: d.u64()})
+		}
+		p.Ranges = d.ranges(p.Ranges)
+		if !d.bad {
+			for i, r := range p.Ranges {
+				if i > 0 && r.From <= p.Ranges[i-1].To {
+					return fmt.Errorf("HISTORY ranges not increasing: %w", ErrMalformed)
+				}
+			}
 		}
 	default:
 		return fmt.Errorf("type %d: %w", uint8(h.Type), ErrType)

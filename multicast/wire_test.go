@@ -31,6 +31,10 @@ func samplePackets() []Packet {
 			Ranges: []Range{{1, 4}}},
 		{PacketHeader: PacketHeader{Type: TypeCatalog, Session: 9, Seq: 1, Trailing: 1},
 			Catalog: []CatalogEntry{{1, 1, "metrics.cpu"}, {2, 6, "orders.eu"}}},
+		{PacketHeader: PacketHeader{Type: TypeHistoryRequest, Session: 9, Seq: 4}, Receiver: 0xdeadbeef,
+			Before: 100, Count: 50, AgeMs: 60000, Patterns: []string{"metrics.>", "orders.*"}},
+		{PacketHeader: PacketHeader{Type: TypeHistory, Session: 9, Seq: 120, Trailing: 5}, Receiver: 0xdeadbeef,
+			Request: 4, Streams: []StreamSeq{{1, 33}, {2, 7}}, Ranges: []Range{{60, 70}, {90, 99}}},
 	}
 }
 
@@ -76,7 +80,7 @@ func TestWire_RoundTrip(t *testing.T) {
 }
 
 func normalize(p *Packet) {
-	for _, s := range []any{&p.Records, &p.Streams, &p.Ranges, &p.Catalog} {
+	for _, s := range []any{&p.Records, &p.Streams, &p.Ranges, &p.Catalog, &p.Patterns} {
 		v := reflect.ValueOf(s).Elem()
 		if v.Len() == 0 {
 			v.Set(reflect.Zero(v.Type()))
@@ -122,6 +126,28 @@ func TestWire_DecodeErrors(t *testing.T) {
 			return b
 		}(), ErrShort},
 	}
+	hist := func(p Packet) []byte { b, _ := AppendPacket(nil, &p); return b }
+	tests = append(tests, []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"history ranges not increasing", hist(Packet{PacketHeader: PacketHeader{Type: TypeHistory}, Ranges: []Range{{5, 9}, {9, 12}}}), ErrMalformed},
+		{"history streams past the limit", func() []byte {
+			b := hist(Packet{PacketHeader: PacketHeader{Type: TypeHistory}, Streams: make([]StreamSeq, MaxHistoryStreams+1)})
+			return b
+		}(), ErrMalformed},
+		{"history request patterns past the limit", func() []byte {
+			b := hist(Packet{PacketHeader: PacketHeader{Type: TypeHistoryRequest}, Patterns: []string{"a"}})
+			b[HeaderSize+24] = MaxHistoryPatterns + 1
+			return b
+		}(), ErrMalformed},
+		{"history request pattern past the end", func() []byte {
+			b := hist(Packet{PacketHeader: PacketHeader{Type: TypeHistoryRequest}, Patterns: []string{"a"}})
+			b[HeaderSize+26] = 9
+			return b
+		}(), ErrShort},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var p Packet

@@ -70,7 +70,7 @@ func channelsCommand() *cli.Command {
 				if cCtx.Bool("json") {
 					return printJSON(cCtx.App.Writer, cl)
 				}
-				t := newTable(cCtx.App.Writer, "CHANNEL", "GROUP", "PROFILE", "TOPICS", "STREAMS", "MESSAGES", "DATAGRAMS", "BYTES", "REPAIRS", "REPAIR-BYTES", "NAKS", "LOSSES", "TOP-NAK-SOURCE")
+				t := newTable(cCtx.App.Writer, "CHANNEL", "GROUP", "PROFILE", "TOPICS", "STREAMS", "MESSAGES", "DATAGRAMS", "BYTES", "REPAIRS", "REPAIR-BYTES", "NAKS", "LOSSES", "FRAGMENTED", "TOP-NAK-SOURCE")
 				for _, v := range cl.Channels {
 					top := "-"
 					if len(v.NAKSources) > 0 {
@@ -78,7 +78,7 @@ func channelsCommand() *cli.Command {
 						top = fmt.Sprintf("%s (%d NAKs, %s)", s.Source, s.NAKs, humanBytes(int64(s.RepairBytes)))
 					}
 					t.row(v.Name, v.Group, v.Profile, strings.Join(v.Topics, ","), v.Streams, v.Messages, v.Datagrams, humanBytes(int64(v.Bytes)),
-						v.Repairs, humanBytes(int64(v.RepairBytes)), v.NAKs, v.Losses, top)
+						v.Repairs, humanBytes(int64(v.RepairBytes)), v.NAKs, v.Losses, fmt.Sprintf("%d (%d fragments)", v.FragmentedMessages, v.Fragments), top)
 				}
 				if len(cl.Channels) == 0 {
 					t.row("(no multicast channels)")

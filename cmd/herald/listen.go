@@ -28,10 +28,16 @@ cannot be repaired are never silent: they print as
 
   #GAP<TAB>topic<TAB>from-to<TAB>reason       (reason: expired, gone, session-restart, slow-consumer)
 
-and a sender restart as "#SESSION<TAB>old<TAB>new" (hex session ids). With --json, every
-line is one JSON object: {"topic","stream","seq","headers","body"} for a message (plus
-"body_base64" when the body is not UTF-8, "repaired":true for a repair), {"gap":{...}} for a
-gap and {"session":{...}} for a restart. The formats are specified in
+and a sender restart as "#SESSION<TAB>old<TAB>new" (hex session ids). On a channel that
+carries a stream (/stream/NAME), a gap is followed by how to read the lost offsets back
+over STOMP:
+
+  #CATCHUP<TAB>/stream/NAME<TAB>from-to<TAB>herald receive /stream/NAME --offset FROM --count N
+
+With --json, every line is one JSON object: {"topic","stream","seq","headers","body"} for a
+message (plus "body_base64" when the body is not UTF-8, "repaired":true for a repair),
+{"gap":{...}} for a gap, {"catchup":{...}} for a catch-up hint and {"session":{...}} for a
+restart. The formats are specified in
 docs/multicast-protocol.md.
 
 With --key-file, every datagram must carry a valid HMAC made with that key: the file's
@@ -44,7 +50,23 @@ Without a key, sealed datagrams are only counted (sealed, in --stats).
 
 Without a key, a host on the LAN can inject messages, but not take the channel away:
 datagrams far ahead of the window, of another session while the current one is live, or
-of the current session from another address are ignored, counted and logged.`,
+of the current session from another address are ignored, counted and logged.
+
+With --late-join N (or --late-join-age DURATION), a listener started while the channel is
+running asks the sender for the recent messages of its topics still in the sender's
+retransmit window and prints them first, in order, then the live ones with no gap and no
+duplicate between the two: a dashboard starts full. What cannot be repaired prints as #GAP.
+A sender older than protocol revision 4 does not answer: after 1 s (2 s with the dashboard
+profile) the listener goes on with the live messages only (history-unanswered in --stats).
+
+With --serve ADDR, the listener also re-serves the channel on this host, read-only: the
+appliance's dashboard page at / (gaps listed on it), STOMP over WebSocket at /stomp (SUBSCRIBE to
+/topic/PATTERN; a gap is a MESSAGE frame with gap-from, gap-to and gap-reason headers and no
+body; SEND gets an ERROR) and server-sent events at /events?topic=PATTERN[&format=json] (a gap
+is an event of type "gap"). A wall-screen PC receives the channel once from the LAN and serves
+any number of local browsers. It listens on 127.0.0.1 unless ADDR names a host; pages of
+another origin are refused unless --serve-allow-origin names them. Each client may have at most
+--serve-client-buffer bytes waiting (default 4 MiB): a slower one is dropped with an error.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "group", Required: true, Usage: "multicast `ADDR:PORT` of the channel, e.g. 239.255.0.1:7400"},
 			&cli.StringFlag{Name: "interface", Aliases: []string{"i"}, Usage: "`IFACE` to join on (default: the interface of the route to the group)"},
@@ -61,13 +83,19 @@ of the current session from another address are ignored, counted and logged.`,
 			&cli.BoolFlag{Name: "stats", Usage: "print the receiver's counters to stderr on exit"},
 			&cli.DurationFlag{Name: "session-timeout", Value: multicast.DefaultSessionTimeout,
 				Usage: "without a key, follow a new sender session only after the current one has been silent this long"},
+			&cli.IntFlag{Name: "late-join", Usage: "joining late, first print the last `N` messages of each topic still in the sender's window (repaired like any loss)"},
+			&cli.StringFlag{Name: "serve", Usage: "re-serve the channel at `ADDR` ([HOST]:PORT, on 127.0.0.1 without a host): the dashboard page at /, STOMP over WebSocket at /stomp (read-only), server-sent events at /events"},
+			&cli.IntFlag{Name: "serve-client-buffer", Value: defaultServeClientBuffer, Usage: "with --serve, the most `BYTES` waiting for one client; a client that lets more pile up is dropped with an error"},
+			&cli.IntFlag{Name: "serve-max-clients", Value: defaultServeMaxClients, Usage: "with --serve, the most clients served at once"},
+			&cli.StringSliceFlag{Name: "serve-allow-origin", Usage: "with --serve, a web page `ORIGIN` (scheme://host[:port], or *) allowed besides the server's own; repeatable"},
+			&cli.DurationFlag{Name: "late-join-age", Usage: "joining late, first print the messages of each topic sent within `DURATION` still in the sender's window (with --late-join: the last N of those)"},
 		},
 		Action: runListen,
 	}
 }
 
 func runListen(cCtx *cli.Context) error {
-	const usage = "listen --group ADDR:PORT [--interface IFACE] [--topic PATTERN] [--key-file F] [--json] [--count N]"
+	const usage = "listen --group ADDR:PORT [--interface IFACE] [--topic PATTERN] [--key-file F] [--json] [--count N] [--late-join N]"
 	if err := checkArgs(cCtx, 0, 0, usage); err != nil {
 		return err
 	}
@@ -108,6 +136,16 @@ func runListen(cCtx *cli.Context) error {
 	if count < 0 {
 		return usageErrorf("--count must not be negative")
 	}
+	if n := cCtx.Int("late-join"); n < 0 {
+		return usageErrorf("--late-join %d: want a count of messages per topic, 0 for none", n)
+	} else {
+		cfg.LateJoin = n
+	}
+	if d := cCtx.Duration("late-join-age"); d < 0 {
+		return usageErrorf("--late-join-age %v: want a positive duration, e.g. 10m", d)
+	} else {
+		cfg.LateJoinAge = d
+	}
 	if d := cCtx.Duration("session-timeout"); d <= 0 {
 		return usageErrorf("--session-timeout %v: want a positive duration, e.g. 3s", d)
 	} else {
@@ -131,6 +169,12 @@ func runListen(cCtx *cli.Context) error {
 	}
 	defer r.Close()
 	p := &listenPrinter{out: bufio.NewWriterSize(cCtx.App.Writer, 64<<10), json: cCtx.Bool("json")}
+	if a := cCtx.String("serve"); a != "" {
+		if p.serve, err = listenServe(cCtx, a, cfg.Group); err != nil {
+			return err
+		}
+		defer p.serve.close()
+	}
 	if p.json {
 		p.enc = json.NewEncoder(p.out)
 		p.enc.SetEscapeHTML(false)
@@ -142,9 +186,11 @@ func runListen(cCtx *cli.Context) error {
 	if cCtx.Bool("stats") {
 		st := r.Stats()
 		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d"+
-			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d reassembled %d forged-fragments %d sealed %d\n",
+			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d reassembled %d forged-fragments %d sealed %d"+
+			" fragments %d fragments-dropped %d incomplete %d history-requests %d history-answers %d history-repairs %d history-unanswered %d\n",
 			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf,
-			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops, st.Reassembled, st.ForgedFragments, st.Sealed)
+			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops, st.Reassembled, st.ForgedFragments, st.Sealed,
+			st.Fragments, st.ReassemblyDrops, st.Incomplete, st.HistoryRequests, st.HistoryAnswers, st.HistoryRepairs, st.HistoryUnanswered)
 	}
 	return err
 }
@@ -164,9 +210,10 @@ func readKeyFile(f string) ([]byte, error) {
 }
 
 type listenPrinter struct {
-	out  *bufio.Writer
-	json bool
-	enc  *json.Encoder
+	out   *bufio.Writer
+	json  bool
+	enc   *json.Encoder
+	serve *serveHub // --serve: every event goes to the local clients too
 }
 
 func (p *listenPrinter) loop(ctx context.Context, r *multicast.Receiver, count int) error {
@@ -175,6 +222,9 @@ func (p *listenPrinter) loop(ctx context.Context, r *multicast.Receiver, count i
 		case e, ok := <-r.Events():
 			if !ok {
 				return nil
+			}
+			if p.serve != nil {
+				p.serve.publish(e)
 			}
 			if err := p.print(e); err != nil {
 				return err

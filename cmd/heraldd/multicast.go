@@ -165,6 +165,11 @@ func (c channelStats) Channels() []admin.ChannelView {
 			NAKSources:     srcs,
 			RateLimited:    st.RateLimited.Seconds(),
 			WindowBytes:    int64(st.WindowBytes),
+			// Fragments and late-join answers (issue 11, deliver 10 and 8).
+			FragmentedMessages: st.Fragmented,
+			Fragments:          st.Fragments,
+			HistoryAnswers:     st.HistoryAnswers,
+			HistoryRefused:     st.HistoryRefused,
 		})
 	}
 	return out
