@@ -143,7 +143,11 @@ func TestBridgeJetStreamExactlyOnce(t *testing.T) {
 	cl := natstest.Start(t, 3)
 	a := testbroker.Start(t, nil)
 	b := testbroker.Start(t, nil)
-	outA := startBridge(t, a, jsBridge("backbone", "site-a", "out", cl.URLs(), appliance.BridgeMap{Local: "/queue/orders", Remote: "sites.a.orders"}))
+	// max_in_flight = 1: the order promised across a stream leader change
+	// (a node is stopped below; docs/design.md, "Bridges").
+	strict := jsBridge("backbone", "site-a", "out", cl.URLs(), appliance.BridgeMap{Local: "/queue/orders", Remote: "sites.a.orders"})
+	strict.MaxInFlight = 1
+	outA := startBridge(t, a, strict)
 	inB := startBridge(t, b, jsBridge("backbone", "site-b", "in", cl.URLs(), appliance.BridgeMap{Local: "/queue/from-a", Remote: "sites.a.orders"}))
 
 	waitUp(t, outA, inB)
