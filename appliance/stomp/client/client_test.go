@@ -556,3 +556,26 @@ func TestConn_ConcurrentSends(t *testing.T) {
 		next[w]++
 	}
 }
+
+// A server that answers with ERROR and closes (as Herald does for a refused
+// SEND without a receipt) must be reported as that ERROR by whatever the
+// client writes next, however the write races the reader seeing the close:
+// `herald send` showed "write DISCONNECT: use of closed network connection"
+// instead of the server's reason.
+func TestConn_WriteAfterServerErrorReportsTheError(t *testing.T) {
+	for i := 0; i < 200; i++ {
+		s := mustStartFake(t)
+		c, _ := mustDial(t, s, stomp.V12, client.Options{})
+		s.write(t, stomp.V12, stomp.NewFrame(stomp.CmdError, "message", "invalid destination"))
+		s.nc.Close()
+		for j := 0; j < i%7; j++ {
+			runtime.Gosched()
+		}
+		err := c.Disconnect(context.Background())
+		var se *client.ServerError
+		if !errors.As(err, &se) || se.Frame.Get("message") != "invalid destination" {
+			t.Fatalf("run %d: Disconnect after the server's ERROR: got %v, want the ServerError", i, err)
+		}
+		c.Close()
+	}
+}

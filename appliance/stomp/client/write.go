@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/herald-mq/herald/appliance/stomp"
 )
@@ -82,9 +83,17 @@ func (c *Conn) writeLocked(b []byte, what string) error {
 }
 
 // writeFailed closes the socket (the reader loop then ends the connection)
-// and reports the connection's error when it already ended.
+// and reports why the connection ended when the reader says so in time: a
+// write that fails because the server sent ERROR and closed must report the
+// ERROR, not the broken socket. The reader never writes, so waiting for it
+// cannot deadlock; the bound only covers a reader stuck handing a MESSAGE to
+// a subscriber that is not reading.
 func (c *Conn) writeFailed(what string, err error) error {
 	c.nc.Close()
+	select {
+	case <-c.done:
+	case <-time.After(2 * time.Second):
+	}
 	if e := c.Err(); e != nil {
 		return fmt.Errorf("stomp client: write %s: %w", what, e)
 	}
