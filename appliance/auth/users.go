@@ -213,7 +213,7 @@ func (f *File) Encode() []byte {
 	b.WriteString("# Herald users file: edit with `herald user add|passwd|del|grant|revoke|list --file FILE`.\n")
 	b.WriteString("# Passwords are argon2id hashes (herald hash-password). Permissions: read (SUBSCRIBE),\n")
 	b.WriteString("# write (SEND), create (a SEND or SUBSCRIBE that creates a queue) on /queue/, /topic/, /stream/ and /kv/\n")
-	b.WriteString("# patterns, * one segment, > the rest. Nothing is allowed unless granted.\n")
+	b.WriteString("# patterns, and write on /lock/NAME to take a lock; * one segment, > the rest. Nothing is allowed unless granted.\n")
 	for _, name := range sortedKeys(f.Users) {
 		u := f.Users[name]
 		fmt.Fprintf(&b, "\n[users.%s]\n", quote(name))
