@@ -274,7 +274,11 @@ type ChannelConfig struct {
 	// Streams are stream name patterns carried on the channel: each
 	// append as a message of topic "/stream/NAME" with x-stream-offset
 	// (stream_mcast.go).
-	Streams   []string `toml:"streams" json:"streams,omitempty"`
+	Streams []string `toml:"streams" json:"streams,omitempty"`
+	// KV are key-value bucket name patterns carried on the channel: each
+	// committed change as a message of topic "/kv/BUCKET" with its
+	// revision (kv_mcast.go).
+	KV        []string `toml:"kv" json:"kv,omitempty"`
 	Profile   string   `toml:"profile" json:"profile"`
 	RateLimit int64    `toml:"rate_limit" json:"rate_limit"`
 	Window    int      `toml:"window" json:"window"`
@@ -743,8 +747,13 @@ func (c *Config) Validate() error {
 		if ch.MaxStreams < 0 || ch.MaxStreams > 10_000_000 {
 			bad("%s.max_streams: %d: want 0 (the default, 100000) to 10000000", where, ch.MaxStreams)
 		}
-		if len(ch.Topics) == 0 && len(ch.Streams) == 0 {
-			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"]) or stream pattern (streams = [\"stats.>\"])", where)
+		if len(ch.Topics) == 0 && len(ch.Streams) == 0 && len(ch.KV) == 0 {
+			bad("%s.topics: list at least one topic pattern (example: [\"metrics.>\"]), stream pattern (streams = [\"stats.>\"]) or key-value bucket (kv = [\"config\"])", where)
+		}
+		for _, p := range ch.KV {
+			if p != "*" && p != ">" && checkBucketName(p) != nil {
+				bad("%s.kv: %q: want key-value bucket names (1 to 64 letters, digits, - or _: BUCKET of /kv/BUCKET.KEY) or \"*\" for every bucket", where, p)
+			}
 		}
 		for _, p := range ch.Streams {
 			if p == "" {

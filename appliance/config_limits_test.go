@@ -67,6 +67,9 @@ func TestConfig_ValidateBounds(t *testing.T) {
 		{"group not multicast", ch(func(c *appliance.ChannelConfig) { c.Group = "10.0.0.1:7400" }), `multicast.channel[0].group: "10.0.0.1:7400": want an IPv4 multicast address and port`},
 		{"group without port", ch(func(c *appliance.ChannelConfig) { c.Group = "239.255.0.1" }), `multicast.channel[0].group: "239.255.0.1": want an IPv4 multicast address and port`},
 		{"group port 0", ch(func(c *appliance.ChannelConfig) { c.Group = "239.255.0.1:0" }), `multicast.channel[0].group: "239.255.0.1:0": want an IPv4 multicast address and port`},
+		{"kv a pattern of keys", ch(func(c *appliance.ChannelConfig) { c.KV = []string{"config.>"} }), `multicast.channel[0].kv: "config.>": want key-value bucket names`},
+		{"kv empty", ch(func(c *appliance.ChannelConfig) { c.KV = []string{""} }), `multicast.channel[0].kv: "": want key-value bucket names`},
+		{"nothing carried", ch(func(c *appliance.ChannelConfig) { c.Topics, c.Streams, c.KV = nil, nil, nil }), `multicast.channel[0].topics: list at least one topic pattern`},
 	}
 	for _, tc := range rejected {
 		t.Run("rejects "+tc.name, func(t *testing.T) {
@@ -92,6 +95,7 @@ func TestConfig_ValidateBounds(t *testing.T) {
 		{"timeouts of 1ms", func(c *appliance.Config) { c.Stomp.ConnectTimeout, c.Stomp.WriteTimeout = d("1ms"), d("1ms") }},
 		{"ttl 0 and key_id 0", ch(func(c *appliance.ChannelConfig) { c.TTL, c.KeyID = 0, 0 })},
 		{"ttl 255 and key_id 255", ch(func(c *appliance.ChannelConfig) { c.TTL, c.KeyID = 255, 255 })},
+		{"kv only, bucket names and *", ch(func(c *appliance.ChannelConfig) { c.Topics, c.KV = nil, []string{"config", "site-1_a", "*"} })},
 	}
 	for _, tc := range accepted {
 		t.Run("accepts "+tc.name, func(t *testing.T) {

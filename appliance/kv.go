@@ -81,6 +81,8 @@ type kvStore struct {
 	pending  []*kvWrite // SENDs waiting for the next group (under mu)
 	leading  bool       // a writer leads: it will commit pending (under mu)
 	groups   atomic.Uint64
+
+	mirrorQ kvMirror // changes on their way to multicast channels (kv_mcast.go)
 }
 
 // openKV loads the buckets and the lock tokens from the journal, expires
@@ -388,6 +390,7 @@ func (kv *kvStore) flush(b *Broker) {
 		e := es[j]
 		kv.count(e)
 		kv.deliver(kv.core.Apply(e))
+		kv.mirror(b, es[j:j+1], false)
 		ttl = ttl || e.Expires != 0
 		results[idx[j]] = kvResult{e: e}
 	}

@@ -50,6 +50,7 @@ func (b *Broker) kvExpire() error {
 	}
 	kv.mu.Lock()
 	kv.deliver(kv.core.ApplyTxn(es))
+	kv.mirror(b, es, true)
 	kv.mu.Unlock()
 	return nil
 }

@@ -167,6 +167,7 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 	}
 	kv.mu.Lock()
 	kv.deliver(kv.core.ApplyTxn(es))
+	kv.mirror(s.b, es, true)
 	kv.mu.Unlock()
 	if hasTTL {
 		kv.wakeExpiry()

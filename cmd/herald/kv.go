@@ -114,11 +114,29 @@ leading quote or bytes that are not UTF-8 are shown quoted, as Go strings). With
 JSON object per line: {"key","revision","operation","content_type","value",
 "snapshot"} (plus "value_base64" for values that are not UTF-8), and
 {"snapshot_complete":REV} for the marker. Ends on Ctrl-C, after --count
-changes, or with status 75 when --timeout passes without a change.`,
+changes, or with status 75 when --timeout passes without a change.
+
+With --group ADDR:PORT, the bucket is carried on a multicast channel (the
+channel's kv list in heraldd's configuration): the snapshot is read over
+STOMP, then the changes come by multicast and no connection is held. When
+the watch cannot show it has every revision (one skipped, a multicast gap, a
+sender restart, or heraldd's marker for changes it could not send), it
+prints
+
+  #RESYNC<TAB>REV<TAB>REASON      ({"resync":{"reason","after"}} with --json)
+
+and reads the bucket again over STOMP: a new snapshot and #SNAPSHOT-COMPLETE
+follow, and whoever keeps a copy replaces it with that snapshot. --interface,
+--key-file, --key-id and --seal are herald listen's.`,
 			Flags: []cli.Flag{
 				jsonFlag("one JSON object per line"),
 				&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Usage: "exit after `N` changes after the snapshot (0: never)"},
 				&cli.DurationFlag{Name: "timeout", Usage: "exit with status 75 when no change arrives for this long (0: wait forever)"},
+				&cli.StringFlag{Name: "group", Usage: "receive the changes from the multicast channel at `ADDR:PORT` carrying the bucket"},
+				&cli.StringFlag{Name: "interface", Aliases: []string{"i"}, Usage: "with --group, `IFACE` to join on"},
+				&cli.StringFlag{Name: "key-file", Usage: "with --group, the channel's HMAC key `FILE`"},
+				&cli.IntFlag{Name: "key-id", Usage: "with --group, the key id the sender uses with that key"},
+				&cli.BoolFlag{Name: "seal", Usage: "with --group, the channel is sealed"},
 			},
 			Action: runKVWatch,
 		},
@@ -586,6 +604,9 @@ func runKVWatch(cCtx *cli.Context) error {
 	count, idle := cCtx.Int("count"), cCtx.Duration("timeout")
 	if count < 0 || idle < 0 {
 		return usageErrorf("--count and --timeout must not be negative")
+	}
+	if cCtx.String("group") != "" {
+		return runKVWatchMulticast(cCtx, name, count, idle) // kv_mcast.go
 	}
 	ctx, stop := signal.NotifyContext(cCtx.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -20,7 +20,10 @@ var (
 	dLockGrants   = prometheus.NewDesc("herald_lock_grants_total", "Advisory locks granted (fencing tokens given).", nil, nil)
 	dLockFenced   = prometheus.NewDesc("herald_lock_fenced_total", "Writes refused for a stale fencing token (if-fence).", nil, nil)
 	dLockNames    = prometheus.NewDesc("herald_lock_names", "Advisory lock names known (kv.max_lock_names bounds them).", nil, nil)
-	kvDescriptors = []*prometheus.Desc{dKVPuts, dKVDeletes, dKVConflicts, dKVDropped, dKVWatchers, dKVKeys, dKVBytes, dKVRevision, dKVExpired, dKVTxns, dLockGrants, dLockFenced, dLockNames}
+	dKVMcSent     = prometheus.NewDesc("herald_kv_multicast_changes_total", "Key-value changes sent to the multicast channels carrying their bucket.", nil, nil)
+	dKVMcDropped  = prometheus.NewDesc("herald_kv_multicast_dropped_total", "Key-value changes not sent to multicast: more than kv.watch_buffer_bytes waited (receivers re-read the bucket).", nil, nil)
+	dKVMcMarkers  = prometheus.NewDesc("herald_kv_multicast_lost_markers_total", "kv-lost-revision markers sent to multicast after changes that were not.", nil, nil)
+	kvDescriptors = []*prometheus.Desc{dKVPuts, dKVDeletes, dKVConflicts, dKVDropped, dKVWatchers, dKVKeys, dKVBytes, dKVRevision, dKVExpired, dKVTxns, dLockGrants, dLockFenced, dLockNames, dKVMcSent, dKVMcDropped, dKVMcMarkers}
 )
 
 // kvCollector reads the key-value store's counts at scrape time.
@@ -41,6 +44,10 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dKVWatchers, prometheus.GaugeValue, float64(st.Watchers))
 	ch <- prometheus.MustNewConstMetric(dKVExpired, prometheus.CounterValue, float64(st.Expired))
 	ch <- prometheus.MustNewConstMetric(dKVTxns, prometheus.CounterValue, float64(st.Transactions))
+	ms := c.b.KVMirrorStats()
+	ch <- prometheus.MustNewConstMetric(dKVMcSent, prometheus.CounterValue, float64(ms.Sent))
+	ch <- prometheus.MustNewConstMetric(dKVMcDropped, prometheus.CounterValue, float64(ms.Dropped))
+	ch <- prometheus.MustNewConstMetric(dKVMcMarkers, prometheus.CounterValue, float64(ms.Markers))
 	ls := c.b.LockStats()
 	ch <- prometheus.MustNewConstMetric(dLockGrants, prometheus.CounterValue, float64(ls.Grants))
 	ch <- prometheus.MustNewConstMetric(dLockFenced, prometheus.CounterValue, float64(ls.Fenced))

@@ -21,6 +21,7 @@ var (
 	_ appliance.TopicSink        = (*channel)(nil)
 	_ appliance.TopicSinkChecker = (*channel)(nil)
 	_ appliance.StreamSink       = (*channel)(nil)
+	_ appliance.KVSink           = (*channel)(nil)
 )
 
 func (c *channel) Name() string { return c.cfg.Name }
@@ -39,6 +40,17 @@ func (c *channel) Matches(topic string) bool {
 func (c *channel) MatchesStream(name string) bool {
 	for _, p := range c.cfg.Streams {
 		if appliance.MatchTopic(p, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchesKVBucket reports whether the channel carries the key-value bucket
+// (its kv list, "*" for all): appliance.KVSink.
+func (c *channel) MatchesKVBucket(bucket string) bool {
+	for _, p := range c.cfg.KV {
+		if p == "*" || p == ">" || p == bucket {
 			return true
 		}
 	}
@@ -113,7 +125,7 @@ func (d *daemon) openChannels(ctx context.Context) error {
 		ch := &channel{cfg: cc, sender: s}
 		d.channels = append(d.channels, ch)
 		d.broker.AddTopicSink(ch)
-		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "streams", cc.Streams, "profile", cc.Profile, "session", multicast.FormatSession(s.Session()))
+		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "streams", cc.Streams, "kv", cc.KV, "profile", cc.Profile, "session", multicast.FormatSession(s.Session()))
 	}
 	return nil
 }
