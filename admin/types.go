@@ -57,12 +57,13 @@ type ChannelStats interface {
 // ChannelView is one multicast channel.
 type ChannelView struct {
 	Name        string   `json:"name"`
-	Group       string   `json:"group"`     // address:port
-	Interface   string   `json:"interface"` // empty: the system's choice
-	Profile     string   `json:"profile"`   // low-latency or dashboard
-	Topics      []string `json:"topics"`    // patterns mapped to the channel
-	Session     string   `json:"session"`   // session id of this daemon run, hex
-	Streams     int      `json:"streams"`   // topics seen on the channel
+	Group       string   `json:"group"`        // address:port
+	Interface   string   `json:"interface"`    // empty: the system's choice
+	Profile     string   `json:"profile"`      // low-latency or dashboard
+	Topics      []string `json:"topics"`       // patterns mapped to the channel
+	KV          []string `json:"kv,omitempty"` // key-value buckets carried (kv)
+	Session     string   `json:"session"`      // session id of this daemon run, hex
+	Streams     int      `json:"streams"`      // topics seen on the channel
 	Messages    uint64   `json:"messages_total"`
 	Datagrams   uint64   `json:"datagrams_total"`
 	Bytes       uint64   `json:"bytes_total"`

@@ -77,7 +77,11 @@ func channelsCommand() *cli.Command {
 						s := v.NAKSources[0]
 						top = fmt.Sprintf("%s (%d NAKs, %s)", s.Source, s.NAKs, humanBytes(int64(s.RepairBytes)))
 					}
-					t.row(v.Name, v.Group, v.Profile, strings.Join(v.Topics, ","), v.Streams, v.Messages, v.Datagrams, humanBytes(int64(v.Bytes)),
+					carried := append([]string(nil), v.Topics...)
+					for _, b := range v.KV {
+						carried = append(carried, "kv:"+b)
+					}
+					t.row(v.Name, v.Group, v.Profile, strings.Join(carried, ","), v.Streams, v.Messages, v.Datagrams, humanBytes(int64(v.Bytes)),
 						v.Repairs, humanBytes(int64(v.RepairBytes)), v.NAKs, v.Losses, fmt.Sprintf("%d (%d fragments)", v.FragmentedMessages, v.Fragments), top)
 				}
 				if len(cl.Channels) == 0 {

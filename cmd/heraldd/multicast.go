@@ -163,6 +163,7 @@ func (c channelStats) Channels() []admin.ChannelView {
 			Interface:      ch.cfg.Interface,
 			Profile:        profile,
 			Topics:         ch.cfg.Topics,
+			KV:             ch.cfg.KV,
 			Session:        multicast.FormatSession(st.Session),
 			Streams:        st.Streams,
 			Messages:       st.Messages,
