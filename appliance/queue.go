@@ -477,6 +477,22 @@ func (q *queue) ack(sub *subscription, token string, byID bool) ackResult {
 	})
 }
 
+// ackMany applies a run of ACKs of sub (toks, in order) with one core input
+// and returns the one journal batch that makes them durable; stale tokens
+// are counted as ack does.
+func (q *queue) ackMany(sub *subscription, toks []queuecore.AckToken) ackResult {
+	var cb *queuecore.Batch
+	var stale int
+	q.run(func(now int64) { cb, stale = q.core.AckMany(sub.con, toks, now) })
+	if stale > 0 {
+		q.b.stats.staleAcks.Add(uint64(stale))
+	}
+	if cb == nil {
+		return ackResult{stale: true}
+	}
+	return q.ackResult(cb, false)
+}
+
 // nack returns the deliveries after a back-off, or dead-letters them when
 // requeue is false or they reached max_deliveries.
 func (q *queue) nack(sub *subscription, token string, byID, requeue bool) ackResult {

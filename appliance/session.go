@@ -121,12 +121,13 @@ type session struct {
 
 	jpending atomic.Int64 // journal batches submitted, not completed
 	jmu      sync.Mutex
-	jbytes   int64         // weight of those batches (stomp.max_journal_pending_bytes)
-	jroom    chan struct{} // closed and replaced each time one completes
-	iq       intakeQ       // its turn in the journal intake (broker.intake)
-	nsubs    atomic.Int32  // len(subs), readable by admin
-	hurry    atomic.Bool   // being dropped: short write deadline
-	temps    []string      // temporary queues this session owns; reader goroutine
+	jbytes   int64          // weight of those batches (stomp.max_journal_pending_bytes)
+	jroom    chan struct{}  // closed and replaced each time one completes
+	iq       intakeQ        // its turn in the journal intake (broker.intake)
+	nsubs    atomic.Int32   // len(subs), readable by admin
+	hurry    atomic.Bool    // being dropped: short write deadline
+	temps    []string       // temporary queues this session owns; reader goroutine
+	acks     []*stomp.Frame // ACKs read, waiting to be handled as a group (onAckGroup); reader goroutine
 	done     chan struct{}
 
 	started                              time.Time
@@ -205,6 +206,9 @@ func (s *session) run() {
 		}
 		f, err := s.r.ReadFrame()
 		if err != nil {
+			if len(s.acks) > 0 && !s.onAckGroup() {
+				return
+			}
 			s.readError(err)
 			return
 		}
@@ -212,6 +216,23 @@ func (s *session) run() {
 			continue // heart-beat
 		}
 		s.framesIn.Add(1)
+		// ACKs read together are handled together (onAckGroup): while
+		// another whole frame is already buffered, an ACK waits for it.
+		if s.ackGroupable(f) {
+			s.acks = append(s.acks, f)
+			s.b.mem.release(s.bodyHeld)
+			s.bodyHeld = 0
+			if len(s.acks) < maxAckGroup && s.r.FrameBuffered() {
+				continue
+			}
+			if !s.onAckGroup() {
+				return
+			}
+			continue
+		}
+		if len(s.acks) > 0 && !s.onAckGroup() {
+			return
+		}
 		if f.Command == stomp.CmdSend {
 			s.waitMemory() // a SEND without a body weighs something too
 		}

@@ -23,6 +23,39 @@ func (c *Core) Ack(con *Consumer, id uint64, attempt int, now int64) (b *Batch, 
 	return b, false
 }
 
+// AckToken names one delivery for AckMany: message ID and attempt (0:
+// whichever attempt the consumer holds).
+type AckToken struct {
+	ID      uint64
+	Attempt int
+}
+
+// AckMany is a run of Acks by con, in order, made durable by one batch:
+// the ACK frames a session read together. Each token is applied as Ack
+// applies it (a token that names no delivery con holds is stale: counted
+// and skipped); the deliveries they free are dispatched once, after the
+// last. b is nil when every token was stale.
+func (c *Core) AckMany(con *Consumer, toks []AckToken, now int64) (b *Batch, stale int) {
+	var p pend
+	for _, t := range toks {
+		taken := c.take(con, t.ID, t.Attempt)
+		if taken == nil {
+			stale++
+			continue
+		}
+		for _, d := range taken {
+			d.Msg.state = stLeaving
+			p.ops = append(p.ops, Op{Kind: OpDelete, Msg: d.Msg})
+			p.ds = append(p.ds, d)
+		}
+	}
+	if len(p.ops) > 0 {
+		b = c.emitDirect(p)
+	}
+	c.end(now)
+	return b, stale
+}
+
 // Nack returns the deliveries an ACK of the same token would cover: after a
 // back-off, or to the dead-letter queue when requeue is false or they
 // reached max_deliveries. The message keeps blocking its group during its

@@ -90,6 +90,18 @@ func (r *Reader) bodyGrows(n int) {
 // Buffered reports how many bytes are buffered but not yet decoded.
 func (r *Reader) Buffered() int { return r.br.Buffered() }
 
+// FrameBuffered reports whether the buffered input holds a NUL octet: most
+// likely the end of a whole frame, which ReadFrame can then decode without
+// waiting for the network (a body may hold NULs: it is only a hint).
+func (r *Reader) FrameBuffered() bool {
+	n := r.br.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := r.br.Peek(n)
+	return bytes.IndexByte(b, 0) >= 0
+}
+
 // ReadFrame decodes the next frame. It returns (nil, nil) for a heart-beat
 // (an EOL between frames), io.EOF on a clean end between frames,
 // io.ErrUnexpectedEOF when the stream ends inside a frame, and *Error for
