@@ -365,7 +365,11 @@ func (t *topicShared) tail(v string) []byte {
 			return *p
 		}
 	}
-	b := stomp.AppendFrameRest(nil, t.f, v)
+	n := len(t.f.Body) + 32
+	for _, h := range t.f.Headers {
+		n += len(h.Key) + len(h.Value) + 2
+	}
+	b := stomp.AppendFrameRest(make([]byte, 0, n+n/8), t.f, v) // room for escapes
 	if i >= 0 {
 		t.tails[i].Store(&b)
 	}
