@@ -884,41 +884,112 @@ type stompTransport struct {
 	conns   []*client.Conn
 }
 
+// subscribe reads the topic over a STOMP connection of its own, in one
+// goroutine that decodes each MESSAGE and takes its arrival time, as the
+// NATS subscriber does: no hand-off through the client library's
+// subscription channel, which put a goroutine wake-up in every STOMP
+// message's measured latency and none in NATS's.
 func (t *stompTransport) subscribe(ctx context.Context, s *topicSub, w *seqWindow, stop <-chan struct{}, wg *sync.WaitGroup) error {
-	c, err := benchDial(ctx, t.cCtx)
+	server := t.cCtx.String("server")
+	timeout := t.cCtx.Duration("connect-timeout")
+	d := net.Dialer{Timeout: timeout}
+	nc, err := d.DialContext(ctx, "tcp", server)
 	if err != nil {
-		return err
+		return &exitError{code: exitUnavailable, err: fmt.Errorf(
+			"cannot reach the STOMP server at %s: %w; start it, or point --server at it", server, err)}
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	sub, err := c.SubscribeReceipt(sctx, t.dest, "auto")
+	fail := func(what string, err error) error {
+		nc.Close()
+		return failure(server, what, err)
+	}
+	host := t.cCtx.String("vhost")
+	if host == "" {
+		host = server
+		if h, _, err := net.SplitHostPort(server); err == nil {
+			host = h
+		}
+	}
+	cf := stomp.NewFrame(stomp.CmdConnect, "accept-version", "1.2", "host", host)
+	if l := t.cCtx.String("login"); l != "" {
+		cf.Headers.Add("login", l)
+	}
+	if p := t.cCtx.String("passcode"); p != "" {
+		cf.Headers.Add("passcode", p)
+	}
+	r := stomp.NewReader(nc, stomp.Limits{})
+	nc.SetDeadline(time.Now().Add(max(timeout, 10*time.Second)))
+	next := func() (*stomp.Frame, error) {
+		for {
+			f, err := r.ReadFrame()
+			if f != nil || err != nil {
+				return f, err
+			}
+		}
+	}
+	if _, err := nc.Write(stomp.AppendFrame(nil, cf, "")); err != nil {
+		return fail("connect", err)
+	}
+	f, err := next()
 	if err != nil {
-		c.Close()
-		return failure(t.cCtx.String("server"), "subscribe to "+t.dest, err)
+		return fail("connect", err)
 	}
-	wg.Add(1)
+	if f.Command != stomp.CmdConnected {
+		return fail("connect", fmt.Errorf("server refused the connection: %s %s; check --login/--passcode (RabbitMQ: also --vhost /)", f.Get("message"), f.Body))
+	}
+	v := f.Get("version")
+	r.SetVersion(v)
+	sf := stomp.NewFrame(stomp.CmdSubscribe, "id", "0", "destination", t.dest, "ack", "auto", "receipt", "sub")
+	if _, err := nc.Write(stomp.AppendFrame(nil, sf, v)); err != nil {
+		return fail("subscribe to "+t.dest, err)
+	}
+	for {
+		f, err := next()
+		if err != nil {
+			return fail("subscribe to "+t.dest, err)
+		}
+		if f.Command == stomp.CmdReceipt {
+			break
+		}
+		if f.Command == stomp.CmdError {
+			return fail("subscribe to "+t.dest, fmt.Errorf("%s %s", f.Get("message"), f.Body))
+		}
+	}
+	nc.SetDeadline(time.Time{})
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		defer c.Close()
+		<-stop
+		nc.Close()
+	}()
+	go func() {
+		defer wg.Done()
 		for {
-			select {
-			case f, ok := <-sub.C():
-				if !ok {
-					if e := c.Err(); e != nil && !errors.Is(e, client.ErrClosed) {
-						s.err = e
-					}
-					return
+			f, err := r.ReadFrame()
+			if err != nil {
+				select {
+				case <-stop:
+				default:
+					s.err = err
 				}
-				now := time.Now()
-				ts, err1 := strconv.ParseInt(f.Get(benchTSHeader), 10, 64)
-				seq, err2 := strconv.ParseInt(f.Get(benchSeqHeader), 10, 64)
-				if err1 != nil || err2 != nil {
-					continue // not ours
-				}
-				s.got(seq, ts, now, w)
-			case <-stop:
 				return
 			}
+			if f == nil {
+				continue
+			}
+			if f.Command != stomp.CmdMessage {
+				if f.Command == stomp.CmdError {
+					s.err = fmt.Errorf("server sent ERROR: %s %s", f.Get("message"), f.Body)
+					return
+				}
+				continue
+			}
+			now := time.Now()
+			ts, err1 := strconv.ParseInt(f.Get(benchTSHeader), 10, 64)
+			seq, err2 := strconv.ParseInt(f.Get(benchSeqHeader), 10, 64)
+			if err1 != nil || err2 != nil {
+				continue // not ours
+			}
+			s.got(seq, ts, now, w)
 		}
 	}()
 	return nil
