@@ -6,6 +6,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -916,7 +917,11 @@ func (t *stompTransport) subscribe(ctx context.Context, s *topicSub, w *seqWindo
 	if p := t.cCtx.String("passcode"); p != "" {
 		cf.Headers.Add("passcode", p)
 	}
-	r := stomp.NewReader(nc, stomp.Limits{})
+	// One buffered reader for the handshake (stomp.Reader reads through
+	// it: bufio does not wrap a large enough bufio.Reader again) and for
+	// scanBenchFrame afterwards.
+	br := bufio.NewReaderSize(nc, 64<<10)
+	r := stomp.NewReader(br, stomp.Limits{})
 	nc.SetDeadline(time.Now().Add(max(timeout, 10*time.Second)))
 	next := func() (*stomp.Frame, error) {
 		for {
@@ -963,9 +968,9 @@ func (t *stompTransport) subscribe(ctx context.Context, s *topicSub, w *seqWindo
 	}()
 	go func() {
 		defer wg.Done()
+		var sc benchScan
 		for {
-			f, err := r.ReadFrame()
-			if err != nil {
+			if err := sc.next(br); err != nil {
 				select {
 				case <-stop:
 				default:
@@ -973,26 +978,108 @@ func (t *stompTransport) subscribe(ctx context.Context, s *topicSub, w *seqWindo
 				}
 				return
 			}
-			if f == nil {
-				continue
+			switch {
+			case sc.isError:
+				s.err = fmt.Errorf("server sent ERROR: %s", sc.message)
+				return
+			case sc.isMessage && sc.ok:
+				s.got(sc.seq, sc.ts, sc.at, w)
 			}
-			if f.Command != stomp.CmdMessage {
-				if f.Command == stomp.CmdError {
-					s.err = fmt.Errorf("server sent ERROR: %s %s", f.Get("message"), f.Body)
-					return
-				}
-				continue
-			}
-			now := time.Now()
-			ts, err1 := strconv.ParseInt(f.Get(benchTSHeader), 10, 64)
-			seq, err2 := strconv.ParseInt(f.Get(benchSeqHeader), 10, 64)
-			if err1 != nil || err2 != nil {
-				continue // not ours
-			}
-			s.got(seq, ts, now, w)
 		}
 	}()
 	return nil
+}
+
+// benchScan reads STOMP frames as the NATS subscriber reads MSG lines:
+// only what the bench needs (a MESSAGE's bench-ts and bench-seq, an
+// ERROR's message), without building a frame; the arrival time is taken
+// once the frame's headers are read.
+type benchScan struct {
+	isMessage, isError, ok bool
+	ts, seq                int64
+	at                     time.Time
+	message                string
+}
+
+func (sc *benchScan) next(br *bufio.Reader) error {
+	*sc = benchScan{}
+	line := func() ([]byte, error) {
+		l, err := br.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		l = l[:len(l)-1]
+		if n := len(l); n > 0 && l[n-1] == '\r' {
+			l = l[:n-1]
+		}
+		return l, nil
+	}
+	var cmd []byte
+	for len(cmd) == 0 { // EOLs between frames are heart-beats
+		l, err := line()
+		if err != nil {
+			return err
+		}
+		cmd = l
+	}
+	sc.isMessage, sc.isError = string(cmd) == stomp.CmdMessage, string(cmd) == stomp.CmdError
+	length := -1
+	haveTS, haveSeq := false, false
+	for {
+		l, err := line()
+		if err != nil {
+			return err
+		}
+		if len(l) == 0 {
+			break
+		}
+		k, v, _ := bytes.Cut(l, []byte{':'})
+		switch string(k) { // the first of repeated headers counts
+		case "content-length":
+			if length < 0 {
+				if length, err = strconv.Atoi(string(v)); err != nil {
+					return fmt.Errorf("bad content-length %q", v)
+				}
+			}
+		case benchTSHeader:
+			if !haveTS {
+				sc.ts, err = strconv.ParseInt(string(v), 10, 64)
+				haveTS = err == nil
+			}
+		case benchSeqHeader:
+			if !haveSeq {
+				sc.seq, err = strconv.ParseInt(string(v), 10, 64)
+				haveSeq = err == nil
+			}
+		case "message":
+			if sc.isError && sc.message == "" {
+				sc.message = string(v)
+			}
+		}
+	}
+	sc.at = time.Now()
+	sc.ok = haveTS && haveSeq
+	if length >= 0 {
+		if _, err := br.Discard(length); err != nil {
+			return err
+		}
+		if b, err := br.ReadByte(); err != nil || b != 0 {
+			if err == nil {
+				err = errors.New("frame not terminated by NUL after content-length octets")
+			}
+			return err
+		}
+		return nil
+	}
+	for {
+		_, err := br.ReadSlice(0)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return err
+		}
+	}
 }
 
 func (t *stompTransport) publisher(ctx context.Context) (func(int64) error, func(), error) {
