@@ -1024,7 +1024,7 @@ func (sc *benchScan) next(br *bufio.Reader) error {
 	}
 	sc.isMessage, sc.isError = string(cmd) == stomp.CmdMessage, string(cmd) == stomp.CmdError
 	length := -1
-	haveTS, haveSeq := false, false
+	haveTS, haveSeq, seenTS, seenSeq := false, false, false, false
 	for {
 		l, err := line()
 		if err != nil {
@@ -1042,12 +1042,14 @@ func (sc *benchScan) next(br *bufio.Reader) error {
 				}
 			}
 		case benchTSHeader:
-			if !haveTS {
+			if !seenTS {
+				seenTS = true
 				sc.ts, err = strconv.ParseInt(string(v), 10, 64)
 				haveTS = err == nil
 			}
 		case benchSeqHeader:
-			if !haveSeq {
+			if !seenSeq {
+				seenSeq = true
 				sc.seq, err = strconv.ParseInt(string(v), 10, 64)
 				haveSeq = err == nil
 			}
