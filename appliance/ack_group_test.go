@@ -103,3 +103,69 @@ func TestAck_FramesReadTogetherShareABatch(t *testing.T) {
 	}
 	expectNone(t, sub, 300*time.Millisecond)
 }
+
+// Frames that cannot join a group (a NACK, an ACK with a receipt, an ACK of
+// a topic message) end it where they stand: everything before them is
+// handled first, in order. Here the NACKed message comes back (once), the
+// ACK receipt answers after the ACKs before it are durable, and the rest is
+// deleted.
+func TestAck_GroupEndsAtOtherFrames(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Queues.RedeliveryMin.Duration = time.Millisecond
+		c.Queues.RedeliveryMax.Duration = time.Millisecond
+	})
+	p := tb.Dial(t)
+	const n = 40
+	sendN(t, p, "/queue/mixed", n, "m")
+
+	r := dialRaw(t, tb)
+	r.connect("1.2")
+	r.write("SUBSCRIBE\nid:s1\ndestination:/queue/mixed\nack:client-individual\nprefetch-count:" + strconv.Itoa(n) + "\n\n\x00")
+	r.write("SUBSCRIBE\nid:t1\ndestination:/topic/mixed\nack:client\nreceipt:t\n\n\x00")
+	var acks []string
+	bodies := map[string]string{}
+	for len(acks) < n {
+		f := r.frame()
+		if f.Command == stomp.CmdReceipt {
+			continue
+		}
+		acks = append(acks, f.Get("ack"))
+		bodies[f.Get("ack")] = string(f.Body)
+	}
+	var w strings.Builder
+	for i, a := range acks {
+		switch i {
+		case 10:
+			w.WriteString("NACK\nid:" + a + "\n\n\x00")
+		case 20:
+			w.WriteString("ACK\nid:" + a + "\nreceipt:mid\n\n\x00")
+		case 30:
+			w.WriteString("ACK\nid:t999\n\n\x00") // a topic token: accepted, does nothing
+			w.WriteString("ACK\nid:" + a + "\n\n\x00")
+		default:
+			w.WriteString("ACK\nid:" + a + "\n\n\x00")
+		}
+	}
+	r.write(w.String())
+	// The receipt of ACK 20, and the NACKed message again.
+	var gotReceipt, gotAgain bool
+	for !gotReceipt || !gotAgain {
+		f := r.frame()
+		switch {
+		case f.Command == stomp.CmdReceipt && f.Get("receipt-id") == "mid":
+			gotReceipt = true
+		case f.Command == stomp.CmdMessage:
+			if string(f.Body) != bodies[acks[10]] || f.Get("redelivered") != "true" {
+				t.Fatalf("got %q redelivered %q, want %q again", f.Body, f.Get("redelivered"), bodies[acks[10]])
+			}
+			gotAgain = true
+			r.write("ACK\nid:" + f.Get("ack") + "\nreceipt:last\n\n\x00")
+		default:
+			t.Fatalf("got %s %v", f.Command, f.Headers)
+		}
+	}
+	if f := r.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != "last" {
+		t.Fatalf("got %s %v, want receipt last", f.Command, f.Headers)
+	}
+	waitQueue(t, tb, "mixed", "empty", func(v appliance.QueueView) bool { return v.Messages == 0 && v.InFlight == 0 })
+}
