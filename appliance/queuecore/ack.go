@@ -37,8 +37,19 @@ type AckToken struct {
 // last. b is nil when every token was stale.
 func (c *Core) AckMany(con *Consumer, toks []AckToken, now int64) (b *Batch, stale int) {
 	var p pend
+	individual := con.Mode != AckClient
 	for _, t := range toks {
-		taken := c.take(con, t.ID, t.Attempt)
+		var taken []*Delivery
+		if individual {
+			// Taken out of con.inflight once, after the loop: removing
+			// each from the front of a prefetch-long list moved the
+			// whole list per ACK.
+			if d := c.takeLater(con, t.ID, t.Attempt); d != nil {
+				taken = []*Delivery{d}
+			}
+		} else {
+			taken = c.take(con, t.ID, t.Attempt)
+		}
 		if taken == nil {
 			stale++
 			continue
@@ -49,11 +60,35 @@ func (c *Core) AckMany(con *Consumer, toks []AckToken, now int64) (b *Batch, sta
 			p.ds = append(p.ds, d)
 		}
 	}
+	if individual && len(p.ds) > 0 {
+		kept := con.inflight[:0]
+		for _, x := range con.inflight {
+			if !x.ended {
+				kept = append(kept, x)
+			}
+		}
+		clear(con.inflight[len(kept):])
+		con.inflight = kept
+	}
 	if len(p.ops) > 0 {
 		b = c.emitDirect(p)
 	}
 	c.end(now)
 	return b, stale
+}
+
+// takeLater is take for one delivery of a consumer that is not AckClient,
+// except that it stays in con.inflight (ended) for the caller to remove.
+func (c *Core) takeLater(con *Consumer, id uint64, attempt int) *Delivery {
+	d := c.flight[id]
+	if d == nil || d.C != con || d.abandoned || d.ended || !d.claimed || (attempt != 0 && d.Attempt != attempt) {
+		c.StaleAcks++
+		return nil
+	}
+	d.ended = true
+	c.dropDeadline(d)
+	delete(c.flight, d.Msg.ID)
+	return d
 }
 
 // Nack returns the deliveries an ACK of the same token would cover: after a
