@@ -165,9 +165,16 @@ func (c *Core) take(con *Consumer, id uint64, attempt int) []*Delivery {
 		con.inflight = kept
 	} else {
 		taken = []*Delivery{d}
-		copy(con.inflight[idx:], con.inflight[idx+1:])
-		con.inflight[len(con.inflight)-1] = nil
-		con.inflight = con.inflight[:len(con.inflight)-1]
+		if idx == 0 {
+			// In order (the usual case): drop the head without moving
+			// the rest; append reallocates when the room runs out.
+			con.inflight[0] = nil
+			con.inflight = con.inflight[1:]
+		} else {
+			copy(con.inflight[idx:], con.inflight[idx+1:])
+			con.inflight[len(con.inflight)-1] = nil
+			con.inflight = con.inflight[:len(con.inflight)-1]
+		}
 	}
 	for _, d := range taken {
 		d.ended = true
