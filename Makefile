@@ -61,6 +61,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAckToken$$' -fuzztime $(FUZZTIME) ./appliance/streamcore
 	$(GO) test -run '^$$' -fuzz '^FuzzSim$$' -fuzztime $(FUZZTIME) ./appliance/streamcore
 	$(GO) test -run '^$$' -fuzz '^FuzzStreamCatchUp$$' -fuzztime $(FUZZTIME) ./cmd/herald
+	$(GO) test -run '^$$' -fuzz '^FuzzBenchScan$$' -fuzztime $(FUZZTIME) ./cmd/herald
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -3,6 +3,8 @@ package appliance_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,6 +59,18 @@ func benchDrain(b *testing.B, grouped bool) {
 	}
 	b.SetBytes(1024)
 	b.ReportAllocs()
+	// HERALD_DRAIN_CPUPROFILE=FILE profiles the drain alone (-cpuprofile
+	// would include the fill).
+	if path := os.Getenv("HERALD_DRAIN_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	b.ResetTimer()
 	var left atomic.Int64
 	left.Store(int64(b.N))

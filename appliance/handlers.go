@@ -539,6 +539,116 @@ func (s *session) onAck(f *stomp.Frame) bool {
 	return true
 }
 
+// ackGroupable reports whether f may join a group of ACKs handled together
+// (onAckGroup): an ACK outside a transaction, without a receipt.
+func (s *session) ackGroupable(f *stomp.Frame) bool {
+	if f.Command != stomp.CmdAck || !s.connected.Load() {
+		return false
+	}
+	for _, h := range f.Headers {
+		if h.Key == "transaction" || h.Key == "receipt" {
+			return false
+		}
+	}
+	return true
+}
+
+// maxAckGroup bounds how many ACK frames are handled as one group.
+const maxAckGroup = 512
+
+// onAckGroup handles the ACK frames read together (s.acks, in order) as
+// onAck handles each, but with one core input per run of ACKs of the same
+// queue subscription (its freed prefetch refilled once, with one claim
+// batch) and one journal batch for all of them: the deletes of a burst of
+// ACKs are one journal batch instead of one per frame. None of them has a
+// receipt or a transaction (ackGroupable). False ends the session.
+func (s *session) onAckGroup() bool {
+	fs := s.acks
+	defer func() {
+		clear(fs)
+		s.acks = fs[:0]
+	}()
+	if len(fs) == 1 {
+		return s.handle(fs[0])
+	}
+	s.waitOutput()
+	var (
+		ops   []Op
+		parts []ackPart
+		sub   *subscription
+		toks  []queuecore.AckToken
+	)
+	add := func(res ackResult) {
+		if res.stale || len(res.ops) == 0 {
+			if res.done != nil {
+				res.done(nil, nil)
+			}
+			return
+		}
+		parts = append(parts, ackPart{n: len(res.ops), done: res.done})
+		ops = append(ops, res.ops...)
+	}
+	flushRun := func() {
+		if len(toks) > 0 {
+			add(sub.q.ackMany(sub, toks))
+			toks = toks[:0]
+		}
+	}
+	for _, f := range fs {
+		sb, token, byID, ok := s.resolveAck(f)
+		if !ok {
+			flushRun()
+			s.submitAckParts(ops, parts)
+			return false
+		}
+		if sb != nil && sb.kind == destQueue && token != "" && token[0] != 'S' {
+			if id, attempt, ok := parseToken(token, byID); ok {
+				if sb != sub {
+					flushRun()
+					sub = sb
+				}
+				toks = append(toks, queuecore.AckToken{ID: id, Attempt: attempt})
+				continue
+			}
+		}
+		flushRun()
+		res, ok := s.ackResolved(f, sb, token, byID)
+		if !ok {
+			s.submitAckParts(ops, parts)
+			return false
+		}
+		add(res)
+	}
+	flushRun()
+	s.submitAckParts(ops, parts)
+	return true
+}
+
+// ackPart is one ackResult's share of a grouped journal batch.
+type ackPart struct {
+	n    int
+	done func(ops []Op, err error)
+}
+
+// submitAckParts submits the journal work of grouped ACKs as one batch;
+// each part's done gets its own ops.
+func (s *session) submitAckParts(ops []Op, parts []ackPart) {
+	if len(parts) == 0 {
+		return
+	}
+	s.submit(&Batch{Ops: ops, Done: func(b *Batch, err error) {
+		at := 0
+		for _, p := range parts {
+			var mine []Op
+			if b.Ops != nil {
+				mine = b.Ops[at : at+p.n]
+			}
+			at += p.n
+			p.done(mine, err)
+		}
+	}})
+}
+
 // ackResult applies an ACK or NACK in memory and returns its journal work.
 // Stale or unknown tokens are ignored and counted, never an error: the
 // message may have been handed to another consumer after an ack timeout.
@@ -547,6 +657,11 @@ func (s *session) ackResult(f *stomp.Frame) (ackResult, bool) {
 	if !ok {
 		return ackResult{}, false
 	}
+	return s.ackResolved(f, sub, token, byID)
+}
+
+// ackResolved is ackResult once resolveAck has found sub and token.
+func (s *session) ackResolved(f *stomp.Frame, sub *subscription, token string, byID bool) (ackResult, bool) {
 	if res, ok := s.streamAck(token, f.Command == stomp.CmdNack); ok {
 		return res, true
 	}

@@ -31,6 +31,8 @@ type queue struct {
 	// isDLQ: a dead-letter queue never dead-letters (no DLQ.DLQ.x): its
 	// messages are redelivered however often they are NACKed.
 	isDLQ bool
+	// destHdr is prefixQueue + name (dest), built at the first MESSAGE.
+	destHdr atomic.Pointer[string]
 
 	mu       sync.Mutex
 	core     *queuecore.Core
@@ -477,6 +479,22 @@ func (q *queue) ack(sub *subscription, token string, byID bool) ackResult {
 	})
 }
 
+// ackMany applies a run of ACKs of sub (toks, in order) with one core input
+// and returns the one journal batch that makes them durable; stale tokens
+// are counted as ack does.
+func (q *queue) ackMany(sub *subscription, toks []queuecore.AckToken) ackResult {
+	var cb *queuecore.Batch
+	var stale int
+	q.run(func(now int64) { cb, stale = q.core.AckMany(sub.con, toks, now) })
+	if stale > 0 {
+		q.b.stats.staleAcks.Add(uint64(stale))
+	}
+	if cb == nil {
+		return ackResult{stale: true}
+	}
+	return q.ackResult(cb, false)
+}
+
 // nack returns the deliveries after a back-off, or dead-letters them when
 // requeue is false or they reached max_deliveries.
 func (q *queue) nack(sub *subscription, token string, byID, requeue bool) ackResult {
@@ -517,24 +535,49 @@ func autoAcked(ds []*delivery) {
 	}
 }
 
+// frameFor builds the MESSAGE of delivery d: the frame and its headers in
+// one allocation, the numbers (message id, ack token, timestamp) in one
+// string, sliced.
 func (q *queue) frameFor(d *delivery) *stomp.Frame {
 	m := d.Msg.Ref.(*Message)
 	sub := d.C.Ref.(*subscription)
-	f := &stomp.Frame{Command: stomp.CmdMessage, Body: m.Body}
-	f.Headers = make(stomp.Headers, 0, len(m.Headers)+7)
+	n := len(m.Headers) + 7
+	var f *stomp.Frame
+	if n <= 10 {
+		fh := &struct {
+			f stomp.Frame
+			h [10]stomp.Header
+		}{}
+		f = &fh.f
+		f.Headers = fh.h[:0]
+	} else {
+		f = &stomp.Frame{Headers: make(stomp.Headers, 0, n)}
+	}
+	f.Command, f.Body = stomp.CmdMessage, m.Body
+	// "ID.ATTEMPT" then the timestamp: the message-id is its first part.
+	var nb [64]byte
+	b := strconv.AppendUint(nb[:0], m.ID, 10)
+	idLen := len(b)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, int64(d.Attempt), 10)
+	tokLen := len(b)
+	if m.Enqueued > 0 {
+		b = strconv.AppendInt(b, m.Enqueued, 10)
+	}
+	nums := string(b)
 	f.Headers = append(f.Headers,
 		stomp.Header{Key: "subscription", Value: sub.id},
-		stomp.Header{Key: "message-id", Value: strconv.FormatUint(m.ID, 10)},
-		stomp.Header{Key: "destination", Value: prefixQueue + q.name})
+		stomp.Header{Key: "message-id", Value: nums[:idLen]},
+		stomp.Header{Key: "destination", Value: q.dest()})
 	if sub.ack != ackAuto {
-		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: strconv.FormatUint(m.ID, 10) + "." + strconv.Itoa(d.Attempt)})
+		f.Headers = append(f.Headers, stomp.Header{Key: "ack", Value: nums[:tokLen]})
 	}
 	if d.Attempt > 1 {
 		f.Headers = append(f.Headers, stomp.Header{Key: "redelivered", Value: "true"})
 	}
-	f.Headers = append(f.Headers, stomp.Header{Key: "delivery-count", Value: strconv.Itoa(d.Attempt)})
+	f.Headers = append(f.Headers, stomp.Header{Key: "delivery-count", Value: nums[idLen+1 : tokLen]})
 	if m.Enqueued > 0 {
-		f.Headers = append(f.Headers, stomp.Header{Key: hdrTimestampT, Value: strconv.FormatInt(m.Enqueued, 10)})
+		f.Headers = append(f.Headers, stomp.Header{Key: hdrTimestampT, Value: nums[tokLen:]})
 	}
 	for _, h := range m.Headers {
 		if h.Key != hdrTimestampT { // the broker's only
@@ -542,6 +585,16 @@ func (q *queue) frameFor(d *delivery) *stomp.Frame {
 		}
 	}
 	return f
+}
+
+// dest is the queue's destination header, built once.
+func (q *queue) dest() string {
+	if d := q.destHdr.Load(); d != nil {
+		return *d
+	}
+	d := prefixQueue + q.name
+	q.destHdr.Store(&d)
+	return d
 }
 
 // --- timer --------------------------------------------------------------

@@ -37,6 +37,10 @@ type outItem struct {
 	drops int
 	stats *topicStats // its topic's counters (a drop counts there)
 	size  int64       // bytes it weighs in the output budget
+	// shared, for a live topic message: f is shared.f, which every
+	// subscriber's item holds; the writer encodes this subscriber's head
+	// and the shared tail (f is not modified).
+	shared *topicShared
 }
 
 // frameSize is what a frame weighs in a connection's output budget and in
@@ -121,12 +125,13 @@ type session struct {
 
 	jpending atomic.Int64 // journal batches submitted, not completed
 	jmu      sync.Mutex
-	jbytes   int64         // weight of those batches (stomp.max_journal_pending_bytes)
-	jroom    chan struct{} // closed and replaced each time one completes
-	iq       intakeQ       // its turn in the journal intake (broker.intake)
-	nsubs    atomic.Int32  // len(subs), readable by admin
-	hurry    atomic.Bool   // being dropped: short write deadline
-	temps    []string      // temporary queues this session owns; reader goroutine
+	jbytes   int64          // weight of those batches (stomp.max_journal_pending_bytes)
+	jroom    chan struct{}  // closed and replaced each time one completes
+	iq       intakeQ        // its turn in the journal intake (broker.intake)
+	nsubs    atomic.Int32   // len(subs), readable by admin
+	hurry    atomic.Bool    // being dropped: short write deadline
+	temps    []string       // temporary queues this session owns; reader goroutine
+	acks     []*stomp.Frame // ACKs read, waiting to be handled as a group (onAckGroup); reader goroutine
 	done     chan struct{}
 
 	started                              time.Time
@@ -205,6 +210,9 @@ func (s *session) run() {
 		}
 		f, err := s.r.ReadFrame()
 		if err != nil {
+			if len(s.acks) > 0 && !s.onAckGroup() {
+				return
+			}
 			s.readError(err)
 			return
 		}
@@ -212,6 +220,23 @@ func (s *session) run() {
 			continue // heart-beat
 		}
 		s.framesIn.Add(1)
+		// ACKs read together are handled together (onAckGroup): while
+		// another whole frame is already buffered, an ACK waits for it.
+		if s.ackGroupable(f) {
+			s.acks = append(s.acks, f)
+			s.b.mem.release(s.bodyHeld)
+			s.bodyHeld = 0
+			if len(s.acks) < maxAckGroup && s.r.FrameBuffered() {
+				continue
+			}
+			if !s.onAckGroup() {
+				return
+			}
+			continue
+		}
+		if len(s.acks) > 0 && !s.onAckGroup() {
+			return
+		}
 		if f.Command == stomp.CmdSend {
 			s.waitMemory() // a SEND without a body weighs something too
 		}
@@ -454,8 +479,21 @@ func (s *session) deliverQueue(f *stomp.Frame, autoAck *delivery) {
 // by the dropped-before header of the next message of the same subscription:
 // one already queued, else the next one queued for it. Never a silent gap.
 func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame) bool {
+	return s.queueTopic(sub, st, f, nil)
+}
+
+// deliverTopicShared is deliverTopic for a message shared by its
+// subscribers (see topicShared).
+func (s *session) deliverTopicShared(sub *subscription, st *topicStats, t *topicShared) bool {
+	return s.queueTopic(sub, st, t.f, t)
+}
+
+func (s *session) queueTopic(sub *subscription, st *topicStats, f *stomp.Frame, shared *topicShared) bool {
 	limit, byteLimit := s.b.cfg().Topics.SubscriberBuffer, s.b.cfg().Topics.SubscriberBufferBytes
 	size := frameSize(f)
+	if shared != nil {
+		size += int64(len(sub.id)) + 2*headerOverhead // its own headers
+	}
 	s.outMu.Lock()
 	if s.ending {
 		s.outMu.Unlock()
@@ -476,7 +514,7 @@ func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame
 		s.slowDrops.Add(1)
 		s.b.stats.slowDrops.Add(1)
 	}
-	it := outItem{f: f, topic: true, sub: sub, stats: st, size: size}
+	it := outItem{f: f, topic: true, sub: sub, stats: st, size: size, shared: shared}
 	if n := s.pendingDrops[sub]; n > 0 {
 		it.drops = n
 		delete(s.pendingDrops, sub)
@@ -612,14 +650,26 @@ func (s *session) writer() {
 		last := false
 		var err error
 		for _, it := range items {
-			if it.drops > 0 {
-				// The frame is the writer's now: no other goroutine
-				// holds it.
-				it.f.Headers.Set("dropped-before", strconv.Itoa(it.drops))
-			}
-			buf = stomp.AppendFrame(buf[:0], it.f, version)
-			if _, err = bw.Write(buf); err != nil {
-				break
+			if it.shared != nil {
+				// Its own head, then the tail all its subscribers share
+				// (straight into the buffered writer).
+				buf = it.shared.appendHead(buf[:0], it.sub, it.drops, version)
+				if _, err = bw.Write(buf); err != nil {
+					break
+				}
+				if _, err = bw.Write(it.shared.tail(version)); err != nil {
+					break
+				}
+			} else {
+				if it.drops > 0 {
+					// The frame is the writer's now: no other goroutine
+					// holds it.
+					it.f.Headers.Set("dropped-before", strconv.Itoa(it.drops))
+				}
+				buf = stomp.AppendFrame(buf[:0], it.f, version)
+				if _, err = bw.Write(buf); err != nil {
+					break
+				}
 			}
 			s.framesOut.Add(1)
 			if it.f.Command == stomp.CmdMessage {

@@ -288,12 +288,17 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte) {
 	}
 	st.in.Add(1)
 	b.stats.topicIn.Add(1)
+	// One frame for every subscriber: each gets its own head (command,
+	// subscription, ack) and shares the encoded rest (topicShared).
+	var shared *topicShared
 	deliver := func(sub *subscription) {
 		if sub.hist != nil && b.holdLive(sub, name, seq, now, msg) {
 			return
 		}
-		f := topicFrame(sub, dest, id, headers, body)
-		if sub.s.deliverTopic(sub, st, f) {
+		if shared == nil {
+			shared = newTopicShared(dest, id, headers, body)
+		}
+		if sub.s.deliverTopicShared(sub, st, shared) {
 			st.out.Add(1)
 			b.stats.topicOut.Add(1)
 		} else {
@@ -318,6 +323,74 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte) {
 			}
 		}
 	}
+}
+
+// topicShared is a topic message as every subscriber gets it, less the
+// headers of its own (subscription, ack, dropped-before): f holds the rest,
+// and the writers encode it once per protocol version (tail).
+type topicShared struct {
+	f     *stomp.Frame
+	id    string // message-id, and the ack header's value
+	tails [3]atomic.Pointer[[]byte]
+}
+
+func newTopicShared(dest, id string, headers stomp.Headers, body []byte) *topicShared {
+	f := &stomp.Frame{Command: stomp.CmdMessage, Body: body}
+	f.Headers = make(stomp.Headers, 0, len(headers)+2)
+	f.Headers = append(f.Headers,
+		stomp.Header{Key: "message-id", Value: id},
+		stomp.Header{Key: "destination", Value: dest})
+	for _, h := range headers {
+		if h.Key != "dropped-before" && h.Key != hdrHistory && h.Key != hdrHistoryGap && h.Key != "last-value" {
+			f.Headers = append(f.Headers, h)
+		}
+	}
+	return &topicShared{f: f, id: id}
+}
+
+// tail is the encoded rest of the frame for version v (built by the first
+// writer that needs it; concurrent writers may both build it, alike).
+func (t *topicShared) tail(v string) []byte {
+	i := -1
+	switch v {
+	case stomp.V10:
+		i = 0
+	case stomp.V11:
+		i = 1
+	case stomp.V12:
+		i = 2
+	}
+	if i >= 0 {
+		if p := t.tails[i].Load(); p != nil {
+			return *p
+		}
+	}
+	n := len(t.f.Body) + 32
+	for _, h := range t.f.Headers {
+		n += len(h.Key) + len(h.Value) + 2
+	}
+	b := stomp.AppendFrameRest(make([]byte, 0, n+n/8), t.f, v) // room for escapes
+	if i >= 0 {
+		t.tails[i].Store(&b)
+	}
+	return b
+}
+
+// appendHead appends the command line and sub's own headers of a shared
+// topic message (drops: the dropped-before count, 0 for none).
+func (t *topicShared) appendHead(dst []byte, sub *subscription, drops int, v string) []byte {
+	dst = append(dst, stomp.CmdMessage...)
+	dst = append(dst, '\n')
+	dst = stomp.AppendHeader(dst, stomp.CmdMessage, v, stomp.Header{Key: "subscription", Value: sub.id})
+	if sub.ack != ackAuto {
+		dst = stomp.AppendHeader(dst, stomp.CmdMessage, v, stomp.Header{Key: "ack", Value: t.id})
+	}
+	if drops > 0 {
+		dst = append(dst, "dropped-before:"...)
+		dst = strconv.AppendInt(dst, int64(drops), 10)
+		dst = append(dst, '\n')
+	}
+	return dst
 }
 
 func topicFrame(sub *subscription, dest, id string, headers stomp.Headers, body []byte, extra ...stomp.Header) *stomp.Frame {

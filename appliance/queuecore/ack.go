@@ -23,6 +23,74 @@ func (c *Core) Ack(con *Consumer, id uint64, attempt int, now int64) (b *Batch, 
 	return b, false
 }
 
+// AckToken names one delivery for AckMany: message ID and attempt (0:
+// whichever attempt the consumer holds).
+type AckToken struct {
+	ID      uint64
+	Attempt int
+}
+
+// AckMany is a run of Acks by con, in order, made durable by one batch:
+// the ACK frames a session read together. Each token is applied as Ack
+// applies it (a token that names no delivery con holds is stale: counted
+// and skipped); the deliveries they free are dispatched once, after the
+// last. b is nil when every token was stale.
+func (c *Core) AckMany(con *Consumer, toks []AckToken, now int64) (b *Batch, stale int) {
+	var p pend
+	individual := con.Mode != AckClient
+	for _, t := range toks {
+		var taken []*Delivery
+		if individual {
+			// Taken out of con.inflight once, after the loop: removing
+			// each from the front of a prefetch-long list moved the
+			// whole list per ACK.
+			if d := c.takeLater(con, t.ID, t.Attempt); d != nil {
+				taken = []*Delivery{d}
+			}
+		} else {
+			taken = c.take(con, t.ID, t.Attempt)
+		}
+		if taken == nil {
+			stale++
+			continue
+		}
+		for _, d := range taken {
+			d.Msg.state = stLeaving
+			p.ops = append(p.ops, Op{Kind: OpDelete, Msg: d.Msg})
+			p.ds = append(p.ds, d)
+		}
+	}
+	if individual && len(p.ds) > 0 {
+		kept := con.inflight[:0]
+		for _, x := range con.inflight {
+			if !x.ended {
+				kept = append(kept, x)
+			}
+		}
+		clear(con.inflight[len(kept):])
+		con.inflight = kept
+	}
+	if len(p.ops) > 0 {
+		b = c.emitDirect(p)
+	}
+	c.end(now)
+	return b, stale
+}
+
+// takeLater is take for one delivery of a consumer that is not AckClient,
+// except that it stays in con.inflight (ended) for the caller to remove.
+func (c *Core) takeLater(con *Consumer, id uint64, attempt int) *Delivery {
+	d := c.flight[id]
+	if d == nil || d.C != con || d.abandoned || d.ended || !d.claimed || (attempt != 0 && d.Attempt != attempt) {
+		c.StaleAcks++
+		return nil
+	}
+	d.ended = true
+	c.dropDeadline(d)
+	delete(c.flight, d.Msg.ID)
+	return d
+}
+
 // Nack returns the deliveries an ACK of the same token would cover: after a
 // back-off, or to the dead-letter queue when requeue is false or they
 // reached max_deliveries. The message keeps blocking its group during its
@@ -97,9 +165,16 @@ func (c *Core) take(con *Consumer, id uint64, attempt int) []*Delivery {
 		con.inflight = kept
 	} else {
 		taken = []*Delivery{d}
-		copy(con.inflight[idx:], con.inflight[idx+1:])
-		con.inflight[len(con.inflight)-1] = nil
-		con.inflight = con.inflight[:len(con.inflight)-1]
+		if idx == 0 {
+			// In order (the usual case): drop the head without moving
+			// the rest; append reallocates when the room runs out.
+			con.inflight[0] = nil
+			con.inflight = con.inflight[1:]
+		} else {
+			copy(con.inflight[idx:], con.inflight[idx+1:])
+			con.inflight[len(con.inflight)-1] = nil
+			con.inflight = con.inflight[:len(con.inflight)-1]
+		}
 	}
 	for _, d := range taken {
 		d.ended = true

@@ -981,7 +981,12 @@ func (s *sim) ack(tx bool) {
 }
 
 // ackPart acks a delivery of sc and returns the batch as a journal part.
+// Half the time it acks several through AckMany, as a session does with the
+// ACK frames of one read, sometimes with a stale token among them.
 func (s *sim) ackPart(sc *simCon) (simPart, string) {
+	if s.r.intn(2) == 0 {
+		return s.ackManyPart(sc)
+	}
 	d, covered, attempt := s.token(sc)
 	what := fmt.Sprintf("%s ack %d#%d (attempt %d) covering %s", sc.name, d.Msg.ID, d.Attempt, attempt, dids(covered))
 	b, stale := s.cores[sc.q].Ack(sc.c, d.Msg.ID, attempt, s.now)
@@ -994,6 +999,46 @@ func (s *sim) ackPart(sc *simCon) (simPart, string) {
 		s.ackIntent[x.Msg.ID] = true
 	}
 	s.resolve(sc, covered)
+	s.markOps(sc.q, b)
+	return simPart{q: sc.q, b: b}, what
+}
+
+// ackManyPart acks 1 to 4 deliveries of sc with one AckMany (the first
+// token always names a held delivery).
+func (s *sim) ackManyPart(sc *simCon) (simPart, string) {
+	var toks []AckToken
+	var all []*Delivery
+	what := sc.name + " ack-many"
+	wantStale := 0
+	for k := 1 + s.r.intn(4); k > 0 && len(sc.out) > 0; k-- {
+		if len(all) > 0 && len(sc.gone) > 0 && s.r.intn(4) == 0 {
+			g := sc.gone[s.r.intn(len(sc.gone))]
+			held := false
+			for _, d := range sc.out {
+				held = held || (d.Msg.ID == g.Msg.ID && d.Attempt == g.Attempt)
+			}
+			if !held {
+				toks = append(toks, AckToken{ID: g.Msg.ID, Attempt: g.Attempt})
+				what += fmt.Sprintf(" stale %d#%d", g.Msg.ID, g.Attempt)
+				wantStale++
+				continue
+			}
+		}
+		d, covered, attempt := s.token(sc)
+		toks = append(toks, AckToken{ID: d.Msg.ID, Attempt: attempt})
+		what += fmt.Sprintf(" %d#%d (attempt %d) covering %s", d.Msg.ID, d.Attempt, attempt, dids(covered))
+		all = append(all, covered...)
+		s.resolve(sc, covered)
+	}
+	b, stale := s.cores[sc.q].AckMany(sc.c, toks, s.now)
+	s.logf("%s", what)
+	if stale != wantStale {
+		s.failf("%s: %d stale, want %d", what, stale, wantStale)
+	}
+	s.checkCovers(b, all, what)
+	for _, x := range all {
+		s.ackIntent[x.Msg.ID] = true
+	}
 	s.markOps(sc.q, b)
 	return simPart{q: sc.q, b: b}, what
 }

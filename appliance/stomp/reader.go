@@ -90,6 +90,18 @@ func (r *Reader) bodyGrows(n int) {
 // Buffered reports how many bytes are buffered but not yet decoded.
 func (r *Reader) Buffered() int { return r.br.Buffered() }
 
+// FrameBuffered reports whether the buffered input holds a NUL octet: most
+// likely the end of a whole frame, which ReadFrame can then decode without
+// waiting for the network (a body may hold NULs: it is only a hint).
+func (r *Reader) FrameBuffered() bool {
+	n := r.br.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := r.br.Peek(n)
+	return bytes.IndexByte(b, 0) >= 0
+}
+
 // ReadFrame decodes the next frame. It returns (nil, nil) for a heart-beat
 // (an EOL between frames), io.EOF on a clean end between frames,
 // io.ErrUnexpectedEOF when the stream ends inside a frame, and *Error for
@@ -135,7 +147,13 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 			return nil, errorf("malformed command line")
 		}
 	}
-	f := &Frame{Command: string(line)}
+	// The frame and room for its first headers in one allocation.
+	fh := &struct {
+		f Frame
+		h [6]Header
+	}{}
+	f := &fh.f
+	f.Command, f.Headers = command(line), fh.h[:0]
 	escaped := Escaped(r.version, f.Command)
 	for {
 		line, err := r.readLine(&headerBytes)
@@ -160,14 +178,16 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		k, v := line[:i], line[i+1:]
 		var key, val string
 		if escaped {
-			if key, err = unescape(k, r.version); err != nil {
+			if bytes.IndexByte(k, '\\') < 0 {
+				key = headerKey(k)
+			} else if key, err = unescape(k, r.version); err != nil {
 				return nil, err
 			}
 			if val, err = unescape(v, r.version); err != nil {
 				return nil, err
 			}
 		} else {
-			key, val = string(k), string(v)
+			key, val = headerKey(k), string(v)
 		}
 		f.Headers = append(f.Headers, Header{Key: key, Value: val})
 	}
@@ -314,4 +334,60 @@ func unescape(b []byte, version string) (string, error) {
 		}
 	}
 	return string(out), nil
+}
+
+// command returns the frame command b as a string without allocating for
+// the commands STOMP defines (the compiler does not copy b to compare it).
+func command(b []byte) string {
+	switch string(b) {
+	case CmdAck:
+		return CmdAck
+	case CmdNack:
+		return CmdNack
+	case CmdSend:
+		return CmdSend
+	case CmdMessage:
+		return CmdMessage
+	case CmdReceipt:
+		return CmdReceipt
+	case CmdSubscribe:
+		return CmdSubscribe
+	case CmdUnsubscribe:
+		return CmdUnsubscribe
+	}
+	return string(b)
+}
+
+// headerKey returns header name b as a string, without allocating for the
+// names most frames carry.
+func headerKey(b []byte) string {
+	switch string(b) {
+	case "id":
+		return "id"
+	case "ack":
+		return "ack"
+	case "subscription":
+		return "subscription"
+	case "message-id":
+		return "message-id"
+	case "destination":
+		return "destination"
+	case "receipt":
+		return "receipt"
+	case "receipt-id":
+		return "receipt-id"
+	case "content-length":
+		return "content-length"
+	case "content-type":
+		return "content-type"
+	case "delivery-count":
+		return "delivery-count"
+	case "redelivered":
+		return "redelivered"
+	case "persistent":
+		return "persistent"
+	case "transaction":
+		return "transaction"
+	}
+	return string(b)
 }

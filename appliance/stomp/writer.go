@@ -15,6 +15,27 @@ import (
 func AppendFrame(dst []byte, f *Frame, v string) []byte {
 	dst = append(dst, f.Command...)
 	dst = append(dst, '\n')
+	return AppendFrameRest(dst, f, v)
+}
+
+// AppendHeader appends header h of a cmd frame as AppendFrame writes it
+// (nothing when v cannot carry it). With AppendFrameRest it lets a frame
+// be written as a head of its own headers and a tail shared with other
+// frames: cmd, then AppendHeader for each own header, then the tail.
+func AppendHeader(dst []byte, cmd, v string, h Header) []byte {
+	if h.Key == "content-length" || !Writable(h, v, cmd) {
+		return dst
+	}
+	esc := Escaped(v, cmd)
+	dst = appendHeaderText(dst, h.Key, esc, v)
+	dst = append(dst, ':')
+	dst = appendHeaderText(dst, h.Value, esc, v)
+	return append(dst, '\n')
+}
+
+// AppendFrameRest appends what follows f's command line in AppendFrame:
+// its headers, the content-length, the blank line, the body and the NUL.
+func AppendFrameRest(dst []byte, f *Frame, v string) []byte {
 	esc := Escaped(v, f.Command)
 	for _, h := range f.Headers {
 		if h.Key == "content-length" || !Writable(h, v, f.Command) {

@@ -6,6 +6,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -884,44 +885,203 @@ type stompTransport struct {
 	conns   []*client.Conn
 }
 
+// subscribe reads the topic over a STOMP connection of its own, in one
+// goroutine that decodes each MESSAGE and takes its arrival time, as the
+// NATS subscriber does: no hand-off through the client library's
+// subscription channel, which put a goroutine wake-up in every STOMP
+// message's measured latency and none in NATS's.
 func (t *stompTransport) subscribe(ctx context.Context, s *topicSub, w *seqWindow, stop <-chan struct{}, wg *sync.WaitGroup) error {
-	c, err := benchDial(ctx, t.cCtx)
+	server := t.cCtx.String("server")
+	timeout := t.cCtx.Duration("connect-timeout")
+	d := net.Dialer{Timeout: timeout}
+	nc, err := d.DialContext(ctx, "tcp", server)
 	if err != nil {
-		return err
+		return &exitError{code: exitUnavailable, err: fmt.Errorf(
+			"cannot reach the STOMP server at %s: %w; start it, or point --server at it", server, err)}
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	sub, err := c.SubscribeReceipt(sctx, t.dest, "auto")
+	fail := func(what string, err error) error {
+		nc.Close()
+		return failure(server, what, err)
+	}
+	host := t.cCtx.String("vhost")
+	if host == "" {
+		host = server
+		if h, _, err := net.SplitHostPort(server); err == nil {
+			host = h
+		}
+	}
+	cf := stomp.NewFrame(stomp.CmdConnect, "accept-version", "1.2", "host", host)
+	if l := t.cCtx.String("login"); l != "" {
+		cf.Headers.Add("login", l)
+	}
+	if p := t.cCtx.String("passcode"); p != "" {
+		cf.Headers.Add("passcode", p)
+	}
+	// One buffered reader for the handshake (stomp.Reader reads through
+	// it: bufio does not wrap a large enough bufio.Reader again) and for
+	// scanBenchFrame afterwards.
+	br := bufio.NewReaderSize(nc, 64<<10)
+	r := stomp.NewReader(br, stomp.Limits{})
+	nc.SetDeadline(time.Now().Add(max(timeout, 10*time.Second)))
+	next := func() (*stomp.Frame, error) {
+		for {
+			f, err := r.ReadFrame()
+			if f != nil || err != nil {
+				return f, err
+			}
+		}
+	}
+	if _, err := nc.Write(stomp.AppendFrame(nil, cf, "")); err != nil {
+		return fail("connect", err)
+	}
+	f, err := next()
 	if err != nil {
-		c.Close()
-		return failure(t.cCtx.String("server"), "subscribe to "+t.dest, err)
+		return fail("connect", err)
 	}
-	wg.Add(1)
+	if f.Command != stomp.CmdConnected {
+		return fail("connect", fmt.Errorf("server refused the connection: %s %s; check --login/--passcode (RabbitMQ: also --vhost /)", f.Get("message"), f.Body))
+	}
+	v := f.Get("version")
+	r.SetVersion(v)
+	sf := stomp.NewFrame(stomp.CmdSubscribe, "id", "0", "destination", t.dest, "ack", "auto", "receipt", "sub")
+	if _, err := nc.Write(stomp.AppendFrame(nil, sf, v)); err != nil {
+		return fail("subscribe to "+t.dest, err)
+	}
+	for {
+		f, err := next()
+		if err != nil {
+			return fail("subscribe to "+t.dest, err)
+		}
+		if f.Command == stomp.CmdReceipt {
+			break
+		}
+		if f.Command == stomp.CmdError {
+			return fail("subscribe to "+t.dest, fmt.Errorf("%s %s", f.Get("message"), f.Body))
+		}
+	}
+	nc.SetDeadline(time.Time{})
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		defer c.Close()
+		<-stop
+		nc.Close()
+	}()
+	go func() {
+		defer wg.Done()
+		var sc benchScan
 		for {
-			select {
-			case f, ok := <-sub.C():
-				if !ok {
-					if e := c.Err(); e != nil && !errors.Is(e, client.ErrClosed) {
-						s.err = e
-					}
-					return
+			if err := sc.next(br); err != nil {
+				select {
+				case <-stop:
+				default:
+					s.err = err
 				}
-				now := time.Now()
-				ts, err1 := strconv.ParseInt(f.Get(benchTSHeader), 10, 64)
-				seq, err2 := strconv.ParseInt(f.Get(benchSeqHeader), 10, 64)
-				if err1 != nil || err2 != nil {
-					continue // not ours
-				}
-				s.got(seq, ts, now, w)
-			case <-stop:
 				return
+			}
+			switch {
+			case sc.isError:
+				s.err = fmt.Errorf("server sent ERROR: %s", sc.message)
+				return
+			case sc.isMessage && sc.ok:
+				s.got(sc.seq, sc.ts, sc.at, w)
 			}
 		}
 	}()
 	return nil
+}
+
+// benchScan reads STOMP frames as the NATS subscriber reads MSG lines:
+// only what the bench needs (a MESSAGE's bench-ts and bench-seq, an
+// ERROR's message), without building a frame; the arrival time is taken
+// once the frame's headers are read.
+type benchScan struct {
+	isMessage, isError, ok bool
+	ts, seq                int64
+	at                     time.Time
+	message                string
+}
+
+func (sc *benchScan) next(br *bufio.Reader) error {
+	*sc = benchScan{}
+	line := func() ([]byte, error) {
+		l, err := br.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		l = l[:len(l)-1]
+		if n := len(l); n > 0 && l[n-1] == '\r' {
+			l = l[:n-1]
+		}
+		return l, nil
+	}
+	var cmd []byte
+	for len(cmd) == 0 { // EOLs between frames are heart-beats
+		l, err := line()
+		if err != nil {
+			return err
+		}
+		cmd = l
+	}
+	sc.isMessage, sc.isError = string(cmd) == stomp.CmdMessage, string(cmd) == stomp.CmdError
+	length := -1
+	haveTS, haveSeq, seenTS, seenSeq := false, false, false, false
+	for {
+		l, err := line()
+		if err != nil {
+			return err
+		}
+		if len(l) == 0 {
+			break
+		}
+		k, v, _ := bytes.Cut(l, []byte{':'})
+		switch string(k) { // the first of repeated headers counts
+		case "content-length":
+			if length < 0 {
+				if length, err = strconv.Atoi(string(v)); err != nil {
+					return fmt.Errorf("bad content-length %q", v)
+				}
+			}
+		case benchTSHeader:
+			if !seenTS {
+				seenTS = true
+				sc.ts, err = strconv.ParseInt(string(v), 10, 64)
+				haveTS = err == nil
+			}
+		case benchSeqHeader:
+			if !seenSeq {
+				seenSeq = true
+				sc.seq, err = strconv.ParseInt(string(v), 10, 64)
+				haveSeq = err == nil
+			}
+		case "message":
+			if sc.isError && sc.message == "" {
+				sc.message = string(v)
+			}
+		}
+	}
+	sc.at = time.Now()
+	sc.ok = haveTS && haveSeq
+	if length >= 0 {
+		if _, err := br.Discard(length); err != nil {
+			return err
+		}
+		if b, err := br.ReadByte(); err != nil || b != 0 {
+			if err == nil {
+				err = errors.New("frame not terminated by NUL after content-length octets")
+			}
+			return err
+		}
+		return nil
+	}
+	for {
+		_, err := br.ReadSlice(0)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return err
+		}
+	}
 }
 
 func (t *stompTransport) publisher(ctx context.Context) (func(int64) error, func(), error) {

@@ -48,6 +48,7 @@ when the consumer reports no message pending or unacknowledged.`,
 			&cli.IntFlag{Name: "prefetch", Value: 1000, Usage: "unacknowledged messages per consumer (STOMP prefetch-count)"},
 			&cli.StringFlag{Name: "ack", Value: "client-individual", Usage: "STOMP ack mode: client-individual or client (one cumulative ACK per --prefetch/2 messages)"},
 			&cli.BoolFlag{Name: "jetstream", Usage: "speak NATS JetStream (no STOMP) to --server"},
+			&cli.IntFlag{Name: "server-pid", Usage: "`PID` of the server process (same host): report its CPU time (user+system, /proc/PID/stat) per message of the fill and of the drain"},
 			&cli.StringFlag{Name: "socket", EnvVars: []string{"HERALD_SOCKET"}, Usage: "admin socket `PATH` used to delete the run's queue (default as for the admin commands)"},
 		}, common...),
 		Action: runBenchDrain,
@@ -76,6 +77,48 @@ type drainResult struct {
 	CleanupNote  string  `json:"cleanup"`
 	DurationS    float64 `json:"duration_s"` // the drain's bound
 	MissingAtEnd uint64  `json:"missing"`    // stored but not received
+	// With --server-pid: the server's CPU time (user+system) per message
+	// during the fill and during the drain, in microseconds.
+	FillCPUus  float64 `json:"server_fill_cpu_us_per_msg,omitempty"`
+	DrainCPUus float64 `json:"server_drain_cpu_us_per_msg,omitempty"`
+}
+
+// serverCPU reads a process's CPU time (utime+stime) from /proc; zero
+// when pid is 0 or unreadable.
+type serverCPU struct {
+	pid int
+}
+
+func (c serverCPU) now() time.Duration {
+	if c.pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count fields after the last ')'. utime and stime are fields 14 and
+	// 15, in clock ticks (USER_HZ, 100 on Linux).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * (time.Second / 100)
+}
+
+// perMsg is d per message of n, in microseconds (2 decimals).
+func cpuPerMsg(d time.Duration, n uint64) float64 {
+	if n == 0 || d <= 0 {
+		return 0
+	}
+	return math.Round(float64(d.Microseconds())/float64(n)*100) / 100
 }
 
 func runBenchDrain(cCtx *cli.Context) error {
@@ -132,6 +175,9 @@ func runBenchDrain(cCtx *cli.Context) error {
 		if res.FirstError != "" {
 			fmt.Fprintf(tw, "first error\t%s\n", res.FirstError)
 		}
+		if res.DrainCPUus > 0 || res.FillCPUus > 0 {
+			fmt.Fprintf(tw, "server CPU\t%.1f us/msg fill, %.1f us/msg drain\n", res.FillCPUus, res.DrainCPUus)
+		}
 		if res.CleanupNote != "" {
 			fmt.Fprintf(tw, "cleanup\t%s\n", res.CleanupNote)
 		}
@@ -148,8 +194,10 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	ctx := cCtx.Context
 	res.Dest = "/queue/bench-drain." + benchRunID()
 	payload := benchBody(res.Size)
+	cpu := serverCPU{cCtx.Int("server-pid")}
 	// Fill: 4 producers x 64 receipts outstanding.
 	start := time.Now()
+	cpu0 := cpu.now()
 	var next atomic.Int64
 	var stored atomic.Uint64
 	var wg sync.WaitGroup
@@ -189,6 +237,7 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	res.Messages = stored.Load()
 	res.FillS = time.Since(start).Seconds()
 	res.FillPerS = benchRound1(float64(res.Messages) / res.FillS)
+	res.FillCPUus = cpuPerMsg(cpu.now()-cpu0, res.Messages)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("fill: %w", err)
@@ -228,6 +277,7 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 		once.Do(func() { close(done) })
 	}
 	start = time.Now()
+	cpu0 = cpu.now()
 	for _, c := range conns {
 		sub, err := c.Subscribe(res.Dest, res.Ack, stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(res.Prefetch)})
 		if err != nil {
@@ -296,6 +346,7 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	wg.Wait()
 	res.DrainS = time.Since(start).Seconds()
 	res.Received, res.Redelivered = received.Load(), redelivered.Load()
+	res.DrainCPUus = cpuPerMsg(cpu.now()-cpu0, res.Received)
 	// The queue is empty: delete it when the admin socket is this daemon's.
 	name := strings.TrimPrefix(res.Dest, "/queue/")
 	cl := benchClean{Drained: res.Received}
@@ -487,7 +538,9 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 
 	// Fill: 4 connections, each keeping 64 publishes awaiting their ack.
 	payload := benchBody(res.Size)
+	cpu := serverCPU{cCtx.Int("server-pid")}
 	start := time.Now()
+	cpu0 := cpu.now()
 	var next atomic.Int64
 	var stored atomic.Uint64
 	var wg sync.WaitGroup
@@ -566,6 +619,8 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	res.Messages = stored.Load()
 	res.FillS = time.Since(start).Seconds()
 	res.FillPerS = benchRound1(float64(res.Messages) / res.FillS)
+	res.FillCPUus = cpuPerMsg(cpu.now()-cpu0, res.Messages)
+	res.FillCPUus = cpuPerMsg(cpu.now()-cpu0, res.Messages)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("fill: %w", err)
@@ -602,6 +657,7 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 		c.bw.WriteString("PUB " + next2 + " " + c.inbox + ".m " + strconv.Itoa(len(body)) + "\r\n" + body + "\r\n")
 	}
 	start = time.Now()
+	cpu0 = cpu.now()
 	for _, c := range conns {
 		wg.Add(1)
 		go func() {
@@ -701,6 +757,7 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	}
 	res.DrainS = time.Since(start).Seconds()
 	res.Received, res.Redelivered = received.Load(), redelivered.Load()
+	res.DrainCPUus = cpuPerMsg(cpu.now()-cpu0, res.Received)
 	for _, c := range conns {
 		c.nc.Close()
 	}
