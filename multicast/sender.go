@@ -384,16 +384,17 @@ const maxBacklog = 1 << 20
 const (
 	inlineGap = 50 * time.Microsecond
 	quietGap  = time.Millisecond
+	burstRun  = 5 // gaps below inlineGap in a row that make a burst
 )
 
 // loneRule decides which published messages are lone, to be sent by Publish itself
 // (SenderConfig.LoneInline): one more than inlineGap after the previous one, unless it follows a
-// burst that has not ended yet. A burst is three messages or more less than inlineGap apart
-// (two back to back are a paced publisher catching up, not a burst); it ends after quietGap of
-// silence or two gaps of inlineGap or more in a row. So a steady 10,000/s goes out message by
-// message at once, a burst's first message goes at once and the rest are packed together by
-// the writer, and a pause inside a burst (a publisher descheduled for 100 µs) does not split
-// the burst's datagrams. Deterministic: times in, decisions out.
+// burst that has not ended yet. A burst is more than burstRun messages less than inlineGap apart
+// (fewer are a paced publisher catching up after a late wake-up: the next spaced message is lone
+// again); it ends after quietGap of silence or two gaps of inlineGap or more in a row, so that a
+// pause inside it (a publisher descheduled for 100 µs) does not split its datagrams. So a steady
+// 10,000/s goes out message by message at once, and a burst's first message goes at once while
+// the rest are packed together by the writer. Deterministic: times in, decisions out.
 type loneRule struct {
 	last  int64 // unix ns of the last Publish
 	short int   // gaps below inlineGap in a row
@@ -407,7 +408,7 @@ func (r *loneRule) publish(now int64) bool {
 	switch {
 	case gap < int64(inlineGap):
 		r.short++
-		if r.short >= 2 {
+		if r.short >= burstRun {
 			r.burst, r.long = true, 0
 		}
 		return false
