@@ -229,15 +229,17 @@ while i < n:
 c.sendall(b"DISCONNECT\n\n\0")
 time.sleep(0.5)
 PY
-# lat.py: reads `herald listen --json` on stdin; the latency of a message is the time its line
-# is read here minus its bench-ts header (the publisher's clock: same host, other namespace).
-# Messages of the first second (warm-up) are not counted. Ends after 3 s of silence.
+# lat.py: reads `herald listen --json --timestamps` on stdin. A message's latency is its time_ns
+# (when herald listen printed it) minus its bench-ts header (the publisher's clock: same host,
+# other namespace); "read" is the time this reader got the line instead (one pipe and one more
+# process later). Messages of the first second (warm-up) are not counted. Ends after 3 s of
+# silence.
 cat >"$WORK/lat.py" <<'PY'
 import json, os, re, select, sys, time
 warm = int(sys.argv[1])  # bench-seq below this: warm-up
 fd = sys.stdin.fileno()
-ts_re, seq_re = re.compile(rb'"bench-ts":"(\d+)"'), re.compile(rb'"bench-seq":"(\d+)"')
-lat, rest, gaps, got = [], b"", 0, 0
+ts_re, seq_re, at_re = re.compile(rb'"bench-ts":"(\d+)"'), re.compile(rb'"bench-seq":"(\d+)"'), re.compile(rb'"time_ns":(\d+)')
+lat, rd, rest, gaps, got = [], [], b"", 0, 0
 while True:
     r, _, _ = select.select([fd], [], [], 3)
     if not r:
@@ -252,15 +254,18 @@ while True:
     for l in b.split(b"\n"):
         if l.startswith(b'{"gap"'):
             gaps += 1
-        m, q = ts_re.search(l), seq_re.search(l)
-        if m and q:
+        m, q, a = ts_re.search(l), seq_re.search(l), at_re.search(l)
+        if m and q and a:
             got += 1
             if int(q.group(1)) >= warm:
-                lat.append(now - int(m.group(1)))
+                lat.append(int(a.group(1)) - int(m.group(1)))
+                rd.append(now - int(m.group(1)))
 lat.sort()
-pct = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] / 1e3 if lat else 0
-print(json.dumps({"received": got, "gaps": gaps, "measured": len(lat), "p50_us": pct(0.5), "p90_us": pct(0.9),
-                  "p99_us": pct(0.99), "p999_us": pct(0.999), "max_us": lat[-1] / 1e3 if lat else 0}))
+rd.sort()
+pct = lambda l, p: l[min(len(l) - 1, int(p * len(l)))] / 1e3 if l else 0
+print(json.dumps({"received": got, "gaps": gaps, "measured": len(lat), "p50_us": pct(lat, 0.5), "p90_us": pct(lat, 0.9),
+                  "p99_us": pct(lat, 0.99), "p999_us": pct(lat, 0.999), "max_us": lat[-1] / 1e3 if lat else 0,
+                  "read_p50_us": pct(rd, 0.5), "read_p99_us": pct(rd, 0.99)}))
 PY
 "$PY" -c "import sys; l=b'x'*$SIZE+b'\n'; sys.stdout.buffer.write(l*$N)" >"$WORK/body.txt"
 
@@ -329,8 +334,8 @@ zmq_run() {
 }
 
 # herald_lat: the latency case for Herald: stomp_lat.py (one STOMP publisher paced at LRATE with
-# a send-time header, the same pacing loop as epgm's) into heraldd, two `herald listen --json`
-# piped into lat.py.
+# a send-time header, the same pacing loop as epgm's) into heraldd, two `herald listen --json
+# --timestamps` piped into lat.py.
 herald_lat() {
 	rm -rf "$WORK/data"
 	ip netns exec "$P-s" "$WORK/bin/heraldd" --config "$WORK/herald.toml" 2>"$WORK/heraldd.log" &
@@ -339,7 +344,7 @@ herald_lat() {
 	local lpids=() cpids=()
 	for r in r1 r2; do
 		rm -f "$WORK/fifo-$r"; mkfifo "$WORK/fifo-$r"
-		ip netns exec "$P-$r" "$WORK/bin/herald" listen --json --group "$HGROUP" --interface eth0 --topic 'bench.>' >"$WORK/fifo-$r" &
+		ip netns exec "$P-$r" "$WORK/bin/herald" listen --json --timestamps --group "$HGROUP" --interface eth0 --topic 'bench.>' >"$WORK/fifo-$r" &
 		lpids+=($!)
 		"$PY" "$WORK/lat.py" "$LRATE" <"$WORK/fifo-$r" >"$WORK/hl-$r.json" &
 		cpids+=($!)
@@ -424,15 +429,17 @@ lr = {}
 for x in lats:
     lr.setdefault((x["peer"], x["receiver"]), []).append(x["result"])
 if lr:
-    print("\nLatency at the paced rate, 64-byte bodies, per round (µs; Herald: STOMP SEND to the line `herald listen --json`"
-          " prints, read by a Python reader; epgm: send to recv in Python); ratio Herald/epgm within the round:\n")
-    print("| round | receiver | Herald p50 / p90 / p99 / max | epgm p50 / p90 / p99 / max | p50 ratio | p99 ratio | Herald received / gaps | epgm received |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\nLatency at the paced rate, 64-byte bodies, per round (µs; Herald: STOMP SEND to the line `herald listen`"
+          " prints (its time_ns); epgm: send to recv in Python); ratio Herald/epgm within the round; Herald read:"
+          " the same lines when a Python reader of herald listen's stdout got them (one pipe and one process later):\n")
+    print("| round | receiver | Herald p50 / p90 / p99 / max | epgm p50 / p90 / p99 / max | p50 ratio | p99 ratio | Herald read p50 / p99 | Herald received / gaps | epgm received |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in ("r1", "r2"):
         for k, (a, b) in enumerate(zip(lr.get(("herald", r), []), lr.get(("epgm", r), []))):
             f = lambda x: f'{x["p50_us"]:.0f} / {x["p90_us"]:.0f} / {x["p99_us"]:.0f} / {x["max_us"]:.0f}'
             ratio = lambda p: f'{a[p] / b[p]:.2f}' if b[p] else "-"
-            print(f'| {k + 1} | {r} | {f(a)} | {f(b)} | {ratio("p50_us")} | {ratio("p99_us")} | {a["received"]:,} / {a["gaps"]} | {b["received"]:,} |')
+            rd = f'{a.get("read_p50_us", 0):.0f} / {a.get("read_p99_us", 0):.0f}'
+            print(f'| {k + 1} | {r} | {f(a)} | {f(b)} | {ratio("p50_us")} | {ratio("p99_us")} | {rd} | {a["received"]:,} / {a["gaps"]} | {b["received"]:,} |')
 if loads:
     print("\nLoad average (1, 5, 15 min) at the start of each case: " + "; ".join(f'round {x["round"]} {x["case"]}: {x["loadavg"]}' for x in loads))
 PY
