@@ -295,6 +295,11 @@ type ChannelConfig struct {
 	Seal            bool   `toml:"seal" json:"seal"`
 	PreviousKeyFile string `toml:"previous_key_file" json:"previous_key_file"`
 	PreviousKeyID   int    `toml:"previous_key_id" json:"previous_key_id"`
+	// LoneInline: how the sender sends a lone message (one published while
+	// it is idle): "on" by the publishing goroutine itself, "off" through its
+	// writer goroutine, "" as the profile says (on for low-latency, off for
+	// dashboard). multicast.SenderConfig.LoneInline.
+	LoneInline string `toml:"lone_inline" json:"lone_inline,omitempty"`
 }
 
 // Largest values Validate accepts for the frame limits of [stomp]. A reader
@@ -764,6 +769,11 @@ func (c *Config) Validate() error {
 		case "", "low-latency", "dashboard":
 		default:
 			bad("%s.profile: %q: want \"low-latency\" or \"dashboard\"", where, ch.Profile)
+		}
+		switch ch.LoneInline {
+		case "", "on", "off":
+		default:
+			bad("%s.lone_inline: %q: want \"on\", \"off\" or \"\" (as the profile says: on for low-latency, off for dashboard)", where, ch.LoneInline)
 		}
 		if ch.Key != "" && ch.KeyFile != "" {
 			bad("%s: set key or key_file, not both", where)

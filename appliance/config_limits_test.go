@@ -60,6 +60,7 @@ func TestConfig_ValidateBounds(t *testing.T) {
 		{"key_id 256", ch(func(c *appliance.ChannelConfig) { c.KeyID = 256 }), "multicast.channel[0].key_id: 256: want 0 to 255"},
 		{"key_id -1", ch(func(c *appliance.ChannelConfig) { c.KeyID = -1 }), "multicast.channel[0].key_id: -1: want 0 to 255"},
 		{"ttl 1000", ch(func(c *appliance.ChannelConfig) { c.TTL = 1000 }), "multicast.channel[0].ttl: 1000: want 0 to 255"},
+		{"lone_inline yes", ch(func(c *appliance.ChannelConfig) { c.LoneInline = "yes" }), `multicast.channel[0].lone_inline: "yes": want "on", "off" or ""`},
 		{"ttl 256", ch(func(c *appliance.ChannelConfig) { c.TTL = 256 }), "multicast.channel[0].ttl: 256: want 0 to 255"},
 		{"ttl -1", ch(func(c *appliance.ChannelConfig) { c.TTL = -1 }), "multicast.channel[0].ttl: -1: want 0 to 255"},
 		{"rate_limit negative", ch(func(c *appliance.ChannelConfig) { c.RateLimit = -1 }), "multicast.channel[0].rate_limit: must be 0 (unlimited) or positive"},

@@ -144,7 +144,8 @@ var reloadKeys = map[string]reloadClass{
 	"log.format": restartOnly,
 
 	// A channel's sender (socket, session, rate limit, key) is made at
-	// start; receivers would see a new session anyway.
+	// start; receivers would see a new session anyway. This covers every
+	// key of a channel, lone_inline included.
 	"multicast.channel": restartOnly,
 
 	// Key-value limits apply from the next write, watch_buffer_bytes from

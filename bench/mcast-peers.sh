@@ -2,8 +2,10 @@
 # bench/mcast-peers.sh: Herald's multicast channel against ZeroMQ's epgm transport (OpenPGM,
 # Debian's python3-zmq) in the same run, between network namespaces: one sender, two receivers,
 # 64-byte messages sent as fast as the sender goes, without loss and with 10% loss at one
-# receiver (nftables numgen inside its namespace). Prints a Markdown table of messages per second
-# per receiver and the ratios Herald/epgm.
+# receiver (nftables numgen inside its namespace); then latency at LRATE (default 10,000) msg/s
+# of 64 bytes, paced, to both receivers (Herald: a STOMP SEND to the line `herald listen` prints;
+# epgm: send to recv; the same Python pacing loop publishes both). Prints Markdown tables of messages per second per
+# receiver, latency percentiles, the ratios Herald/epgm, and the load average of each round.
 #
 #   sudo bench/mcast-peers.sh                  # N=1000000 messages per run, RUNS=3 rounds
 #   N=300000 RUNS=1 sudo bench/mcast-peers.sh  # a quick look
@@ -22,6 +24,9 @@ N=${N:-1000000}
 RUNS=${RUNS:-3}
 SIZE=64
 WAIT=${WAIT:-120} # seconds a receiver waits for the last message
+LRATE=${LRATE:-10000} # latency case: messages per second
+LSECS=${LSECS:-10}    # latency case: seconds measured (after 1 s of warm-up)
+CASES=${CASES:-"throughput latency"}
 PY=${PY:-/usr/bin/python3}
 OUT=${OUT:-/tmp/herald-mcast-peers-$(date -u +%Y%m%dT%H%M%SZ)}
 WORK=$(mktemp -d /tmp/herald-mcast-peers.XXXXXX)
@@ -149,6 +154,119 @@ else:
     el = (last - first) if first and last and last > first else 0.0
     print(json.dumps({"received": msgs, "gaps": 0, "seconds": el, "rate": msgs / el if el > 0 else 0}))
 PY
+# epgm_lat.py: latency case. lpub RATE SECONDS SIZE URL: paced publisher (a message is due every
+# 1/RATE s from the start; what is due is sent, then it sleeps to the next), the body is its send
+# time (time_ns) and sequence, padded to SIZE; lsub WARM URL: the latency of each message from
+# recv's return, after the first WARM messages, until 3 s of silence.
+cat >"$WORK/epgm_lat.py" <<'PY'
+import json, sys, time, zmq
+role = sys.argv[1]
+ctx = zmq.Context()
+if role == "lpub":
+    rate, secs, size, url = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    s = ctx.socket(zmq.PUB)
+    s.setsockopt(zmq.RATE, 1000000)
+    s.setsockopt(zmq.SNDBUF, 16 << 20)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.connect(url)
+    time.sleep(1)
+    start, i, n = time.monotonic(), 0, int(rate * (secs + 1))
+    while i < n:
+        due = min(n, int((time.monotonic() - start) * rate) + 1)
+        while i < due:
+            p = b"%d %d " % (time.time_ns(), i)
+            s.send(p + b"x" * max(0, size - len(p)))
+            i += 1
+        d = start + i / rate - time.monotonic()
+        if d > 0:
+            time.sleep(d)
+    time.sleep(3)
+else:
+    warm, url = int(sys.argv[2]), sys.argv[3]
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.RATE, 1000000)
+    s.setsockopt(zmq.RCVBUF, 16 << 20)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.setsockopt(zmq.SUBSCRIBE, b"")
+    s.connect(url)
+    lat, got = [], 0
+    while s.poll(3000 if got else 30000):
+        b = s.recv()
+        now = time.time_ns()
+        ts, seq, _ = b.split(b" ", 2)
+        got += 1
+        if int(seq) >= warm:
+            lat.append(now - int(ts))
+    lat.sort()
+    pct = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] / 1e3 if lat else 0
+    print(json.dumps({"received": got, "gaps": 0, "measured": len(lat), "p50_us": pct(0.5), "p90_us": pct(0.9),
+                      "p99_us": pct(0.99), "p999_us": pct(0.999), "max_us": lat[-1] / 1e3 if lat else 0}))
+PY
+# stomp_lat.py RATE SECONDS SIZE HOST:PORT: the Herald latency publisher, paced exactly as
+# epgm_lat.py's (same loop), over a plain STOMP 1.2 connection: SEND frames without receipts,
+# header bench-ts = time_ns at the send, bench-seq = the sequence.
+cat >"$WORK/stomp_lat.py" <<'PY'
+import socket, sys, time
+rate, secs, size, (host, port) = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4].rsplit(":", 1)
+c = socket.create_connection((host, int(port)))
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+c.sendall(b"CONNECT\naccept-version:1.2\nhost:%s\n\n\0" % host.encode())
+got = b""
+while b"\0" not in got:
+    got += c.recv(4096)
+if not got.startswith(b"CONNECTED"):
+    sys.exit("stomp_lat.py: " + got.decode(errors="replace"))
+body = b"x" * size
+start, i, n = time.monotonic(), 0, int(rate * (secs + 1))
+while i < n:
+    due = min(n, int((time.monotonic() - start) * rate) + 1)
+    while i < due:
+        c.sendall(b"SEND\ndestination:/topic/bench.lat\nbench-ts:%d\nbench-seq:%d\ncontent-length:%d\n\n%s\0" % (time.time_ns(), i, size, body))
+        i += 1
+    d = start + i / rate - time.monotonic()
+    if d > 0:
+        time.sleep(d)
+c.sendall(b"DISCONNECT\n\n\0")
+time.sleep(0.5)
+PY
+# lat.py: reads `herald listen --json --timestamps` on stdin. A message's latency is its time_ns
+# (when herald listen printed it) minus its bench-ts header (the publisher's clock: same host,
+# other namespace); "read" is the time this reader got the line instead (one pipe and one more
+# process later). Messages of the first second (warm-up) are not counted. Ends after 3 s of
+# silence.
+cat >"$WORK/lat.py" <<'PY'
+import json, os, re, select, sys, time
+warm = int(sys.argv[1])  # bench-seq below this: warm-up
+fd = sys.stdin.fileno()
+ts_re, seq_re, at_re = re.compile(rb'"bench-ts":"(\d+)"'), re.compile(rb'"bench-seq":"(\d+)"'), re.compile(rb'"time_ns":(\d+)')
+lat, rd, rest, gaps, got = [], [], b"", 0, 0
+while True:
+    r, _, _ = select.select([fd], [], [], 3)
+    if not r:
+        break
+    b = os.read(fd, 1 << 20)
+    now = time.time_ns()
+    if not b:
+        break
+    b = rest + b
+    cut = b.rfind(b"\n") + 1
+    b, rest = b[:cut], b[cut:]
+    for l in b.split(b"\n"):
+        if l.startswith(b'{"gap"'):
+            gaps += 1
+        m, q, a = ts_re.search(l), seq_re.search(l), at_re.search(l)
+        if m and q and a:
+            got += 1
+            if int(q.group(1)) >= warm:
+                lat.append(int(a.group(1)) - int(m.group(1)))
+                rd.append(now - int(m.group(1)))
+lat.sort()
+rd.sort()
+pct = lambda l, p: l[min(len(l) - 1, int(p * len(l)))] / 1e3 if l else 0
+print(json.dumps({"received": got, "gaps": gaps, "measured": len(lat), "p50_us": pct(lat, 0.5), "p90_us": pct(lat, 0.9),
+                  "p99_us": pct(lat, 0.99), "p999_us": pct(lat, 0.999), "max_us": lat[-1] / 1e3 if lat else 0,
+                  "read_p50_us": pct(rd, 0.5), "read_p99_us": pct(rd, 0.99)}))
+PY
 "$PY" -c "import sys; l=b'x'*$SIZE+b'\n'; sys.stdout.buffer.write(l*$N)" >"$WORK/body.txt"
 
 cat >"$WORK/herald.toml" <<EOF2
@@ -215,19 +333,74 @@ zmq_run() {
 	done
 }
 
+# herald_lat: the latency case for Herald: stomp_lat.py (one STOMP publisher paced at LRATE with
+# a send-time header, the same pacing loop as epgm's) into heraldd, two `herald listen --json
+# --timestamps` piped into lat.py.
+herald_lat() {
+	rm -rf "$WORK/data"
+	ip netns exec "$P-s" "$WORK/bin/heraldd" --config "$WORK/herald.toml" 2>"$WORK/heraldd.log" &
+	local hpid=$!
+	ip netns exec "$P-s" "$WORK/bin/herald" await-ready --socket "$WORK/data/admin.sock" --timeout 20s >/dev/null
+	local lpids=() cpids=()
+	for r in r1 r2; do
+		rm -f "$WORK/fifo-$r"; mkfifo "$WORK/fifo-$r"
+		ip netns exec "$P-$r" "$WORK/bin/herald" listen --json --timestamps --group "$HGROUP" --interface eth0 --topic 'bench.>' >"$WORK/fifo-$r" &
+		lpids+=($!)
+		"$PY" "$WORK/lat.py" "$LRATE" <"$WORK/fifo-$r" >"$WORK/hl-$r.json" &
+		cpids+=($!)
+	done
+	sleep 1
+	ip netns exec "$P-s" "$PY" "$WORK/stomp_lat.py" "$LRATE" "$LSECS" "$SIZE" 127.0.0.1:61620
+	sleep 1
+	kill "${lpids[@]}" 2>/dev/null || true
+	wait "${cpids[@]}" || true
+	wait "${lpids[@]}" 2>/dev/null || true
+	kill "$hpid"; wait "$hpid" 2>/dev/null || true
+	for r in r1 r2; do echo "{\"peer\":\"herald\",\"case\":\"latency\",\"receiver\":\"$r\",\"result\":$(cat "$WORK/hl-$r.json")}"; done
+}
+
+zmq_lat() {
+	local spids=()
+	for r in r1 r2; do
+		ip netns exec "$P-$r" "$PY" "$WORK/epgm_lat.py" lsub "$LRATE" "epgm://$(addr "$r");$ZGROUP" >"$WORK/zl-$r.json" 2>"$WORK/zl-$r.err" &
+		spids+=($!)
+	done
+	sleep 1
+	ip netns exec "$P-s" "$PY" "$WORK/epgm_lat.py" lpub "$LRATE" "$LSECS" "$SIZE" "epgm://$(addr s);$ZGROUP"
+	wait "${spids[@]}" || true
+	for r in r1 r2; do
+		[ -s "$WORK/zl-$r.json" ] || { echo "mcast-peers.sh: the epgm latency receiver on $r failed:" >&2; cat "$WORK/zl-$r.err" >&2; exit 1; }
+		echo "{\"peer\":\"epgm\",\"case\":\"latency\",\"receiver\":\"$r\",\"result\":$(cat "$WORK/zl-$r.json")}"
+	done
+}
+
+loadavg() { echo "{\"round\":$1,\"case\":\"$2\",\"loadavg\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"; }
+
 : >"$OUT/runs.jsonl"
 for run in $(seq "$RUNS"); do
 	for loss in 0 10; do
+		case $CASES in *throughput*) ;; *) continue ;; esac
+		loadavg "$run" "loss$loss" | tee -a "$OUT/runs.jsonl"
 		log "round $run, loss $loss%: herald"
 		herald_run "$loss" | tee -a "$OUT/runs.jsonl"
 		log "round $run, loss $loss%: epgm"
 		zmq_run "$loss" | tee -a "$OUT/runs.jsonl"
 	done
+	case $CASES in *latency*) ;; *) continue ;; esac
+	loadavg "$run" latency | tee -a "$OUT/runs.jsonl"
+	log "round $run, latency at $LRATE msg/s: herald"
+	herald_lat | tee -a "$OUT/runs.jsonl"
+	log "round $run, latency at $LRATE msg/s: epgm"
+	zmq_lat | tee -a "$OUT/runs.jsonl"
+	loadavg "$run" end | tee -a "$OUT/runs.jsonl"
 done
 
 "$PY" - "$OUT/runs.jsonl" "$N" "$RMEM" >"$OUT/table.md" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+loads = [x for x in rows if "loadavg" in x]
+lats = [x for x in rows if x.get("case") == "latency" and "peer" in x]
+rows = [x for x in rows if "loss" in x]
 n, rmem = int(sys.argv[2]), int(sys.argv[3])
 # The k-th result of (peer, loss, receiver) is round k: ratios are taken within a round.
 runs = {}
@@ -252,5 +425,22 @@ for loss in (0, 10):
         print(f"| {case} | {r} | {cell(hr)} | {cell(zr)} | {ratios} | {hm} ({hg} #GAP lines) | {zm} |")
 print(f"\nReceive buffers: Herald 16 MiB (SO_RCVBUFFORCE as root); epgm asks 16 MiB, capped at net.core.rmem_max = {rmem:,}."
       " A receiver that got less than all messages is rated over what it got.")
+lr = {}
+for x in lats:
+    lr.setdefault((x["peer"], x["receiver"]), []).append(x["result"])
+if lr:
+    print("\nLatency at the paced rate, 64-byte bodies, per round (µs; Herald: STOMP SEND to the line `herald listen`"
+          " prints (its time_ns); epgm: send to recv in Python); ratio Herald/epgm within the round; Herald read:"
+          " the same lines when a Python reader of herald listen's stdout got them (one pipe and one process later):\n")
+    print("| round | receiver | Herald p50 / p90 / p99 / max | epgm p50 / p90 / p99 / max | p50 ratio | p99 ratio | Herald read p50 / p99 | Herald received / gaps | epgm received |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in ("r1", "r2"):
+        for k, (a, b) in enumerate(zip(lr.get(("herald", r), []), lr.get(("epgm", r), []))):
+            f = lambda x: f'{x["p50_us"]:.0f} / {x["p90_us"]:.0f} / {x["p99_us"]:.0f} / {x["max_us"]:.0f}'
+            ratio = lambda p: f'{a[p] / b[p]:.2f}' if b[p] else "-"
+            rd = f'{a.get("read_p50_us", 0):.0f} / {a.get("read_p99_us", 0):.0f}'
+            print(f'| {k + 1} | {r} | {f(a)} | {f(b)} | {ratio("p50_us")} | {ratio("p99_us")} | {rd} | {a["received"]:,} / {a["gaps"]} | {b["received"]:,} |')
+if loads:
+    print("\nLoad average (1, 5, 15 min) at the start of each case: " + "; ".join(f'round {x["round"]} {x["case"]}: {x["loadavg"]}' for x in loads))
 PY
 cat "$OUT/table.md"

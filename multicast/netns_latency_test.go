@@ -2,11 +2,14 @@ package multicast
 
 import (
 	"context"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/ipv4"
 )
 
 // BenchmarkNetnsLatency: Sender.Publish to a Receiver's event, between network namespaces, one
@@ -29,6 +32,49 @@ func BenchmarkNetnsLatency(b *testing.B) {
 		}
 	})
 	b.Cleanup(func() { r.Close() })
+	// A plain socket on the same group in the receiver's namespace: when each DATA datagram is
+	// read by a goroutine blocked in recvmsg, against when the Receiver's event is taken, is what
+	// the Receiver adds (ReceiverCore, the hand-off to the consumer's goroutine).
+	var rawc *net.UDPConn
+	tp.in("r", func() {
+		lc := net.ListenConfig{Control: receiverControl}
+		c, err := lc.ListenPacket(context.Background(), "udp4", group)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rawc = c.(*net.UDPConn)
+		eth, _ := net.InterfaceByName("eth0")
+		if err := ipv4.NewPacketConn(rawc).JoinGroup(eth, &net.UDPAddr{IP: net.ParseIP("239.255.7.20")}); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Cleanup(func() { rawc.Close() })
+	rawLat := map[string][]time.Duration{}
+	rawDone := make(chan struct{})
+	go func() {
+		defer close(rawDone)
+		buf := make([]byte, MaxDatagram)
+		var p Packet
+		for {
+			n, err := rawc.Read(buf)
+			now := time.Now()
+			if err != nil {
+				return
+			}
+			if Decode(buf[:n], &p) != nil || p.Type != TypeData {
+				continue
+			}
+			for _, rec := range p.Records {
+				hs, _, err := DecodeMessage(rec.Payload)
+				if err != nil || len(hs) < 2 {
+					continue
+				}
+				if ns, err := strconv.ParseInt(hs[0].Value, 10, 64); err == nil && ns != 0 {
+					rawLat[hs[1].Value] = append(rawLat[hs[1].Value], now.Sub(time.Unix(0, ns)))
+				}
+			}
+		}
+	}()
 	s := tp.startSender("s", SenderConfig{Group: group})
 	body := make([]byte, 64)
 	for i := 0; i < 200; i++ { // warm up: session, catalog
@@ -90,6 +136,15 @@ func BenchmarkNetnsLatency(b *testing.B) {
 	case <-time.After(10 * time.Second):
 	}
 	b.StopTimer()
+	rawc.Close()
+	<-rawDone
+	for way, l := range rawLat {
+		slices.Sort(l)
+		b.ReportMetric(float64(l[len(l)/2].Nanoseconds())/1e3, way+"-raw-socket-p50-µs")
+		b.Logf("%s, at a plain socket on the group: %d messages: p50 %v p99 %v", way, len(l), l[len(l)/2], l[len(l)*99/100])
+	}
+	st := s.Stats()
+	b.Logf("sender: %d messages in %d datagrams, %d packed by Publish itself", st.Messages, st.Datagrams, st.Inline)
 	mu.Lock()
 	defer mu.Unlock()
 	if got != b.N {

@@ -64,6 +64,11 @@ func (p Profile) timing() timing {
 		repairHold: 500 * time.Microsecond, nakRate: 2000, nakBurst: 200, delayedAfter: 4096}
 }
 
+// LoneInline is the profile's default for SenderConfig.LoneInline: on for low-latency (the
+// default profile), off for dashboard, where a hand-off to the writer goroutine costs nothing
+// that matters.
+func (p Profile) LoneInline() bool { return p != ProfileDashboard }
+
 func (p Profile) validate() error {
 	switch p {
 	case "", ProfileLowLatency, ProfileDashboard:

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -106,6 +107,7 @@ type Receiver struct {
 	closed bool            // Close has run: Open gives up
 
 	conn    *net.UDPConn // bound to the group
+	raw     syscall.RawConn
 	pc      *ipv4.PacketConn
 	nakConn *net.UDPConn // unicast NAKs go out from here
 	events  chan Event
@@ -122,6 +124,7 @@ type Receiver struct {
 	warn        map[error]*warnLimiter
 	slowDrops   atomic.Uint64
 	sendErrors  atomic.Uint64
+	stallRead   atomic.Int64 // tests: the read goroutine sleeps this many ns before its next read
 }
 
 // NewReceiver checks cfg and applies defaults. Open starts it.
@@ -232,7 +235,7 @@ func (r *Receiver) Open(ctx context.Context) error {
 		nc.Close()
 		return ErrClosed
 	}
-	r.core, r.conn, r.pc, r.nakConn, r.rcvBuf = core, conn, pc, nc, rcvBuf
+	r.core, r.conn, r.pc, r.nakConn, r.rcvBuf, r.raw = core, conn, pc, nc, rcvBuf, raw
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.log = r.log.With(logInterface, ifi.Name)
 	r.wg.Add(2)
@@ -253,6 +256,9 @@ func (r *Receiver) readLoop(ctx context.Context) {
 	for {
 		for i := range ms {
 			ms[i].OOB = ms[i].OOB[:cap(ms[i].OOB)]
+		}
+		if d := r.stallRead.Swap(0); d > 0 {
+			time.Sleep(time.Duration(d)) // tests: a receiver process that gets no CPU for a while
 		}
 		n, err := r.pc.ReadBatch(ms, 0)
 		if err != nil {
@@ -311,6 +317,11 @@ func (r *Receiver) tickLoop(ctx context.Context) {
 		case <-r.wake:
 		case <-timer.C:
 			r.mu.Lock()
+			if r.raw != nil && unreadDatagram(r.raw) {
+				// Datagrams wait unread (this process got no CPU for a while, or the read
+				// goroutine is behind): a repair may be among them, so give-ups wait.
+				r.core.SetBehind(true)
+			}
 			r.core.Tick(time.Now())
 			r.flushLocked(ctx)
 			r.mu.Unlock()

@@ -1,6 +1,7 @@
 package multicast
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"errors"
@@ -59,10 +60,11 @@ type SenderConfig struct {
 	// full (default 4096).
 	QueueLen int
 	// LoneInline: a lone message (published while nothing is queued, more than 50 µs after the
-	// previous one) is packed and sent by Publish itself instead of the writer goroutine: lower
-	// latency (BenchmarkNetnsLatency: p50 0.57-0.65 of the queued path), but such messages no
-	// longer share datagrams, so a steady publisher sends more datagrams (1.4-1.9x in
-	// TestMulticastE2E under -race). Off by default.
+	// previous one) is packed and sent by Publish itself instead of the writer goroutine, one
+	// goroutine hand-off less on the latency path (BenchmarkNetnsLatency: p50 0.57-0.65 of the
+	// queued path). While another goroutine is writing datagrams, the message joins the
+	// datagram being built and goes out right after that write: under load it degrades to
+	// batching, never to a timer. Off by default; Profile.LoneInline is each profile's choice.
 	LoneInline bool
 }
 
@@ -96,6 +98,7 @@ type SenderStats struct {
 	HistoryRequests  uint64 // late-join history requests accepted
 	HistoryAnswers   uint64 // HISTORY answers sent
 	HistoryRefused   uint64 // history requests not answered (too soon, or over the byte budget)
+	Inline           uint64 // messages packed by Publish itself (SenderConfig.LoneInline)
 }
 
 type pubMsg struct {
@@ -129,8 +132,21 @@ type Sender struct {
 	// and sends its message itself (no goroutine hand-off on the latency path) only when it is 0,
 	// so a publisher's messages keep their order.
 	inflight atomic.Int64
-	kick     chan struct{} // an inline Publish moved the core's deadline: writeLoop re-arms its timer
-	lastPub  atomic.Int64  // when the last Publish was called (unix ns): a burst goes through pubq
+	// Datagrams are written outside mu, so that NAKs are handled while a write waits (a write
+	// to the group can take milliseconds on a loaded host, and the receivers' repair budget is
+	// 200 ms). sendq holds what was taken from the core, in order, not yet written; one
+	// goroutine at a time (sending) writes it. Guarded by mu.
+	sendq    [][]byte
+	sendqB   int // bytes (capacity) in sendq: at most maxSendq, so no window buffer in it is reused
+	spare    [][]byte
+	sending  bool
+	draining bool       // writeLoop is packing queued messages: it flushes the datagram itself
+	room     *sync.Cond // on mu: a write ended
+	maxSendq int
+	rmsgs    []ipv4.Message // the NAK reader's, for repairs written while another write runs
+	kick     chan struct{}  // an inline Publish moved the core's deadline: writeLoop re-arms its timer
+	lmu      sync.Mutex
+	lone     loneRule      // guarded by lmu: which messages are lone (the rest go through pubq)
 	qtok     chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
 	qacq     sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
 	cancel   context.CancelFunc
@@ -141,6 +157,8 @@ type Sender struct {
 	once     sync.Once
 
 	sendErrors atomic.Uint64
+	inline     atomic.Uint64 // messages packed by Publish itself (LoneInline)
+	stall      atomic.Int64  // tests: the next write of sendq first sleeps this many ns
 }
 
 // NewSender checks cfg and applies defaults. Open starts it.
@@ -178,9 +196,12 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.QueueBytes < MaxMessage {
 		return nil, fmt.Errorf("QueueBytes %d below MaxMessage %d: %w", cfg.QueueBytes, MaxMessage, ErrBadConfig)
 	}
-	return &Sender{cfg: cfg, group: g, closed: make(chan struct{}), pubq: make(chan pubMsg, cfg.QueueLen), kick: make(chan struct{}, 1),
-		qtok: make(chan struct{}, cfg.QueueBytes/QueueUnit),
-		log:  cfg.Logger.With(logGroup, g.String())}, nil
+	s := &Sender{cfg: cfg, group: g, closed: make(chan struct{}), pubq: make(chan pubMsg, cfg.QueueLen), kick: make(chan struct{}, 1),
+		qtok:     make(chan struct{}, cfg.QueueBytes/QueueUnit),
+		maxSendq: max(cmp.Or(cfg.Window, DefaultWindow)/4, 1),
+		log:      cfg.Logger.With(logGroup, g.String())}
+	s.room = sync.NewCond(&s.mu)
+	return s, nil
 }
 
 func newRand() *rand.Rand {
@@ -232,6 +253,7 @@ func (s *Sender) Open(ctx context.Context) error {
 		return ErrClosed
 	default:
 	}
+	core.HoldBuffers(true) // datagrams are written outside mu (sendLocked)
 	s.core, s.conn, s.pc = core, conn, pc
 	s.dst = net.UDPAddrFromAddrPort(s.group)
 	ctx, s.cancel = context.WithCancel(ctx)
@@ -310,7 +332,9 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 	// microseconds on a busy host) before the datagram leaves. Messages of a burst go to the
 	// writer, which packs what piles up into full datagrams.
 	now := time.Now()
-	lone := now.UnixNano()-s.lastPub.Swap(now.UnixNano()) > int64(inlineGap)
+	s.lmu.Lock()
+	lone := s.lone.publish(now.UnixNano())
+	s.lmu.Unlock()
 	if lone && s.cfg.LoneInline && s.inflight.Load() == 0 && s.mu.TryLock() {
 		if s.inflight.Load() == 0 && s.core.Backlog() <= maxBacklog {
 			select {
@@ -319,9 +343,12 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 				return ErrClosed
 			default:
 			}
+			s.inline.Add(1)
 			s.publishLocked(now, m)
-			s.core.Flush(now)
-			s.sendLocked()
+			if !s.sending && !s.draining {
+				s.core.Flush(now)
+				s.sendLocked()
+			} // else: another goroutine is writing; it flushes this datagram when its write ends
 			s.mu.Unlock()
 			select {
 			case s.kick <- struct{}{}:
@@ -351,8 +378,50 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 const maxBacklog = 1 << 20
 
 // inlineGap: a Publish less than this after the previous one is part of a burst and goes
-// through the writer goroutine (batched); a later one is sent by Publish itself.
-const inlineGap = 50 * time.Microsecond
+// through the writer goroutine (batched). quietGap: a burst ends after this long without a
+// Publish; a pause shorter than that (a publisher descheduled in the middle of a burst) does
+// not end it.
+const (
+	inlineGap = 50 * time.Microsecond
+	quietGap  = time.Millisecond
+	burstRun  = 5 // gaps below inlineGap in a row that make a burst
+)
+
+// loneRule decides which published messages are lone, to be sent by Publish itself
+// (SenderConfig.LoneInline): one more than inlineGap after the previous one, unless it follows a
+// burst that has not ended yet. A burst is more than burstRun messages less than inlineGap apart
+// (fewer are a paced publisher catching up after a late wake-up: the next spaced message is lone
+// again); it ends after quietGap of silence or two gaps of inlineGap or more in a row, so that a
+// pause inside it (a publisher descheduled for 100 µs) does not split its datagrams. So a steady
+// 10,000/s goes out message by message at once, and a burst's first message goes at once while
+// the rest are packed together by the writer. Deterministic: times in, decisions out.
+type loneRule struct {
+	last  int64 // unix ns of the last Publish
+	short int   // gaps below inlineGap in a row
+	burst bool  // in a burst: no lone message until it ends
+	long  int   // gaps of inlineGap or more in a row since the burst's last short one
+}
+
+func (r *loneRule) publish(now int64) bool {
+	gap := now - r.last
+	r.last = now
+	switch {
+	case gap < int64(inlineGap):
+		r.short++
+		if r.short >= burstRun {
+			r.burst, r.long = true, 0
+		}
+		return false
+	case r.burst && gap < int64(quietGap):
+		r.short = 0
+		r.long++
+		if r.long < 2 {
+			return false
+		}
+	}
+	r.short, r.burst, r.long = 0, false, 0
+	return true
+}
 
 // writeLoop packs queued messages (flushing when the queue drains), and runs the core's timers.
 func (s *Sender) writeLoop(ctx context.Context) {
@@ -375,6 +444,7 @@ func (s *Sender) writeLoop(ctx context.Context) {
 		case m := <-q:
 			s.mu.Lock()
 			now := time.Now()
+			s.draining = true
 			s.publishLocked(now, m)
 			s.inflight.Add(-1)
 			for n := 0; n < 1024 && s.core.Backlog() <= maxBacklog; n++ {
@@ -387,6 +457,7 @@ func (s *Sender) writeLoop(ctx context.Context) {
 				}
 				break
 			}
+			s.draining = false
 			s.core.Flush(now) // the queue drained: send now, no timer on the latency path
 			s.sendLocked()
 			s.mu.Unlock()
@@ -440,18 +511,64 @@ func (s *Sender) publishLocked(now time.Time, m pubMsg) {
 	s.sendLocked()
 }
 
-// sendLocked writes what the core has ready. Call with s.mu held.
+// takeLocked moves what the core has ready to sendq. Call with s.mu held.
+func (s *Sender) takeLocked() {
+	for _, b := range s.core.Ready() {
+		s.sendq = append(s.sendq, b)
+		s.sendqB += cap(b)
+	}
+}
+
+// sendLocked writes what the core has ready, in order. Call with s.mu held: it is released
+// while writing (NAKs are handled meanwhile) and held again on return. When another goroutine
+// is writing, the datagrams join sendq and that goroutine writes them next; this one returns at
+// once unless sendq is full (then it waits for room). The writing goroutine also flushes a
+// datagram that an inline Publish packed meanwhile, so it leaves with the next write.
 func (s *Sender) sendLocked() {
-	out := s.core.Ready()
+	s.takeLocked()
+	if s.sending {
+		for s.sending && s.sendqB > s.maxSendq {
+			s.room.Wait()
+		}
+		return
+	}
+	s.sending = true
+	for {
+		if !s.draining && s.core.Packing() {
+			s.core.Flush(time.Now())
+			s.takeLocked()
+		}
+		if len(s.sendq) == 0 {
+			break
+		}
+		batch := s.sendq
+		s.sendq, s.sendqB = s.spare[:0], 0
+		s.mu.Unlock()
+		if d := s.stall.Swap(0); d > 0 {
+			time.Sleep(time.Duration(d)) // tests: a write that waits in the kernel
+		}
+		s.msgs = s.write(s.msgs, batch)
+		s.mu.Lock()
+		clear(batch)
+		s.spare = batch[:0]
+		s.room.Broadcast()
+	}
+	s.sending = false
+	s.core.Recycle() // everything taken from the core is written
+	s.room.Broadcast()
+}
+
+// write multicasts out in order, reusing msgs, and returns msgs for reuse.
+func (s *Sender) write(msgs []ipv4.Message, out [][]byte) []ipv4.Message {
 	for len(out) > 0 {
 		n := min(len(out), 64)
-		s.msgs = s.msgs[:0]
+		msgs = msgs[:0]
 		for _, b := range out[:n] {
-			s.msgs = append(s.msgs, ipv4.Message{Buffers: [][]byte{b}, Addr: s.dst})
+			msgs = append(msgs, ipv4.Message{Buffers: [][]byte{b}, Addr: s.dst})
 		}
 		sent := 0
 		for sent < n {
-			k, err := s.pc.WriteBatch(s.msgs[sent:n], 0)
+			k, err := s.pc.WriteBatch(msgs[sent:n], 0)
 			if err != nil {
 				s.sendErrors.Add(uint64(n - sent))
 				if s.sendErrors.Load()%1000 == 1 {
@@ -463,6 +580,7 @@ func (s *Sender) sendLocked() {
 		}
 		out = out[n:]
 	}
+	return msgs
 }
 
 // readLoop receives NAKs on the sender's socket.
@@ -491,8 +609,27 @@ func (s *Sender) readLoop(ctx context.Context) {
 			}
 			s.core.Step(now, from.AddrPort(), m.Buffers[0][:m.N])
 		}
-		s.sendLocked()
-		s.mu.Unlock()
+		if !s.sending {
+			s.sendLocked()
+			s.mu.Unlock()
+		} else {
+			// Another goroutine is writing (it may wait in the kernel for milliseconds): the
+			// repairs go out now, from here, rather than behind it. An RDATA carries the
+			// sequence it repairs, which receivers already know of, so overtaking DATA does not
+			// matter; NCF, LOSS and CATALOG go in order (they carry the leading edge: written
+			// ahead of DATA still queued, they would make every receiver NAK it).
+			var rdata [][]byte
+			for _, b := range s.core.Ready() {
+				if Type(b[3]) == TypeRData {
+					rdata = append(rdata, b)
+				} else {
+					s.sendq = append(s.sendq, b)
+					s.sendqB += cap(b)
+				}
+			}
+			s.mu.Unlock()
+			s.rmsgs = s.write(s.rmsgs, rdata)
+		}
 		// Repairs held back by the repair budget are due at a deadline the writer may not know.
 		select {
 		case s.kick <- struct{}{}:
@@ -515,7 +652,8 @@ func (s *Sender) Stats() SenderStats {
 		SendErrors: s.sendErrors.Load(), Leading: c.Leading, Trailing: c.Trailing, WindowBytes: c.WindowBytes,
 		Lost: c.Lost, NAKsRefused: c.NAKsRefused, NAKSources: c.NAKSources, TopSources: s.core.TopSources(TopSourcesShown),
 		Streams: c.Streams, Fragmented: c.Fragmented, Fragments: c.Fragments,
-		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRefused: c.HistoryRefused}
+		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRefused: c.HistoryRefused,
+		Inline: s.inline.Load()}
 }
 
 // Close stops the goroutines, sends what is queued and closes the socket. It is idempotent.
@@ -547,6 +685,9 @@ func (s *Sender) Close() error {
 		s.core.Flush(now)
 		s.core.heartbeat()
 		s.sendLocked()
+		for s.sending { // an inline Publish still writing: the heartbeat goes after it
+			s.room.Wait()
+		}
 		s.mu.Unlock()
 		err = s.conn.Close()
 		st := s.Stats()

@@ -148,6 +148,7 @@ type SenderCore struct {
 	histAt      []time.Time // when the last history answers went out (at most historyBurst per CatalogInterval)
 
 	out  [][]byte
+	hold bool // HoldBuffers
 	pkt  Packet
 	seqs []uint64
 	rngs []Range
@@ -233,9 +234,12 @@ func (s *SenderCore) sourceBurst() float64 { return max(s.srcRate/50, float64(4*
 func (s *SenderCore) Backlog() int { return s.qBytes }
 
 // Ready returns the datagrams to multicast, in order. The slice and the buffers are valid until the
-// next call on the core.
+// next call on the core (after HoldBuffers(true): the slice until the next call, the buffers
+// until Recycle).
 func (s *SenderCore) Ready() [][]byte {
-	s.win.recycle()
+	if !s.hold {
+		s.win.recycle()
+	}
 	o := s.out
 	s.out = s.out[:0]
 	return o
@@ -345,6 +349,17 @@ func (s *SenderCore) publishFragments(now time.Time, st *senderStream, payload [
 
 // nextQueuedSeq is the sequence the next queued datagram will get minus one.
 func (s *SenderCore) nextQueuedSeq() uint64 { return s.win.next() - 1 + uint64(len(s.queue)) }
+
+// HoldBuffers(true) keeps the buffers Ready returns valid until Recycle is called, for a caller
+// that writes them while it makes further calls on the core.
+func (s *SenderCore) HoldBuffers(on bool) { s.hold = on }
+
+// Recycle lets the core reuse the buffers of datagrams that have left the window: call it (after
+// HoldBuffers(true)) when every datagram Ready returned has been written.
+func (s *SenderCore) Recycle() { s.win.recycle() }
+
+// Packing reports whether a DATA datagram is being filled (Flush would send it).
+func (s *SenderCore) Packing() bool { return s.cur != nil }
 
 // Flush sends the partly filled datagram, if any: call it when the publish queue drains.
 func (s *SenderCore) Flush(now time.Time) {

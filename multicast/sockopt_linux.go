@@ -57,3 +57,11 @@ func rxqOverflow(oob []byte) (uint32, bool) {
 	}
 	return 0, false
 }
+
+// unreadDatagram reports whether a datagram waits unread in the socket (SIOCINQ: the size of
+// the next one, 0 when none).
+func unreadDatagram(c syscall.RawConn) bool {
+	n := 0
+	c.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
@@ -79,6 +80,7 @@ another origin are refused unless --serve-allow-origin names them. Each client m
 			&cli.StringFlag{Name: "profile", Value: string(multicast.ProfileLowLatency), Usage: "recovery timing: low-latency or dashboard"},
 			&cli.StringFlag{Name: "mode", Value: "ordered", Usage: "ordered (hold back until repaired) or skip (print at once, repairs later)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line"},
+			&cli.BoolFlag{Name: "timestamps", Usage: "with --json, add \"time_ns\" to each message: when it was printed (Unix nanoseconds), to measure latency against a send time"},
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Usage: "exit after `N` messages (0: never)"},
 			&cli.BoolFlag{Name: "stats", Usage: "print the receiver's counters to stderr on exit"},
 			&cli.DurationFlag{Name: "session-timeout", Value: multicast.DefaultSessionTimeout,
@@ -132,6 +134,9 @@ func runListen(cCtx *cli.Context) error {
 		}
 		cfg.NextKey = key
 	}
+	if cCtx.Bool("timestamps") && !cCtx.Bool("json") {
+		return usageErrorf("--timestamps needs --json (it adds the field time_ns)")
+	}
 	count := cCtx.Int("count")
 	if count < 0 {
 		return usageErrorf("--count must not be negative")
@@ -168,7 +173,8 @@ func runListen(cCtx *cli.Context) error {
 		return fmt.Errorf("listen on %s: %w (try --interface, and check that the group is routed there)", cfg.Group, err)
 	}
 	defer r.Close()
-	p := &listenPrinter{out: bufio.NewWriterSize(cCtx.App.Writer, 64<<10), json: cCtx.Bool("json")}
+	p := &listenPrinter{out: bufio.NewWriterSize(cCtx.App.Writer, 64<<10), json: cCtx.Bool("json"), stamp: cCtx.Bool("timestamps")}
+
 	if a := cCtx.String("serve"); a != "" {
 		if p.serve, err = listenServe(cCtx, a, cfg.Group); err != nil {
 			return err
@@ -212,6 +218,7 @@ func readKeyFile(f string) ([]byte, error) {
 type listenPrinter struct {
 	out   *bufio.Writer
 	json  bool
+	stamp bool // --timestamps
 	enc   *json.Encoder
 	serve *serveHub // --serve: every event goes to the local clients too
 }
@@ -252,6 +259,7 @@ type jsonMulticastMessage struct {
 	Body       string            `json:"body"`
 	BodyBase64 string            `json:"body_base64,omitempty"`
 	Repaired   bool              `json:"repaired,omitempty"`
+	TimeNs     int64             `json:"time_ns,omitempty"` // --timestamps
 }
 
 type jsonGap struct {
@@ -288,6 +296,9 @@ func (p *listenPrinter) print(e multicast.Event) error {
 			}
 			if !utf8.Valid(e.Body) {
 				jm.BodyBase64 = base64.StdEncoding.EncodeToString(e.Body)
+			}
+			if p.stamp {
+				jm.TimeNs = time.Now().UnixNano()
 			}
 			err = p.enc.Encode(&jm)
 		} else {

@@ -39,6 +39,7 @@ func TestListen_UsageErrors(t *testing.T) {
 		{[]string{"listen", "--group", "239.255.0.1:7400", "--key-id", "256"}, "--key-id 256"},
 		{[]string{"listen", "--group", "239.255.0.1:7400", "--next-key-id", "300"}, "--next-key-id 300"},
 		{[]string{"listen", "--group", "239.255.0.1:7400", "--seal"}, "need --key-file"},
+		{[]string{"listen", "--group", "239.255.0.1:7400", "--timestamps"}, "--timestamps needs --json"},
 		{[]string{"listen", "--group", "10.0.0.1:7400"}, "not an IPv4 multicast address"},
 		{[]string{"listen", "--group", "239.255.0.1:7400", "--profile", "slow"}, "slow"},
 		{[]string{"listen", "--group", "239.255.0.1:7400", "extra"}, "listen --group"},
@@ -318,6 +319,41 @@ func TestListen_Output(t *testing.T) {
 				t.Errorf("--stats: stderr %q, want reassembled 1 forged-fragments 0", stderr)
 			}
 		})
+	}
+}
+
+// TestListen_Timestamps: --json --timestamps adds time_ns to every message, the time it was
+// printed (without --json: TestListen_UsageErrors).
+func TestListen_Timestamps(t *testing.T) {
+	ns := listenNS(t)
+	before := time.Now().UnixNano()
+	code, stdout, stderr := runListenNS(t, ns, "239.255.79.31:7931", "--json", "--timestamps", "--count", "8")
+	after := time.Now().UnixNano()
+	if code != exitOK {
+		t.Fatalf("exit %d, want 0; stderr: %s", code, stderr)
+	}
+	msgs := 0
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		var m struct {
+			Topic  string `json:"topic"`
+			TimeNs int64  `json:"time_ns"`
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if m.Topic == "" {
+			if strings.Contains(line, "time_ns") {
+				t.Errorf("line %q: time_ns on an event that is not a message", line)
+			}
+			continue
+		}
+		msgs++
+		if m.TimeNs < before || m.TimeNs > after {
+			t.Errorf("line %q: time_ns %d not within the run (%d to %d)", line, m.TimeNs, before, after)
+		}
+	}
+	if msgs != 8 {
+		t.Errorf("%d messages, want 8:\n%s", msgs, stdout)
 	}
 }
 

@@ -81,6 +81,12 @@ func (c *channel) Publish(topic string, headers stomp.Headers, body []byte) erro
 	return c.sender.Publish(topic, hs, body)
 }
 
+// loneInline is a channel's lone_inline: "on", "off", or "" as its profile says (on for
+// low-latency, the default profile; off for dashboard).
+func loneInline(cc appliance.ChannelConfig) bool {
+	return cc.LoneInline == "on" || cc.LoneInline == "" && multicast.Profile(cc.Profile).LoneInline()
+}
+
 // openChannels starts a sender per configured channel and registers it with
 // the broker.
 func (d *daemon) openChannels(ctx context.Context) error {
@@ -97,6 +103,7 @@ func (d *daemon) openChannels(ctx context.Context) error {
 				return fmt.Errorf("multicast channel %s: previous_key_file %w", cc.Name, err)
 			}
 		}
+		inline := loneInline(cc)
 		s, err := multicast.NewSender(multicast.SenderConfig{
 			Group:            cc.Group,
 			Interface:        cc.Interface,
@@ -114,6 +121,7 @@ func (d *daemon) openChannels(ctx context.Context) error {
 			Seal:             cc.Seal,
 			PrevKey:          prev,
 			PrevKeyID:        uint8(cc.PreviousKeyID),
+			LoneInline:       inline,
 			Logger:           d.log.With("component", "multicast", "channel", cc.Name),
 		})
 		if err != nil {
@@ -125,7 +133,7 @@ func (d *daemon) openChannels(ctx context.Context) error {
 		ch := &channel{cfg: cc, sender: s}
 		d.channels = append(d.channels, ch)
 		d.broker.AddTopicSink(ch)
-		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "streams", cc.Streams, "kv", cc.KV, "profile", cc.Profile, "session", multicast.FormatSession(s.Session()))
+		d.log.Info("multicast channel open", "channel", cc.Name, "group", cc.Group, "interface", cc.Interface, "topics", cc.Topics, "streams", cc.Streams, "kv", cc.KV, "profile", cc.Profile, "lone_inline", inline, "session", multicast.FormatSession(s.Session()))
 	}
 	return nil
 }
