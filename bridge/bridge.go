@@ -200,6 +200,9 @@ type result struct {
 	key uint64
 	err error
 	gen uint64
+	// refused: the sink refused the forward because its After did not
+	// hold (not a link failure: the core forwards it again in order).
+	refused bool
 }
 
 type worker struct {
@@ -361,7 +364,7 @@ func (w *worker) exec(ctx context.Context, acts []Action) {
 			if !ok {
 				continue
 			}
-			if err := w.forward(a.Key, h); err != nil {
+			if err := w.forward(a.Key, a.After, h); err != nil {
 				w.fail(err)
 				return
 			}
@@ -515,7 +518,7 @@ func (w *worker) takeRemote(ctx context.Context, m inMsg) {
 }
 
 // forward sends item key to the sink; its answer comes as a result.
-func (w *worker) forward(key uint64, h handle) error {
+func (w *worker) forward(key uint64, after string, h handle) error {
 	gen := w.gen
 	if w.dir == "in" {
 		// The sink is this appliance: a SEND with a receipt, answered
@@ -537,18 +540,27 @@ func (w *worker) forward(key uint64, h handle) error {
 		}()
 		return nil
 	}
-	return w.remote.(sink).publish(key, gen, h)
+	return w.remote.(sink).publish(key, gen, after, h)
 }
 
-// sink is the remote side of direction out.
+// sink is the remote side of direction out. after is the dedup id of the
+// message that must be the last one stored before this one ("": none); a
+// sink that can check it answers a result with refused set when it does
+// not hold, one that cannot ignores it (its link stores in send order).
 type sink interface {
-	publish(key, gen uint64, h handle) error
+	publish(key, gen uint64, after string, h handle) error
 }
 
 func (w *worker) onResult(ctx context.Context, r result) {
 	now := time.Now().UnixNano()
 	if r.err == nil {
 		w.exec(ctx, w.core.Confirmed(r.key, now))
+		return
+	}
+	if r.refused {
+		if r.gen == w.gen {
+			w.exec(ctx, w.core.Refused(r.key, now))
+		}
 		return
 	}
 	if r.gen == w.gen {

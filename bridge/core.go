@@ -19,8 +19,16 @@ import (
 //   - every forward of an item carries the same dedup id, so the sink keeps
 //     one copy however often it is sent;
 //   - after a link failure every unconfirmed item is forwarded again, in the
-//     order the source gave them (per-destination order holds as long as
-//     the link stores in send order, as one TCP connection does);
+//     order the source gave them;
+//   - order does not depend on the link storing in send order: a forward
+//     made while an earlier item is unconfirmed carries After, the dedup
+//     id of the item before it, and a sink that can check it (JetStream's
+//     Nats-Expected-Last-Msg-Id) stores it only right after that one. A
+//     forward it refuses (Refused) waits until every item before it is
+//     confirmed and goes again without the condition; nothing behind it is
+//     forwarded meanwhile. So an item is stored only after the one before
+//     it, whatever fails in between (a stream leader change answering one
+//     publish "no responders" while the next reaches the new leader);
 //   - an item the source delivers again (after a reconnection of the
 //     source) is the same item: it keeps its place and is not forwarded
 //     twice while the first forward may still be confirmed.
@@ -36,6 +44,7 @@ type Core struct {
 	fails   int   // consecutive failed attempts
 	retryAt int64 // next attempt while down
 	everUp  bool
+	tailID  string // ID of the last item offered (the After of the next)
 	stats   CoreStats
 }
 
@@ -75,8 +84,10 @@ type Item struct {
 
 type entry struct {
 	Item
-	key    uint64
-	sentAt int64 // 0: not forwarded since the last link failure
+	key     uint64
+	sentAt  int64  // 0: not forwarded since the last link failure
+	prevID  string // ID of the item offered before it (its After)
+	blocked bool   // refused: forwarded again only once every earlier item is confirmed
 }
 
 // ActionKind says what the shell must do.
@@ -92,12 +103,18 @@ const (
 type Action struct {
 	Kind ActionKind
 	Key  uint64
+	// After (ActForward): the dedup id of the item before this one, still
+	// unconfirmed when it is forwarded. A sink that can make it a
+	// condition stores the item only if the last item it stored is that
+	// one, and refuses it otherwise (answer Refused); "" when every
+	// earlier item is confirmed (no condition is needed).
+	After string
 }
 
 // CoreStats are the core's counters.
 type CoreStats struct {
 	Taken, Forwarded, Resent, Confirmed, Skipped, Redelivered uint64
-	Reconnects, Failures                                      uint64
+	Reconnects, Failures, Refused                             uint64
 	PendingItems, PendingBytes                                int64
 	InFlight                                                  int
 }
@@ -143,8 +160,10 @@ func (c *Core) Offer(it Item, now int64) (key uint64, dup bool, acts []Action) {
 	c.stats.Taken++
 	if it.Skip {
 		c.stats.Skipped++
-		return e.key, false, []Action{{ActAckSource, e.key}}
+		return e.key, false, []Action{{Kind: ActAckSource, Key: e.key}}
 	}
+	e.prevID = c.tailID
+	c.tailID = it.ID
 	c.items[e.key] = e
 	c.byID[it.ID] = e.key
 	c.order = append(c.order, e.key)
@@ -154,25 +173,59 @@ func (c *Core) Offer(it Item, now int64) (key uint64, dup bool, acts []Action) {
 }
 
 // pump forwards unsent items in order while the link is up and the window
-// has room.
+// has room. The first item held goes without a condition (every earlier
+// one is confirmed); each later one carries After, the item before it. A
+// refused item stops the pump until it is the first held.
 func (c *Core) pump(now int64, acts []Action) []Action {
 	if c.state != LinkUp {
 		return acts
 	}
+	head := true
 	for _, k := range c.order {
 		if c.sent >= c.cfg.Window {
 			break
 		}
 		e := c.items[k]
-		if e == nil || e.sentAt != 0 {
+		if e == nil {
 			continue
 		}
+		if e.sentAt != 0 {
+			head = false
+			continue
+		}
+		if e.blocked && !head {
+			break
+		}
+		e.blocked = false
+		a := Action{Kind: ActForward, Key: k}
+		if !head {
+			a.After = e.prevID
+		}
+		head = false
 		e.sentAt = max(now, 1)
 		c.sent++
 		c.stats.Forwarded++
-		acts = append(acts, Action{ActForward, k})
+		acts = append(acts, a)
 	}
 	return acts
+}
+
+// Refused: the sink refused item key's forward because its condition
+// (After) did not hold: the item before it was not the last stored (it
+// failed, or another writer's message came between). The item is
+// forwarded again once every item before it is confirmed; nothing behind
+// it goes meanwhile. A refusal of an item not in flight is ignored (the
+// shell drops answers of a link that failed since).
+func (c *Core) Refused(key uint64, now int64) []Action {
+	e := c.items[key]
+	if e == nil || e.sentAt == 0 {
+		return nil
+	}
+	e.sentAt = 0
+	e.blocked = true
+	c.sent--
+	c.stats.Refused++
+	return c.pump(now, nil)
 }
 
 // Confirmed: the sink stored item key (a PubAck, a RECEIPT). Confirmations
@@ -188,7 +241,7 @@ func (c *Core) Confirmed(key uint64, now int64) []Action {
 	}
 	c.forget(e)
 	c.stats.Confirmed++
-	acts := []Action{{ActAckSource, key}}
+	acts := []Action{{Kind: ActAckSource, Key: key}}
 	return c.pump(now, acts)
 }
 
@@ -270,14 +323,31 @@ func (c *Core) LinkUp(now int64) []Action {
 }
 
 // SourceLost: the source's connection ended. Its unacknowledged items go
-// back to it (it will deliver them again); the core forgets those not yet
-// forwarded, and keeps those in flight so that their confirmations are not
-// lost, and the redelivered copy is matched to them by ID.
+// back to it (it will deliver them again, in order); the core keeps the
+// items in flight up to the first one not in flight, so that their
+// confirmations are not lost and the redelivered copies are matched to
+// them by ID, and forgets that one and every item after it (they come
+// again behind the kept ones, in their order; an item in flight among
+// them that the sink stores after all is kept once by its dedup id).
 func (c *Core) SourceLost(now int64) {
-	for _, e := range c.items {
-		if e.sentAt == 0 {
-			c.forget(e)
+	c.tailID = ""
+	var drop []*entry
+	for _, k := range c.order {
+		e := c.items[k]
+		if e == nil {
+			continue
 		}
+		if len(drop) == 0 && e.sentAt != 0 {
+			c.tailID = e.ID
+			continue
+		}
+		drop = append(drop, e)
+	}
+	for _, e := range drop {
+		if e.sentAt != 0 {
+			c.sent--
+		}
+		c.forget(e)
 	}
 }
 
@@ -288,7 +358,7 @@ func (c *Core) Tick(now int64) []Action {
 	case LinkDown:
 		if now >= c.retryAt {
 			c.state = LinkConnecting
-			return []Action{{ActConnect, 0}}
+			return []Action{{Kind: ActConnect}}
 		}
 	case LinkUp:
 		if c.cfg.AckTimeout > 0 {

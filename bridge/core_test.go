@@ -11,8 +11,13 @@ import (
 // had unacked when that session ends; a link that carries forwards in
 // order and can break (the forwards before the break stored, possibly
 // with their confirmations lost, those after it not stored); a sink that
-// keeps one copy per dedup id; and crashes of the bridge itself (a new
-// core, a new source session). Time is simulated.
+// keeps one copy per dedup id and checks a forward's After against the
+// last message it stored (JetStream's Nats-Expected-Last-Msg-Id); leader
+// changes of that sink, which fail one forward while the ones sent behind
+// it still reach the new leader and are stored (answered to a link that
+// has failed since); another writer storing into the same sink; and
+// crashes of the bridge itself (a new core, a new source session). Time
+// is simulated.
 type simWorld struct {
 	t      *testing.T
 	rng    *rand.Rand
@@ -27,12 +32,30 @@ type simWorld struct {
 	// sink
 	stored  []int
 	seen    map[string]bool
-	transit []uint64 // forwards on the wire, in order
-	confirm []uint64 // confirmations on the wire, in order
-	up      bool
-	connDue int64 // a pending connection attempt answers at this time (0: none)
-	maxSent int
-	crashes int
+	lastID  string   // the last message the sink stored (another writer's too)
+	transit []simFwd // forwards on the wire, in order
+	orphans []simFwd // forwards of a failed link still on their way to the sink
+	confirm []simFwd // confirmations on the wire, in order
+	refused []simFwd // refusals on the wire, in order
+	gen     int      // of the link: refusals of an older one are dropped (as the shell does)
+	// noCond: the sink ignores After (a sink without the check); the
+	// simulation must then find the reorder a leader change makes.
+	noCond   bool
+	foreign  int // messages another writer stored
+	refusals int // refusals given to the core
+	up       bool
+	connDue  int64 // a pending connection attempt answers at this time (0: none)
+	maxSent  int
+	crashes  int
+}
+
+// simFwd is one forward on the wire.
+type simFwd struct {
+	key   uint64
+	i     int // the message
+	after string
+	gen   int
+	core  *Core // whose key it is (answers to an earlier core are lost)
 }
 
 func newSim(t *testing.T, seed uint64, n, window int) *simWorld {
@@ -49,7 +72,8 @@ func (w *simWorld) restart() {
 	w.handle = map[uint64]int{}
 	w.keyIdx = map[uint64]int{}
 	w.deliv = make([]bool, w.n)
-	w.transit, w.confirm = nil, nil
+	w.transit, w.confirm, w.refused = nil, nil, nil
+	w.gen++
 	w.up = false
 	w.connDue = 0
 }
@@ -63,7 +87,7 @@ func (w *simWorld) apply(acts []Action) {
 			if !w.up {
 				w.t.Fatalf("forward of %d while the link is down", a.Key)
 			}
-			w.transit = append(w.transit, a.Key)
+			w.transit = append(w.transit, simFwd{a.Key, w.keyIdx[a.Key], a.After, w.gen, w.core})
 		case ActAckSource:
 			i, ok := w.handle[a.Key]
 			if !ok {
@@ -113,15 +137,23 @@ func (w *simWorld) deliverOne() bool {
 	return false
 }
 
-func (w *simWorld) store(key uint64) {
-	i, ok := w.keyIdx[key]
-	if !ok {
-		w.t.Fatalf("forward of unknown key %d", key)
+// store is the sink taking forward f: a duplicate is confirmed without
+// storing, a forward whose After is not the last message stored is
+// refused (unless noCond), anything else stored and confirmed. It reports
+// whether f was confirmed.
+func (w *simWorld) store(f simFwd) bool {
+	i := f.i
+	if w.seen[w.id(i)] {
+		return true
 	}
-	if !w.seen[w.id(i)] {
-		w.seen[w.id(i)] = true
-		w.stored = append(w.stored, i)
+	if f.after != "" && f.after != w.lastID && !w.noCond {
+		w.refused = append(w.refused, f)
+		return false
 	}
+	w.seen[w.id(i)] = true
+	w.stored = append(w.stored, i)
+	w.lastID = w.id(i)
+	return true
 }
 
 func (w *simWorld) step(chaos bool) {
@@ -129,37 +161,68 @@ func (w *simWorld) step(chaos bool) {
 	switch r := w.rng.IntN(100); {
 	case r < 30:
 		w.deliverOne()
-	case r < 55 && len(w.transit) > 0 && w.up:
-		k := w.transit[0]
+	case r < 50 && len(w.transit) > 0 && w.up:
+		f := w.transit[0]
 		w.transit = w.transit[1:]
-		w.store(k)
-		w.confirm = append(w.confirm, k)
-	case r < 80 && len(w.confirm) > 0:
-		k := w.confirm[0]
+		if w.store(f) {
+			w.confirm = append(w.confirm, f)
+		}
+	case r < 55 && len(w.orphans) > 0:
+		// A forward of a failed link reaches the (new) leader.
+		f := w.orphans[0]
+		w.orphans = w.orphans[1:]
+		if w.store(f) {
+			w.confirm = append(w.confirm, f)
+		}
+	case r < 75 && len(w.confirm) > 0:
+		f := w.confirm[0]
 		w.confirm = w.confirm[1:]
-		w.apply(w.core.Confirmed(k, w.now))
-	case r < 84 && chaos && w.up:
+		if f.core == w.core {
+			w.apply(w.core.Confirmed(f.key, w.now))
+		}
+	case r < 80 && len(w.refused) > 0:
+		f := w.refused[0]
+		w.refused = w.refused[1:]
+		if f.gen == w.gen && f.core == w.core {
+			w.refusals++
+			w.apply(w.core.Refused(f.key, w.now))
+		}
+	case r < 83 && chaos && w.up:
 		// The link breaks: a random prefix of what is on the wire is
 		// stored, its confirmations lost; the rest is lost.
 		cut := w.rng.IntN(len(w.transit) + 1)
-		for _, k := range w.transit[:cut] {
-			w.store(k)
+		for _, f := range w.transit[:cut] {
+			w.store(f)
 		}
 		w.transit = nil
 		if w.rng.IntN(2) == 0 {
 			w.confirm = nil
 		}
 		w.up = false
+		w.gen++
 		w.apply(w.core.SinkFailed(w.now))
-	case r < 85 && chaos:
+	case r < 85 && chaos && w.up && len(w.transit) > 1:
+		// A stream leader change: the first forward on the wire is
+		// answered "no responders" (not stored), which fails the link;
+		// the ones sent behind it reach the new leader later.
+		w.orphans = append(w.orphans, w.transit[1:]...)
+		w.transit = nil
+		w.up = false
+		w.gen++
+		w.apply(w.core.SinkFailed(w.now))
+	case r == 85 && chaos:
+		// Another writer stores into the same stream.
+		w.foreign++
+		w.lastID = fmt.Sprintf("other:%d", w.foreign)
+	case r < 87 && chaos:
 		w.crashes++
 		// Stored on the wire before the crash or not, at random.
 		cut := w.rng.IntN(len(w.transit) + 1)
-		for _, k := range w.transit[:cut] {
-			w.store(k)
+		for _, f := range w.transit[:cut] {
+			w.store(f)
 		}
 		w.restart()
-	case r < 86 && chaos:
+	case r < 88 && chaos:
 		// The source's session ends: its unacked messages go back.
 		w.deliv = make([]bool, w.n)
 		w.core.SourceLost(w.now)
@@ -189,41 +252,76 @@ func (w *simWorld) done() bool {
 }
 
 func TestCoreSimulation(t *testing.T) {
-	for seed := uint64(1); seed <= 120; seed++ {
+	refused, foreign := 0, 0
+	for seed := uint64(1); seed <= 160; seed++ {
 		window := []int{1, 2, 8, 64}[seed%4]
 		w := newSim(t, seed, 200, window)
-		for range 20000 {
-			w.step(true)
-		}
-		steps := 0
-		for !w.done() {
-			w.step(false)
-			if steps++; steps > 500000 {
-				t.Fatalf("seed %d: no progress without faults: %d of %d acked", seed, countTrue(w.acked), w.n)
-			}
-		}
-		// Exactly once, in order: every message but the loops stored once,
-		// in source order.
-		want := 0
-		for _, i := range w.stored {
-			for want < w.n && w.isSkip(want) {
-				want++
-			}
-			if i != want {
-				t.Fatalf("seed %d (window %d): stored %d where %d was due (order: %v)", seed, window, i, want, w.stored)
-			}
-			want++
-		}
-		for want < w.n && w.isSkip(want) {
-			want++
-		}
-		if want != w.n {
-			t.Fatalf("seed %d: %d messages stored, want all up to %d", seed, len(w.stored), w.n)
+		if err := w.run(); err != "" {
+			t.Fatalf("seed %d (window %d): %s", seed, window, err)
 		}
 		if st := w.core.Stats(); st.PendingItems != 0 || st.PendingBytes != 0 || st.InFlight != 0 {
 			t.Fatalf("seed %d: core still holds %+v after all were acknowledged", seed, st)
 		}
+		refused += w.refusals
+		foreign += w.foreign
 	}
+	// The faults the order rule exists for did happen.
+	if refused == 0 || foreign == 0 {
+		t.Fatalf("no forward was refused (%d) or no other writer wrote (%d): the simulation does not exercise the condition", refused, foreign)
+	}
+	t.Logf("%d refusals, %d messages of another writer", refused, foreign)
+}
+
+// TestCoreSimulationFindsReorder: with a sink that ignores After (a
+// JetStream publish without Nats-Expected-Last-Msg-Id), the leader changes
+// of the simulation store a later message before an earlier one: the
+// simulation can see the fault the condition prevents.
+func TestCoreSimulationFindsReorder(t *testing.T) {
+	found := 0
+	for seed := uint64(1); seed <= 40; seed++ {
+		w := newSim(t, seed, 200, 8)
+		w.noCond = true
+		if err := w.run(); err != "" {
+			found++
+		}
+	}
+	if found == 0 {
+		t.Fatal("no seed stored out of order without the condition: the simulation cannot find the reorder")
+	}
+	t.Logf("%d of 40 seeds stored out of order without the condition", found)
+}
+
+// run drives the world with faults, then without until every message is
+// acknowledged, and checks what the sink stored: every message but the
+// loops once, in source order. It returns what is wrong, or "".
+func (w *simWorld) run() string {
+	for range 20000 {
+		w.step(true)
+	}
+	steps := 0
+	for !w.done() {
+		w.step(false)
+		if steps++; steps > 500000 {
+			w.t.Fatalf("no progress without faults: %d of %d acked", countTrue(w.acked), w.n)
+		}
+	}
+	want := 0
+	for _, i := range w.stored {
+		for want < w.n && w.isSkip(want) {
+			want++
+		}
+		if i != want {
+			return fmt.Sprintf("stored %d where %d was due (order: %v)", i, want, w.stored)
+		}
+		want++
+	}
+	for want < w.n && w.isSkip(want) {
+		want++
+	}
+	if want != w.n {
+		return fmt.Sprintf("%d messages stored, want all up to %d", len(w.stored), w.n)
+	}
+	return ""
 }
 
 func countTrue(b []bool) int {
@@ -272,7 +370,7 @@ func TestCoreAckTimeout(t *testing.T) {
 	c.Tick(0)
 	c.LinkUp(0)
 	k, _, acts := c.Offer(Item{ID: "a:1"}, 1)
-	if len(acts) != 1 || acts[0] != (Action{ActForward, k}) {
+	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k}) {
 		t.Fatalf("want forward, got %v", acts)
 	}
 	c.Tick(1000)
@@ -285,10 +383,10 @@ func TestCoreAckTimeout(t *testing.T) {
 	}
 	c.Tick(c.RetryAt())
 	acts = c.LinkUp(c.RetryAt())
-	if len(acts) != 1 || acts[0] != (Action{ActForward, k}) {
+	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k}) {
 		t.Fatalf("want the same item forwarded again, got %v", acts)
 	}
-	if acts := c.Confirmed(k, 2000); len(acts) != 1 || acts[0] != (Action{ActAckSource, k}) {
+	if acts := c.Confirmed(k, 2000); len(acts) != 1 || acts[0] != (Action{Kind: ActAckSource, Key: k}) {
 		t.Fatalf("want ack at source, got %v", acts)
 	}
 }

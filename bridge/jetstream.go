@@ -81,6 +81,11 @@ func ensureStream(ctx context.Context, w *worker, js jetstream.JetStream) error 
 	return nil
 }
 
+// errCodeWrongLastMsgID is JetStream's answer to a publish whose
+// Nats-Expected-Last-Msg-Id is not the stream's last message id
+// (JSStreamWrongLastMsgIDErr).
+const errCodeWrongLastMsgID jetstream.ErrorCode = 10070
+
 // jsOut publishes to JetStream (direction out).
 type jsOut struct {
 	w  *worker
@@ -113,7 +118,7 @@ func (j *jsOut) connect(ctx context.Context) error {
 	return ensureStream(ctx, j.w, j.js)
 }
 
-func (j *jsOut) publish(key, gen uint64, h handle) error {
+func (j *jsOut) publish(key, gen uint64, after string, h handle) error {
 	if j.js == nil {
 		return errors.New("not connected to NATS")
 	}
@@ -126,7 +131,20 @@ func (j *jsOut) publish(key, gen uint64, h handle) error {
 	// (a stream leader election) would store this message after the ones
 	// sent behind it. A failure fails the link; the core sends it and
 	// every later one again, in order.
-	f, err := j.js.PublishMsgAsync(m, jetstream.WithMsgID(h.id), jetstream.WithExpectStream(j.w.cfg().Stream), jetstream.WithRetryAttempts(0))
+	//
+	// Order with a window: a message sent while the one before it is
+	// unconfirmed carries Nats-Expected-Last-Msg-Id with that one's id,
+	// so the stream stores it only right after it. During a leader
+	// change, a publish answered "no responders" by the old leader can
+	// no longer be overtaken by the next one reaching the new leader: the
+	// next one is refused (wrong last msg id) and sent again in order.
+	// The stream checks duplicates (Nats-Msg-Id) before the condition, so
+	// a resend of a message already stored is still answered "duplicate".
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(h.id), jetstream.WithExpectStream(j.w.cfg().Stream), jetstream.WithRetryAttempts(0)}
+	if after != "" {
+		opts = append(opts, jetstream.WithExpectLastMsgID(after))
+	}
+	f, err := j.js.PublishMsgAsync(m, opts...)
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", h.dest, err)
 	}
@@ -136,7 +154,9 @@ func (j *jsOut) publish(key, gen uint64, h handle) error {
 		case <-f.Ok():
 			res <- result{key: key, gen: gen}
 		case err := <-f.Err():
-			res <- result{key: key, gen: gen, err: fmt.Errorf("publish to %s: %w", h.dest, err)}
+			var api *jetstream.APIError
+			refused := errors.As(err, &api) && api.ErrorCode == errCodeWrongLastMsgID
+			res <- result{key: key, gen: gen, refused: refused, err: fmt.Errorf("publish to %s: %w", h.dest, err)}
 		}
 	}()
 	return nil
