@@ -80,10 +80,10 @@ type SequencerConfig struct {
 
 // SequencerStats are the sequencer's counters.
 type SequencerStats struct {
-	Held, HeldBytes        int64  // now
-	HeldTotal, Probes      uint64 // since start
-	Dropped, Gaps, Late    uint64
-	Next                   uint64
+	Held, HeldBytes     int64  // now
+	HeldTotal, Probes   uint64 // since start
+	Dropped, Gaps, Late uint64
+	Next                uint64
 }
 
 // SeqActionKind says what the shell must do.
