@@ -113,7 +113,11 @@ func New(o Options) (*Bridge, error) {
 		case cfg.Kind == "jetstream" && dir.name == "out":
 			w.remote = &jsOut{w: w}
 		case cfg.Kind == "jetstream":
-			w.remote = &jsIn{w: w}
+			j := &jsIn{w: w}
+			w.remote = j
+			w.seq = NewSequencer(SequencerConfig{MaxBytes: cfg.MaxHoldBytes, RegapAfter: int64(2 * j.ackWait())})
+			w.heldIn = map[uint64]inMsg{}
+			w.probes = make(chan probeAnswer, 4)
 		case dir.name == "out":
 			w.remote = &stompOut{w: w}
 		default:
@@ -222,6 +226,12 @@ type worker struct {
 	localIn   chan *stomp.Frame // direction out: MESSAGEs of the local subscriptions
 	remoteIn  chan inMsg        // direction in: messages of the peer
 
+	// Direction in from JetStream: stream order (inorder_core.go).
+	seq    *Sequencer
+	runCtx context.Context // the worker's (probes outlive a connection attempt)
+	heldIn map[uint64]inMsg // by stream sequence, held back or waiting to be passed on
+	probes chan probeAnswer
+
 	mu   sync.Mutex
 	view DirView
 	// rate
@@ -235,6 +245,7 @@ type worker struct {
 
 // inMsg is one message of the peer (direction in).
 type inMsg struct {
+	seq     uint64 // JetStream stream sequence (0: a STOMP peer's)
 	id      string
 	dest    string
 	headers stomp.Headers
@@ -245,6 +256,7 @@ type inMsg struct {
 func (w *worker) cfg() *appliance.BridgeConfig { return &w.b.cfg }
 
 func (w *worker) run(ctx context.Context) {
+	w.runCtx = ctx
 	w.localIn = make(chan *stomp.Frame, w.cfg().MaxInFlight*len(w.maps)+16)
 	w.remoteIn = make(chan inMsg, w.cfg().MaxInFlight+16)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -254,6 +266,9 @@ func (w *worker) run(ctx context.Context) {
 	for {
 		now := time.Now().UnixNano()
 		w.exec(ctx, w.core.Tick(now))
+		if w.seq != nil {
+			w.execSeq(ctx, w.seq.Tick(now))
+		}
 		w.publishView(false)
 		select {
 		case <-ctx.Done():
@@ -262,6 +277,11 @@ func (w *worker) run(ctx context.Context) {
 			w.takeLocal(ctx, f)
 		case m := <-w.remoteIn:
 			w.takeRemote(ctx, m)
+		case p := <-w.probes:
+			w.execSeq(ctx, w.seq.ProbeResult(p.after, p.first, p.streamFirst, p.found, p.err != nil, time.Now().UnixNano()))
+			if p.err != nil {
+				w.b.log.Debug("stream order probe", "err", p.err)
+			}
 		case r := <-w.results:
 			w.onResult(ctx, r)
 		case <-tick.C:
@@ -495,8 +515,49 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 	w.exec(ctx, acts)
 }
 
-// takeRemote: a message of the peer (direction in).
+// takeRemote: a message of the peer (direction in). A JetStream message
+// goes through the sequencer, which passes it on in stream order.
 func (w *worker) takeRemote(ctx context.Context, m inMsg) {
+	if w.seq == nil || m.seq == 0 {
+		w.offerRemote(ctx, m)
+		return
+	}
+	w.heldIn[m.seq] = m // a copy delivered again replaces the older one (its ack is the live one)
+	w.execSeq(ctx, w.seq.Arrive(m.seq, len(m.body), time.Now().UnixNano()))
+}
+
+// execSeq carries out the sequencer's actions.
+func (w *worker) execSeq(ctx context.Context, acts []SeqAction) {
+	for _, a := range acts {
+		switch a.Kind {
+		case ActSeqPass:
+			m, ok := w.heldIn[a.Seq]
+			delete(w.heldIn, a.Seq)
+			if ok {
+				w.offerRemote(ctx, m)
+			}
+		case ActSeqDrop:
+			delete(w.heldIn, a.Seq)
+			w.noteErr(fmt.Errorf("stream %s: message %d left unacknowledged (it comes again): %d bytes are held back waiting for message %d, which the server redelivers after its ack wait; raise max_hold_bytes in [[bridge]] %s to hold more",
+				w.cfg().Stream, a.Seq, w.seq.Stats().HeldBytes, w.seq.Next()+1, w.cfg().Name))
+		case ActSeqGap:
+			err := fmt.Errorf("stream %s: messages %d to %d were removed from the stream (retention or a deletion) before this bridge brought them in; those of its subjects among them are not in the local queue", w.cfg().Stream, a.From, a.To)
+			w.b.log.Warn("bridge gap: messages removed from the stream before they came in", "direction", w.dir, "stream", w.cfg().Stream, "from", a.From, "to", a.To)
+			w.mu.Lock()
+			w.view.LastError = err.Error()
+			w.view.LastErrorAt = time.Now().UTC().Format(time.RFC3339)
+			w.mu.Unlock()
+		case ActSeqProbe:
+			if j, ok := w.remote.(*jsIn); ok {
+				j.probe(w.runCtx, a.Seq, w.probes)
+			}
+		}
+	}
+}
+
+// offerRemote gives a message of the peer to the core, in the order it
+// is to be sent locally.
+func (w *worker) offerRemote(ctx context.Context, m inMsg) {
 	hops, _ := strconv.Atoi(m.headers.Get(HeaderHops))
 	skip := hops >= w.cfg().MaxHops
 	for _, o := range strings.Split(m.headers.Get(HeaderOrigin), ",") {

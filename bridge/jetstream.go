@@ -165,26 +165,28 @@ func (j *jsOut) publish(key, gen uint64, after string, h handle) error {
 // jsIn consumes a durable JetStream consumer (direction in).
 //
 // Order. Messages in transit when the connection broke stay pending at the
-// server, which would go on delivering newer ones to the next pull and
-// redeliver the lost ones only after the ack wait: out of order. So after a
-// disconnection (and at start, when the durable has messages pending from
-// an earlier run) the bridge stops pulling until the ack wait has passed:
-// the server redelivers the pending messages first, in order, then new ones.
+// server, which goes on delivering newer ones to the next pull and
+// redelivers the lost ones only after the ack wait: out of order. The
+// worker's Sequencer (inorder_core.go) puts them back in stream order: at
+// each consume session's start it learns the consumer's ack floor and last
+// delivered sequence, holds back what arrives before a missing message,
+// and asks the stream (probe) which message of the consumer's subjects
+// follows the last one passed on.
 type jsIn struct {
-	w        *worker
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	cons     jetstream.Consumer
-	cc       jetstream.ConsumeContext
-	lost     atomic.Bool // set by nats.go when the connection dropped
-	base     uint64      // the connection's reconnect count when pulling started
-	resumeAt time.Time   // no pulling before
-	started  bool
+	w      *worker
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cons   jetstream.Consumer
+	cc     jetstream.ConsumeContext
+	lost   atomic.Bool // set by nats.go when the connection dropped
+	base   uint64      // the connection's reconnect count when pulling started
 }
 
 // broken reports whether the connection dropped since pulling started: a
-// message delivered after a reconnection may have overtaken one lost in
-// transit, so it is not taken (it stays pending and comes again in order).
+// message delivered after a reconnection belongs to a session the
+// sequencer was not told about, so it is not taken (it stays pending and
+// comes again in the next session).
 func (j *jsIn) broken() bool {
 	return j.lost.Load() || (j.nc != nil && j.nc.Stats().Reconnects != j.base)
 }
@@ -220,7 +222,6 @@ func (j *jsIn) connect(ctx context.Context) error {
 	if j.cc != nil && j.broken() {
 		j.cc.Stop()
 		j.cc = nil
-		j.resumeAt = time.Now().Add(j.ackWait())
 	}
 	if j.nc == nil || j.nc.IsClosed() {
 		nc, err := natsConnect(w, nats.DisconnectErrHandler(func(*nats.Conn, error) { j.lost.Store(true) }))
@@ -256,15 +257,22 @@ func (j *jsIn) connect(ctx context.Context) error {
 		return fmt.Errorf("consumer %s on stream %s: %w", c.Durable, c.Stream, err)
 	}
 	j.cons = cons
-	if !j.started {
-		j.started = true
-		if ci, err := cons.Info(ctx); err == nil && ci.NumAckPending > 0 {
-			j.resumeAt = time.Now().Add(j.ackWait())
-		}
+	st, err := j.js.Stream(ctx, c.Stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", c.Stream, err)
 	}
-	if wait := time.Until(j.resumeAt); wait > 0 {
-		return fmt.Errorf("consumer %s: waiting %s for the ack wait to pass, so that the messages pending since the connection broke come again first, in order", c.Durable, wait.Round(time.Millisecond))
+	j.stream = st
+	// The session's start for the sequencer, read before the first pull:
+	// nothing is delivered in between.
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer %s on stream %s: %w", c.Durable, c.Stream, err)
 	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", c.Stream, err)
+	}
+	w.execSeq(ctx, w.seq.Start(ci.AckFloor.Stream, ci.Delivered.Stream, si.State.FirstSeq, time.Now().UnixNano()))
 	in := w.remoteIn
 	stream := c.Stream
 	nc := j.nc
@@ -274,7 +282,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		if nc.Stats().Reconnects != base {
 			j.lost.Store(true)
-			return // not acknowledged: it comes again, in order, after the ack wait
+			return // not acknowledged: it comes again in the next session
 		}
 		md, err := msg.Metadata()
 		if err != nil {
@@ -296,6 +304,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 			}
 		}
 		in <- inMsg{
+			seq:     md.Sequence.Stream,
 			id:      "js:" + stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10),
 			dest:    mapName(m.Local, rest),
 			headers: hdrs,
@@ -322,4 +331,57 @@ func (j *jsIn) lag(ctx context.Context) (int64, bool) {
 		return 0, false
 	}
 	return int64(ci.NumPending) + int64(ci.NumAckPending), true
+}
+
+// probeAnswer is the stream's answer to a sequencer's probe.
+type probeAnswer struct {
+	after, first, streamFirst uint64
+	found                     bool
+	err                       error
+}
+
+// probe finds, in a goroutine, the consumer's first message after stream
+// sequence after (the smallest over the maps' subjects) and the stream's
+// first sequence; the answer comes on out.
+func (j *jsIn) probe(ctx context.Context, after uint64, out chan<- probeAnswer) {
+	st := j.stream
+	var filters []string
+	for _, m := range j.w.maps {
+		filters = append(filters, m.Remote)
+	}
+	timeout := max(5*time.Second, j.w.cfg().AckTimeout.Duration)
+	go func() {
+		a := probeAnswer{after: after}
+		defer func() {
+			select {
+			case out <- a:
+			case <-ctx.Done():
+			}
+		}()
+		if st == nil {
+			a.err = errors.New("no stream")
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		si, err := st.Info(pctx)
+		if err != nil {
+			a.err = err
+			return
+		}
+		a.streamFirst = si.State.FirstSeq
+		for _, f := range filters {
+			m, err := st.GetMsg(pctx, after+1, jetstream.WithGetMsgSubject(f))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				a.err = err
+				return
+			}
+			if !a.found || m.Sequence < a.first {
+				a.first, a.found = m.Sequence, true
+			}
+		}
+	}()
 }
