@@ -228,7 +228,7 @@ type worker struct {
 
 	// Direction in from JetStream: stream order (inorder_core.go).
 	seq    *Sequencer
-	runCtx context.Context // the worker's (probes outlive a connection attempt)
+	runCtx context.Context  // the worker's (probes outlive a connection attempt)
 	heldIn map[uint64]inMsg // by stream sequence, held back or waiting to be passed on
 	probes chan probeAnswer
 

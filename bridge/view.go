@@ -49,7 +49,7 @@ func (w *worker) publishView(force bool) {
 	v.Refused = st.Refused
 	if w.seq != nil {
 		ss := w.seq.Stats()
-		v.HeldBack, v.HeldBackBytes, v.Gaps = ss.Held, ss.HeldBytes, ss.Gaps
+		v.HeldBack, v.HeldBackBytes, v.HeldBackTotal, v.Gaps = ss.Held, ss.HeldBytes, ss.HeldTotal, ss.Gaps
 	}
 	v.Failing = w.core.State() != LinkUp && v.LastError != ""
 	if w.core.State() == LinkUp {

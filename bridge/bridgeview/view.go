@@ -50,8 +50,9 @@ type DirView struct {
 	Refused uint64 `json:"refused_total"`
 	// HeldBack: messages of direction in (JetStream) held back, waiting for
 	// an earlier one the server delivers again, to keep stream order.
-	HeldBack      int64 `json:"held_back"`
-	HeldBackBytes int64 `json:"held_back_bytes"`
+	HeldBack      int64  `json:"held_back"`
+	HeldBackBytes int64  `json:"held_back_bytes"`
+	HeldBackTotal uint64 `json:"held_back_total"`
 	// Gaps: ranges of stream messages removed (retention, deletion) before
 	// direction in brought them in (the last error names the latest).
 	Gaps uint64 `json:"gaps_total"`
