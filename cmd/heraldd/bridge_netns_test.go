@@ -119,6 +119,10 @@ appliance_id = %q
 	cfgB := conf(dirB, "site-b", bridgeTuning, "[[bridge.map]]\nlocal = \"/queue/from-a\"\nremote = \"sites.a.orders\"\ndirection = \"in\"")
 	startChildIn(t, siteNS, dirA, addrA, "--config", cfgA)
 	startChildIn(t, siteNS, dirB, addrB, "--config", cfgB)
+	// Both links up before anything is sent: the cut must find B's
+	// consumer mid-session, with messages on their way to it.
+	waitBridgesUp(t, dirA+"/admin.sock", 60*time.Second)
+	waitBridgesUp(t, dirB+"/admin.sock", 60*time.Second)
 
 	nc, err := dial.Dial("tcp", addrA)
 	if err != nil {
@@ -232,10 +236,40 @@ appliance_id = %q
 	for _, b := range bridgeViews(t, dirB+"/admin.sock") {
 		for _, d := range b.Directions {
 			t.Logf("B %s: held back %d messages in all (%d now), %d gaps, %d reconnects", d.Direction, d.HeldBackTotal, d.HeldBack, d.Gaps, d.Reconnects)
+			if d.Reconnects == 0 {
+				t.Errorf("B's %s direction did not notice the cut (no reconnection): the test did not exercise it", d.Direction)
+			}
 			if d.Gaps != 0 {
 				t.Errorf("B reported %d gaps, but nothing was removed from the stream: %s", d.Gaps, d.LastError)
 			}
 		}
+	}
+}
+
+// waitBridgesUp waits until every direction of every bridge of the heraldd
+// behind sock is up.
+func waitBridgesUp(t *testing.T, sock string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		up, n := 0, 0
+		if _, err := os.Stat(sock); err == nil {
+			for _, b := range bridgeViews(t, sock) {
+				for _, d := range b.Directions {
+					n++
+					if d.State == "up" {
+						up++
+					}
+				}
+			}
+		}
+		if n > 0 && up == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d bridge directions up after %s", sock, up, n, within)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
