@@ -246,6 +246,8 @@ type worker struct {
 // inMsg is one message of the peer (direction in).
 type inMsg struct {
 	seq     uint64 // JetStream stream sequence (0: a STOMP peer's)
+	dseq    uint64 // JetStream consumer (delivery) sequence
+	first   bool   // JetStream: its first delivery
 	id      string
 	dest    string
 	headers stomp.Headers
@@ -523,7 +525,7 @@ func (w *worker) takeRemote(ctx context.Context, m inMsg) {
 		return
 	}
 	w.heldIn[m.seq] = m // a copy delivered again replaces the older one (its ack is the live one)
-	w.execSeq(ctx, w.seq.Arrive(m.seq, len(m.body), time.Now().UnixNano()))
+	w.execSeq(ctx, w.seq.Arrive(m.seq, m.dseq, m.first, len(m.body), time.Now().UnixNano()))
 }
 
 // execSeq carries out the sequencer's actions.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,6 +219,80 @@ func TestBridgeJetStreamExactlyOnce(t *testing.T) {
 	}
 	if q, _ := a.B.Queue("orders"); q.Messages != 0 {
 		t.Errorf("A's queue still holds %d messages", q.Messages)
+	}
+}
+
+// TestBridgeOutOrderWithAnotherWriter: the out direction with 32 in
+// flight, while another publisher writes into the same stream as fast as
+// it can and the stream's leader is made to step down again and again
+// (each change can answer a publish "no responders" while the next one
+// reaches the new leader). The bridge's subject holds every message once,
+// in the order sent; the other writer's messages between make the order
+// condition (Nats-Expected-Last-Msg-Id) fail, which is counted.
+func TestBridgeOutOrderWithAnotherWriter(t *testing.T) {
+	cl := natstest.Start(t, 3)
+	a := testbroker.Start(t, nil)
+	outA := startBridge(t, a, jsBridge("backbone", "site-a", "out", cl.URLs(), appliance.BridgeMap{Local: "/queue/orders", Remote: "sites.a.orders"}))
+	waitUp(t, outA)
+	nc, js := natstest.Connect(t, cl.URLs())
+
+	stop := make(chan struct{})
+	var other sync.WaitGroup
+	var otherN atomic.Int64
+	other.Add(1)
+	go func() {
+		defer other.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f, err := js.PublishAsync("sites.other", []byte("x"))
+			if err != nil {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			select {
+			case <-f.Ok():
+				otherN.Add(1)
+			case <-f.Err():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}()
+	pa := a.Dial(t)
+	const n = 1500
+	stepdowns := 0
+	sendAll(t, pa, "/queue/orders", 0, n, func(i int) {
+		if i > 0 && i%250 == 0 {
+			if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.HERALD", nil, 5*time.Second); err == nil {
+				stepdowns++
+			} else {
+				t.Logf("step down at %d: %v", i, err)
+			}
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for outA.View().Directions[0].Confirmed < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("A out confirmed %d of %d", outA.View().Directions[0].Confirmed, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	other.Wait()
+	if got := streamSubjectCount(t, js, "sites.a.orders"); got != n {
+		t.Errorf("stream holds %d messages on sites.a.orders, want %d (each once)", got, n)
+	}
+	streamInOrder(t, js, "sites.a.orders", n)
+	d := outA.View().Directions[0]
+	t.Logf("A out: %d stepdowns, %d messages of the other writer; confirmed %d, refused %d, resent %d, failures %d", stepdowns, otherN.Load(), d.Confirmed, d.Refused, d.Resent, d.Failures)
+	if stepdowns == 0 || otherN.Load() == 0 {
+		t.Fatalf("%d stepdowns, %d messages of the other writer: the test did not exercise them", stepdowns, otherN.Load())
+	}
+	if d.Refused == 0 {
+		t.Errorf("no publish refused while another writer interleaved: the order condition was not exercised")
 	}
 }
 

@@ -17,25 +17,37 @@ import (
 // lost stays pending at the server until its ack wait passes, and the
 // reconnected consumer meanwhile gets later messages first.
 //
+// A session (a consume context on one connection) cannot tell from the
+// consumer's state alone what it will miss: pull requests of the lost
+// connection stay at the server until they expire, and the server goes on
+// serving them (first, as the older requests) while the stream fills, so
+// messages after any sequence read at the session's start can still go to
+// the dead connection.
+//
 // What the sequencer knows:
 //   - next, the stream sequence of the last message passed on in order
 //     (at a consume session's start, at least the consumer's ack floor:
 //     every earlier message of the consumer is acknowledged, because the
 //     bridge acknowledges in the order it passes messages on);
-//   - delivered, the consumer's last delivered stream sequence when the
-//     session started: every message after it is delivered for the first
-//     time in this session, and so arrives in stream order. Until next
-//     reaches delivered, a message may be missing below one that arrived.
+//   - for a message, its predecessor, when the deliveries prove it: the
+//     server numbers every delivery (first or again) with one consumer
+//     sequence, and delivers first deliveries in stream order. A first
+//     delivery whose consumer sequence follows, without a hole, the
+//     deliveries this session received since the previous first delivery
+//     has that one as its predecessor: no message of the consumer lies
+//     between them. A hole means a delivery went elsewhere (a lost
+//     connection's request) and proves nothing.
 //
-// Rules: a message at next+1 is passed on; while next < delivered, a
-// message further on is held and the shell asks the stream which message
-// of the consumer's subjects follows next (Probe; the stream's sequences
-// have holes where other subjects are). A held message that is the answer
-// is passed on; otherwise it waits for the missing one to be redelivered.
-// Once next >= delivered, held messages are passed on in sequence order
-// and new ones as they come. A message at or below next is a redelivery
-// of one passed on already and is passed on again (the local side keeps
-// one copy by its dedup id).
+// Rules: a message passes on if it is at next+1, or its predecessor is
+// at or below next, or the stream said it follows next. Otherwise it is
+// held and the shell asks the stream which message of the consumer's
+// subjects follows next (Probe; the stream's sequences have holes where
+// other subjects are); the held message that is the answer goes on,
+// otherwise they wait for the missing one to be redelivered. In a session
+// that misses nothing every first delivery has its predecessor, so
+// nothing is held and nothing asked. A message at or below next is a
+// redelivery of one passed on already and is passed on again (the local
+// side keeps one copy by its dedup id).
 //
 // Nothing is skipped silently: if a probe repeated after RegapAfter finds
 // the awaited message gone from the stream (a deletion), or the stream's
@@ -53,10 +65,16 @@ type Sequencer struct {
 	cfg       SequencerConfig
 	next      uint64 // last stream sequence passed on in order
 	known     bool   // next is this sequencer's own (a session started)
-	delivered uint64 // the session's delivered stream sequence at its start
 	held      []uint64
 	heldBytes map[uint64]int
+	pred      map[uint64]uint64 // of held messages, where proven
 	bytes     int64
+	// the session's delivery chain: the last consumer sequence received,
+	// the stream sequence of the last first delivery, and whether every
+	// delivery since that one was received (no hole)
+	lastDlv   uint64
+	lastFirst uint64
+	chainOK   bool
 	// probing: a probe for probeAfter is out; expect is the last answer
 	// for next (0: none yet); the next probe is due at probeDue.
 	probing    bool
@@ -125,7 +143,7 @@ func NewSequencer(cfg SequencerConfig) *Sequencer {
 	if cfg.RegapAfter < 1 {
 		cfg.RegapAfter = 1
 	}
-	return &Sequencer{cfg: cfg, heldBytes: map[uint64]int{}}
+	return &Sequencer{cfg: cfg, heldBytes: map[uint64]int{}, pred: map[uint64]uint64{}}
 }
 
 // Stats returns the counters.
@@ -138,11 +156,10 @@ func (s *Sequencer) Stats() SequencerStats {
 // Next is the stream sequence of the last message passed on in order.
 func (s *Sequencer) Next() uint64 { return s.next }
 
-// Start: a consume session starts; ackFloor and delivered are the
-// consumer's (its acknowledged floor and last delivered stream sequence)
-// and streamFirst the stream's first sequence, read before the session's
-// first pull.
-func (s *Sequencer) Start(ackFloor, delivered, streamFirst uint64, now int64) []SeqAction {
+// Start: a consume session starts; ackFloor is the consumer's
+// acknowledged floor and streamFirst the stream's first sequence, read
+// before the session's first pull.
+func (s *Sequencer) Start(ackFloor, streamFirst uint64, now int64) []SeqAction {
 	var acts []SeqAction
 	if s.known && ackFloor > s.next {
 		// The server moved the floor over messages never passed on: they
@@ -151,7 +168,7 @@ func (s *Sequencer) Start(ackFloor, delivered, streamFirst uint64, now int64) []
 	}
 	s.next = max(s.next, ackFloor)
 	s.known = true
-	s.delivered = delivered
+	s.lastDlv, s.lastFirst, s.chainOK = 0, 0, false
 	s.expect = 0
 	s.probeDue = 0
 	acts = s.firstMoved(streamFirst, acts)
@@ -189,10 +206,25 @@ func (s *Sequencer) firstMoved(streamFirst uint64, acts []SeqAction) []SeqAction
 	return acts
 }
 
-// Arrive: the consumer delivered message seq of size bytes (the shell
-// keeps it, replacing an earlier copy of the same seq). The message is
-// either passed on or held until ActSeqPass or ActSeqDrop names it.
-func (s *Sequencer) Arrive(seq uint64, bytes int, now int64) []SeqAction {
+// Arrive: the consumer delivered message seq of size bytes, with the
+// consumer (delivery) sequence dseq; first: its first delivery (the
+// shell keeps the message, replacing an earlier copy of the same seq).
+// The message is either passed on or held until ActSeqPass or ActSeqDrop
+// names it.
+func (s *Sequencer) Arrive(seq, dseq uint64, first bool, bytes int, now int64) []SeqAction {
+	var pred uint64
+	if s.lastDlv == 0 || dseq != s.lastDlv+1 {
+		s.chainOK = false // a delivery went elsewhere, or the session's first
+	}
+	if first {
+		if s.chainOK {
+			pred = s.lastFirst
+		}
+		s.lastFirst, s.chainOK = seq, true
+	}
+	if dseq > s.lastDlv {
+		s.lastDlv = dseq
+	}
 	if seq <= s.next {
 		for _, g := range s.gaps {
 			if seq >= g[0] && seq <= g[1] {
@@ -202,26 +234,35 @@ func (s *Sequencer) Arrive(seq uint64, bytes int, now int64) []SeqAction {
 		return []SeqAction{{Kind: ActSeqPass, Seq: seq}} // a redelivery
 	}
 	if _, ok := s.heldBytes[seq]; ok {
-		return nil // held already; the shell keeps the newer copy
+		if pred != 0 {
+			s.pred[seq] = pred
+		}
+		return s.release(now, nil) // held already; the shell keeps the newer copy
 	}
-	if seq == s.next+1 || s.next >= s.delivered || seq == s.expect {
+	if s.passes(seq, pred) {
 		acts := []SeqAction{{Kind: ActSeqPass, Seq: seq}}
 		s.advance(seq)
 		return s.release(now, acts)
 	}
 	if s.bytes+int64(bytes) > s.cfg.MaxBytes && len(s.held) > 0 {
 		s.stats.Dropped++
-		// It comes again after its ack wait: until next reaches it, a
-		// message may be missing below one that arrives.
-		s.delivered = max(s.delivered, seq)
 		return s.release(now, []SeqAction{{Kind: ActSeqDrop, Seq: seq}})
 	}
 	i, _ := slices.BinarySearch(s.held, seq)
 	s.held = slices.Insert(s.held, i, seq)
 	s.heldBytes[seq] = bytes
+	if pred != 0 {
+		s.pred[seq] = pred
+	}
 	s.bytes += int64(bytes)
 	s.stats.HeldTotal++
 	return s.release(now, nil)
+}
+
+// passes reports whether message seq, with predecessor pred (0: not
+// proven), may be passed on now.
+func (s *Sequencer) passes(seq, pred uint64) bool {
+	return seq <= s.next+1 || (pred != 0 && pred <= s.next) || seq == s.expect
 }
 
 // advance records seq as passed on in order.
@@ -234,6 +275,7 @@ func (s *Sequencer) advance(seq uint64) {
 func (s *Sequencer) pass(seq uint64, acts []SeqAction) []SeqAction {
 	s.bytes -= int64(s.heldBytes[seq])
 	delete(s.heldBytes, seq)
+	delete(s.pred, seq)
 	s.held = s.held[1:]
 	if seq > s.next {
 		s.advance(seq)
@@ -246,7 +288,7 @@ func (s *Sequencer) pass(seq uint64, acts []SeqAction) []SeqAction {
 func (s *Sequencer) release(now int64, acts []SeqAction) []SeqAction {
 	for len(s.held) > 0 {
 		h := s.held[0]
-		if h == s.next+1 || s.next >= s.delivered || h == s.expect || h <= s.next {
+		if s.passes(h, s.pred[h]) {
 			acts = s.pass(h, acts)
 			continue
 		}

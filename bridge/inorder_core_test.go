@@ -11,7 +11,9 @@ import (
 // fills over time with the consumer's messages among other subjects'; a
 // durable pull consumer (max ack pending, ack wait, redelivery of what
 // its wait passed, first deliveries in stream order); connections that
-// die with deliveries and acknowledgements on the wire; retention that
+// die with deliveries and acknowledgements on the wire, and whose pull
+// requests the server goes on serving after the bridge reconnected (those
+// deliveries go nowhere, but take consumer sequences); retention that
 // removes messages still pending; crashes of the bridge (a new
 // sequencer). The bridge passes messages on to the local side and
 // acknowledges them once "committed" there. Time is simulated.
@@ -43,6 +45,12 @@ type seqSim struct {
 	sessions int
 	// the current connection
 	wire  []uint64 // deliveries on their way to the bridge
+	wireD []simDlv // their consumer sequence and first flag
+	// the server's consumer sequence, deliveries per message, and what
+	// the lost connections' pull requests may still take
+	dseq    uint64
+	ndeliv  map[uint64]int
+	deadReq int
 	acks  []uint64 // acknowledgements on their way to the server
 	live  bool
 	probe []simProbe // probes on their way (answered in order)
@@ -57,9 +65,14 @@ type seqSim struct {
 
 type simProbe struct{ after uint64 }
 
+type simDlv struct {
+	dseq  uint64
+	first bool
+}
+
 func newSeqSim(t *testing.T, seed uint64, n, window int) *seqSim {
 	s := &seqSim{t: t, rng: rand.New(rand.NewPCG(seed, 11)), window: window, ackWait: 400,
-		deleted: map[uint64]bool{}, blind: map[uint64]bool{}, first: 1, pending: map[uint64]int64{}, acked: map[uint64]bool{}, got: map[uint64]bool{}}
+		ndeliv: map[uint64]int{}, deleted: map[uint64]bool{}, blind: map[uint64]bool{}, first: 1, pending: map[uint64]int64{}, acked: map[uint64]bool{}, got: map[uint64]bool{}}
 	s.ours = []bool{false}
 	for range n {
 		// About half the stream is other subjects, in runs.
@@ -94,7 +107,10 @@ func (s *seqSim) crash() {
 
 // drop: the connection dies; what is on the wire is lost.
 func (s *seqSim) drop() {
-	s.wire, s.acks, s.probe = nil, nil, nil
+	s.wire, s.wireD, s.acks, s.probe = nil, nil, nil, nil
+	if s.live {
+		s.deadReq += s.rng.IntN(s.window + 1)
+	}
 	s.live = false
 }
 
@@ -111,7 +127,7 @@ func (s *seqSim) connect() {
 		floor = q
 	}
 	s.started = true
-	s.apply(s.seq.Start(floor, s.lastDlv, s.first, s.now))
+	s.apply(s.seq.Start(floor, s.first, s.now))
 }
 
 func (s *seqSim) apply(acts []SeqAction) {
@@ -142,19 +158,39 @@ func (s *seqSim) apply(acts []SeqAction) {
 }
 
 // arrive: a delivery reaches the bridge.
-func (s *seqSim) arrive(q uint64) {
+func (s *seqSim) arrive(q uint64, d simDlv) {
 	s.held[q] = true
 	if s.bypass {
 		s.apply([]SeqAction{{Kind: ActSeqPass, Seq: q}})
 		return
 	}
-	s.apply(s.seq.Arrive(q, 100, s.now))
+	s.apply(s.seq.Arrive(q, d.dseq, d.first, 100, s.now))
+}
+
+// send is the server delivering q: to a lost connection's request that
+// is still open (nothing arrives), or on the wire.
+func (s *seqSim) send(q uint64, void bool) {
+	s.dseq++
+	d := simDlv{s.dseq, s.ndeliv[q] == 0}
+	s.ndeliv[q]++
+	s.pending[q] = s.now + s.ackWait
+	if void {
+		s.deadReq--
+		return
+	}
+	s.wire = append(s.wire, q)
+	s.wireD = append(s.wireD, d)
 }
 
 // deliver: the server sends the consumer's next message on the wire, if
 // its max ack pending allows: a redelivery whose wait passed first, else
 // the next first delivery.
 func (s *seqSim) deliver() {
+	// The oldest requests first: a lost connection's, while it lasts.
+	void := s.deadReq > 0 && s.rng.IntN(2) == 0
+	if !void && !s.live {
+		return
+	}
 	var due []uint64
 	for q, at := range s.pending {
 		if at <= s.now {
@@ -163,8 +199,7 @@ func (s *seqSim) deliver() {
 	}
 	if len(due) > 0 {
 		slices.Sort(due)
-		s.pending[due[0]] = s.now + s.ackWait
-		s.wire = append(s.wire, due[0])
+		s.send(due[0], void)
 		return
 	}
 	if len(s.pending) >= s.window {
@@ -174,9 +209,8 @@ func (s *seqSim) deliver() {
 		if s.ours[s.sseq] && !s.deleted[s.sseq] {
 			q := s.sseq
 			s.sseq++
-			s.pending[q] = s.now + s.ackWait
 			s.lastDlv = q
-			s.wire = append(s.wire, q)
+			s.send(q, void)
 			return
 		}
 	}
@@ -209,12 +243,12 @@ func (s *seqSim) step(chaos bool) {
 		if s.appended < s.total() {
 			s.appended++ // the stream fills slowly
 		}
-	case r < 40 && s.live:
+	case r < 40:
 		s.deliver()
 	case r < 65 && s.live && len(s.wire) > 0:
-		q := s.wire[0]
-		s.wire = s.wire[1:]
-		s.arrive(q)
+		q, d := s.wire[0], s.wireD[0]
+		s.wire, s.wireD = s.wire[1:], s.wireD[1:]
+		s.arrive(q, d)
 	case r < 80 && s.live && len(s.acks) > 0:
 		q := s.acks[0]
 		s.acks = s.acks[1:]
@@ -387,53 +421,81 @@ func TestSequencerSimulationFindsReorder(t *testing.T) {
 }
 
 // TestSequencerWaitsForTheLost is the link cut of TestBridgeLinkCut in
-// miniature: 32..41 went to the lost connection, the new session gets 42
-// first; 42 waits for them.
+// miniature: 32..41 went to the lost connection (consumer sequences
+// 32..41), the new session gets 42 first; 42 waits for them. Then the
+// server serves the lost connection's request once more (consumer sequence
+// 56 goes nowhere) between deliveries of the new session.
 func TestSequencerWaitsForTheLost(t *testing.T) {
 	s := NewSequencer(SequencerConfig{MaxBytes: 1 << 20, RegapAfter: 1000})
-	s.Start(0, 0, 1, 0)
+	s.Start(0, 1, 0)
+	pass := func(q uint64) []SeqAction { return []SeqAction{{Kind: ActSeqPass, Seq: q}} }
 	for q := uint64(1); q <= 31; q++ {
-		if acts := s.Arrive(q, 10, 0); len(acts) != 1 || acts[0] != (SeqAction{Kind: ActSeqPass, Seq: q}) {
+		if acts := s.Arrive(q, q, true, 10, 0); !slices.Equal(acts, pass(q)) {
 			t.Fatalf("%d: want pass, got %v", q, acts)
 		}
 	}
-	s.Start(31, 41, 1, 10) // reconnected: 32..41 pending at the server
-	acts := s.Arrive(42, 10, 11)
-	if len(acts) != 1 || acts[0] != (SeqAction{Kind: ActSeqProbe, Seq: 31}) {
+	s.Start(31, 1, 10) // reconnected: 32..41 pending at the server
+	acts := s.Arrive(42, 42, true, 10, 11)
+	if !slices.Equal(acts, []SeqAction{{Kind: ActSeqProbe, Seq: 31}}) {
 		t.Fatalf("42 before 32: want a probe after 31, got %v", acts)
+	}
+	// 43 follows 42 without a hole: its predecessor is 42, still held.
+	if acts := s.Arrive(43, 43, true, 10, 11); len(acts) != 0 {
+		t.Fatalf("43: want it held, got %v", acts)
 	}
 	if acts := s.ProbeResult(31, 32, 1, true, false, 12); len(acts) != 0 {
 		t.Fatalf("32 is missing: want nothing passed, got %v", acts)
 	}
+	// The redeliveries, after the ack wait (consumer sequences 44..53).
 	for q := uint64(32); q <= 41; q++ {
-		acts := s.Arrive(q, 10, 20)
-		want := []SeqAction{{Kind: ActSeqPass, Seq: q}}
+		acts := s.Arrive(q, q+12, false, 10, 20)
+		want := pass(q)
 		if q == 32 {
 			// The next one may be another subject's: ask (once; 33..41
 			// come meanwhile and pass in turn).
 			want = append(want, SeqAction{Kind: ActSeqProbe, Seq: 32})
 		}
 		if q == 41 {
-			want = append(want, SeqAction{Kind: ActSeqPass, Seq: 42})
+			want = append(want, pass(42)...)
+			want = append(want, pass(43)...)
 		}
 		if !slices.Equal(acts, want) {
 			t.Fatalf("%d: want %v, got %v", q, want, acts)
 		}
 	}
-	if st := s.Stats(); st.Held != 0 || st.HeldBytes != 0 {
-		t.Fatalf("still held: %+v", st)
-	}
-	// Retention removed 44 while 45 waits: a second probe after
-	// RegapAfter reports the gap and passes 45 on.
 	if acts := s.ProbeResult(32, 33, 1, true, false, 21); len(acts) != 0 {
 		t.Fatalf("a late answer: want nothing, got %v", acts)
 	}
-	s.Start(42, 44, 1, 30)
-	if acts := s.Arrive(45, 10, 31); len(acts) != 1 || acts[0].Kind != ActSeqProbe {
+	// Stream sequences 44, 45 are another subject's; 46 follows 43 (54
+	// after 53, no hole): its predecessor is 43.
+	if acts := s.Arrive(46, 54, true, 10, 22); !slices.Equal(acts, pass(46)) {
+		t.Fatalf("46 right after 43: want pass, got %v", acts)
+	}
+	// 47 goes to the lost connection's request (consumer sequence 55),
+	// 48 arrives (56): a hole, so 48 proves nothing and waits.
+	acts = s.Arrive(48, 56, true, 10, 23)
+	if !slices.Equal(acts, []SeqAction{{Kind: ActSeqProbe, Seq: 46}}) {
+		t.Fatalf("48 after a hole: want a probe after 46, got %v", acts)
+	}
+	s.ProbeResult(46, 47, 1, true, false, 24)
+	if acts := s.Arrive(47, 57, false, 10, 25); !slices.Equal(acts, append(pass(47), pass(48)...)) {
+		t.Fatalf("47 again: want 47 and 48 passed, got %v", acts)
+	}
+	if st := s.Stats(); st.Held != 0 || st.HeldBytes != 0 {
+		t.Fatalf("still held: %+v", st)
+	}
+}
+
+// TestSequencerGap: a message waited for is deleted from the stream: a
+// second probe after RegapAfter reports the gap and goes on.
+func TestSequencerGap(t *testing.T) {
+	s := NewSequencer(SequencerConfig{MaxBytes: 1 << 20, RegapAfter: 1000})
+	s.Start(42, 1, 30)
+	if acts := s.Arrive(45, 1, true, 10, 31); len(acts) != 1 || acts[0].Kind != ActSeqProbe {
 		t.Fatalf("want a probe, got %v", acts)
 	}
 	s.ProbeResult(42, 43, 1, true, false, 32)
-	if acts := s.Arrive(43, 10, 33); !slices.Equal(acts, []SeqAction{{Kind: ActSeqPass, Seq: 43}, {Kind: ActSeqProbe, Seq: 43}}) {
+	if acts := s.Arrive(43, 2, false, 10, 33); !slices.Equal(acts, []SeqAction{{Kind: ActSeqPass, Seq: 43}, {Kind: ActSeqProbe, Seq: 43}}) {
 		t.Fatalf("43: got %v", acts)
 	}
 	s.ProbeResult(43, 44, 1, true, false, 34)
@@ -443,12 +505,16 @@ func TestSequencerWaitsForTheLost(t *testing.T) {
 	if acts := s.Tick(1034); !slices.Equal(acts, []SeqAction{{Kind: ActSeqProbe, Seq: 43}}) {
 		t.Fatalf("want a second probe after RegapAfter, got %v", acts)
 	}
-	acts = s.ProbeResult(43, 45, 1, true, false, 1035)
+	acts := s.ProbeResult(43, 45, 1, true, false, 1035)
 	if !slices.Equal(acts, []SeqAction{{Kind: ActSeqGap, From: 44, To: 44}, {Kind: ActSeqPass, Seq: 45}}) {
 		t.Fatalf("44 gone: want gap 44..44 and 45 passed, got %v", acts)
 	}
 	if st := s.Stats(); st.Gaps != 1 || st.Next != 45 {
 		t.Fatalf("stats %+v", st)
+	}
+	// Retention: the stream's first sequence moved past next.
+	if acts := s.Start(45, 60, 2000); !slices.Equal(acts, []SeqAction{{Kind: ActSeqGap, From: 46, To: 59}}) {
+		t.Fatalf("first sequence 60: want gap 46..59, got %v", acts)
 	}
 }
 
@@ -456,10 +522,10 @@ func TestSequencerWaitsForTheLost(t *testing.T) {
 // dropped unacknowledged (it comes again after its ack wait).
 func TestSequencerByteBound(t *testing.T) {
 	s := NewSequencer(SequencerConfig{MaxBytes: 250, RegapAfter: 1000})
-	s.Start(0, 10, 1, 0)
-	s.Arrive(3, 100, 0)
-	s.Arrive(4, 100, 0)
-	if acts := s.Arrive(5, 100, 0); !slices.Equal(acts, []SeqAction{{Kind: ActSeqDrop, Seq: 5}}) {
+	s.Start(0, 1, 0)
+	s.Arrive(3, 1, true, 100, 0)
+	s.Arrive(4, 3, true, 100, 0)
+	if acts := s.Arrive(5, 5, true, 100, 0); !slices.Equal(acts, []SeqAction{{Kind: ActSeqDrop, Seq: 5}}) {
 		t.Fatalf("over the bound: want drop, got %v", acts)
 	}
 	if st := s.Stats(); st.HeldBytes != 200 || st.Dropped != 1 {

@@ -168,10 +168,12 @@ func (j *jsOut) publish(key, gen uint64, after string, h handle) error {
 // server, which goes on delivering newer ones to the next pull and
 // redelivers the lost ones only after the ack wait: out of order. The
 // worker's Sequencer (inorder_core.go) puts them back in stream order: at
-// each consume session's start it learns the consumer's ack floor and last
-// delivered sequence, holds back what arrives before a missing message,
-// and asks the stream (probe) which message of the consumer's subjects
-// follows the last one passed on.
+// each consume session's start it learns the consumer's ack floor and the
+// stream's first sequence; each message brings its consumer (delivery)
+// sequence and delivery count, from which it proves a message's
+// predecessor; it holds back what arrives before a missing message, and
+// asks the stream (probe) which message of the consumer's subjects follows
+// the last one passed on.
 type jsIn struct {
 	w      *worker
 	nc     *nats.Conn
@@ -262,8 +264,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 		return fmt.Errorf("stream %s: %w", c.Stream, err)
 	}
 	j.stream = st
-	// The session's start for the sequencer, read before the first pull:
-	// nothing is delivered in between.
+	// The session's start for the sequencer, read before the first pull.
 	ci, err := cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("consumer %s on stream %s: %w", c.Durable, c.Stream, err)
@@ -272,7 +273,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", c.Stream, err)
 	}
-	w.execSeq(ctx, w.seq.Start(ci.AckFloor.Stream, ci.Delivered.Stream, si.State.FirstSeq, time.Now().UnixNano()))
+	w.execSeq(ctx, w.seq.Start(ci.AckFloor.Stream, si.State.FirstSeq, time.Now().UnixNano()))
 	in := w.remoteIn
 	stream := c.Stream
 	nc := j.nc
@@ -305,6 +306,8 @@ func (j *jsIn) connect(ctx context.Context) error {
 		}
 		in <- inMsg{
 			seq:     md.Sequence.Stream,
+			dseq:    md.Sequence.Consumer,
+			first:   md.NumDelivered == 1,
 			id:      "js:" + stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10),
 			dest:    mapName(m.Local, rest),
 			headers: hdrs,
