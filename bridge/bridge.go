@@ -207,6 +207,7 @@ type result struct {
 	// refused: the sink refused the forward because its After did not
 	// hold (not a link failure: the core forwards it again in order).
 	refused bool
+	seq     uint64 // the sink's sequence of a confirmed forward (JetStream), else 0
 }
 
 type worker struct {
@@ -386,7 +387,7 @@ func (w *worker) exec(ctx context.Context, acts []Action) {
 			if !ok {
 				continue
 			}
-			if err := w.forward(a.Key, a.After, h); err != nil {
+			if err := w.forward(a.Key, a.After, a.AfterSeq, h); err != nil {
 				w.fail(err)
 				return
 			}
@@ -581,7 +582,7 @@ func (w *worker) offerRemote(ctx context.Context, m inMsg) {
 }
 
 // forward sends item key to the sink; its answer comes as a result.
-func (w *worker) forward(key uint64, after string, h handle) error {
+func (w *worker) forward(key uint64, after string, afterSeq uint64, h handle) error {
 	gen := w.gen
 	if w.dir == "in" {
 		// The sink is this appliance: a SEND with a receipt, answered
@@ -603,21 +604,22 @@ func (w *worker) forward(key uint64, after string, h handle) error {
 		}()
 		return nil
 	}
-	return w.remote.(sink).publish(key, gen, after, h)
+	return w.remote.(sink).publish(key, gen, after, afterSeq, h)
 }
 
 // sink is the remote side of direction out. after is the dedup id of the
-// message that must be the last one stored before this one ("": none); a
-// sink that can check it answers a result with refused set when it does
-// not hold, one that cannot ignores it (its link stores in send order).
+// message that must be the last one stored before this one ("": none),
+// afterSeq the sequence it is predicted to have (0: unknown); a sink that
+// can check them answers a result with refused set when they do not hold,
+// one that cannot ignores them (its link stores in send order).
 type sink interface {
-	publish(key, gen uint64, after string, h handle) error
+	publish(key, gen uint64, after string, afterSeq uint64, h handle) error
 }
 
 func (w *worker) onResult(ctx context.Context, r result) {
 	now := time.Now().UnixNano()
 	if r.err == nil {
-		w.exec(ctx, w.core.Confirmed(r.key, now))
+		w.exec(ctx, w.core.Confirmed(r.key, r.seq, now))
 		return
 	}
 	if r.refused {

@@ -29,6 +29,18 @@ import (
 //     forwarded meanwhile. So an item is stored only after the one before
 //     it, whatever fails in between (a stream leader change answering one
 //     publish "no responders" while the next reaches the new leader);
+//   - a forward with After also carries AfterSeq, the sink's sequence the
+//     item before it is predicted to have (the last confirmed sequence
+//     plus the items sent since, exact while nobody else writes); where
+//     the core cannot predict it (before the first confirmation), it
+//     forwards nothing behind an unconfirmed item. JetStream checks
+//     Nats-Expected-Last-Sequence when it takes the publish, before
+//     anything is staged, whereas a refusal by the message id check comes
+//     after the message id was staged for deduplication, and a clustered
+//     stream then answers nothing to that id until its duplicate window
+//     passes or its leader changes. The sequence check catches a missing
+//     predecessor first; the id check remains for another writer's
+//     message taking a failed one's place;
 //   - an item the source delivers again (after a reconnection of the
 //     source) is the same item: it keeps its place and is not forwarded
 //     twice while the first forward may still be confirmed.
@@ -45,6 +57,7 @@ type Core struct {
 	retryAt int64 // next attempt while down
 	everUp  bool
 	tailID  string // ID of the last item offered (the After of the next)
+	lastSeq uint64 // the sink's sequence of the latest confirmation (0: none)
 	stats   CoreStats
 }
 
@@ -87,6 +100,7 @@ type entry struct {
 	key     uint64
 	sentAt  int64  // 0: not forwarded since the last link failure
 	prevID  string // ID of the item offered before it (its After)
+	pseq    uint64 // its sequence at the sink, as predicted when forwarded (0: unknown)
 	blocked bool   // refused: forwarded again only once every earlier item is confirmed
 }
 
@@ -109,6 +123,11 @@ type Action struct {
 	// one, and refuses it otherwise (answer Refused); "" when every
 	// earlier item is confirmed (no condition is needed).
 	After string
+	// AfterSeq (ActForward, with After): the sink's sequence the item
+	// before this one is predicted to have (0: unknown). A sink that can
+	// make it a condition stores the item only if its last sequence is
+	// that one, refusing it otherwise (Refused).
+	AfterSeq uint64
 }
 
 // CoreStats are the core's counters.
@@ -181,6 +200,7 @@ func (c *Core) pump(now int64, acts []Action) []Action {
 		return acts
 	}
 	head := true
+	var prev *entry // the previous item held, in order
 	for _, k := range c.order {
 		if c.sent >= c.cfg.Window {
 			break
@@ -191,17 +211,31 @@ func (c *Core) pump(now int64, acts []Action) []Action {
 		}
 		if e.sentAt != 0 {
 			head = false
+			prev = e
 			continue
 		}
 		if e.blocked && !head {
 			break
 		}
-		e.blocked = false
 		a := Action{Kind: ActForward, Key: k}
 		if !head {
-			a.After = e.prevID
+			// Behind an unconfirmed item only with both conditions: with
+			// the message id alone, a refusal would stage the id (above).
+			if prev == nil || prev.ID != e.prevID || prev.pseq == 0 {
+				break
+			}
+			a.After, a.AfterSeq = e.prevID, prev.pseq
+		}
+		e.blocked = false
+		e.pseq = 0
+		switch {
+		case head && c.lastSeq != 0:
+			e.pseq = c.lastSeq + 1
+		case !head:
+			e.pseq = prev.pseq + 1
 		}
 		head = false
+		prev = e
 		e.sentAt = max(now, 1)
 		c.sent++
 		c.stats.Forwarded++
@@ -228,10 +262,14 @@ func (c *Core) Refused(key uint64, now int64) []Action {
 	return c.pump(now, nil)
 }
 
-// Confirmed: the sink stored item key (a PubAck, a RECEIPT). Confirmations
-// of items no longer held (already confirmed) are ignored. A confirmation
-// is accepted even from before a link failure: the item was stored.
-func (c *Core) Confirmed(key uint64, now int64) []Action {
+// Confirmed: the sink stored item key (a PubAck, a RECEIPT), at sequence
+// seq (0: the sink has none). Confirmations of items no longer held
+// (already confirmed) are ignored. A confirmation is accepted even from
+// before a link failure: the item was stored.
+func (c *Core) Confirmed(key, seq uint64, now int64) []Action {
+	if seq > c.lastSeq {
+		c.lastSeq = seq
+	}
 	e := c.items[key]
 	if e == nil {
 		return nil

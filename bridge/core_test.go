@@ -11,8 +11,12 @@ import (
 // had unacked when that session ends; a link that carries forwards in
 // order and can break (the forwards before the break stored, possibly
 // with their confirmations lost, those after it not stored); a sink that
-// keeps one copy per dedup id and checks a forward's After against the
-// last message it stored (JetStream's Nats-Expected-Last-Msg-Id); leader
+// keeps one copy per dedup id and checks a forward's AfterSeq against its
+// last sequence when it takes the forward (Nats-Expected-Last-Sequence)
+// and its After against the last message it stored when it stores
+// (Nats-Expected-Last-Msg-Id; a refusal there leaves the id staged: the
+// sink answers nothing to it until its duplicate window passes or its
+// leader changes, as a clustered JetStream stream does); leader
 // changes of that sink, which fail one forward while the ones sent behind
 // it still reach the new leader and are stored (answered to a link that
 // has failed since); another writer storing into the same sink; and
@@ -32,7 +36,11 @@ type simWorld struct {
 	// sink
 	stored  []int
 	seen    map[string]bool
-	lastID  string   // the last message the sink stored (another writer's too)
+	seqOf   map[string]uint64
+	lastID  string           // the last message the sink stored (another writer's too)
+	lastSeq uint64           // the sink's sequence of it
+	burned  map[string]int64 // ids staged by a refusal at store time: no answer until then
+	burns   int
 	transit []simFwd // forwards on the wire, in order
 	orphans []simFwd // forwards of a failed link still on their way to the sink
 	confirm []simFwd // confirmations on the wire, in order
@@ -51,15 +59,17 @@ type simWorld struct {
 
 // simFwd is one forward on the wire.
 type simFwd struct {
-	key   uint64
-	i     int // the message
-	after string
-	gen   int
-	core  *Core // whose key it is (answers to an earlier core are lost)
+	key      uint64
+	i        int // the message
+	after    string
+	afterSeq uint64
+	gen      int
+	seq      uint64 // the sink's sequence, once stored
+	core     *Core  // whose key it is (answers to an earlier core are lost)
 }
 
 func newSim(t *testing.T, seed uint64, n, window int) *simWorld {
-	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}}
+	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}, seqOf: map[string]uint64{}, burned: map[string]int64{}}
 	w.cfg = CoreConfig{Window: window, BackoffMin: 10, BackoffMax: 1000, AckTimeout: 5000}
 	w.restart()
 	return w
@@ -87,7 +97,7 @@ func (w *simWorld) apply(acts []Action) {
 			if !w.up {
 				w.t.Fatalf("forward of %d while the link is down", a.Key)
 			}
-			w.transit = append(w.transit, simFwd{a.Key, w.keyIdx[a.Key], a.After, w.gen, w.core})
+			w.transit = append(w.transit, simFwd{key: a.Key, i: w.keyIdx[a.Key], after: a.After, afterSeq: a.AfterSeq, gen: w.gen, core: w.core})
 		case ActAckSource:
 			i, ok := w.handle[a.Key]
 			if !ok {
@@ -137,22 +147,41 @@ func (w *simWorld) deliverOne() bool {
 	return false
 }
 
-// store is the sink taking forward f: a duplicate is confirmed without
-// storing, a forward whose After is not the last message stored is
-// refused (unless noCond), anything else stored and confirmed. It reports
-// whether f was confirmed.
-func (w *simWorld) store(f simFwd) bool {
+// store is the sink taking forward f: a forward of a staged id gets no
+// answer; a duplicate is confirmed without storing; a forward whose
+// AfterSeq is not the last sequence is refused; one whose After is not
+// the last message stored is refused and its id staged (unless noCond);
+// anything else stored and confirmed. It reports whether f was confirmed
+// (f.seq set).
+func (w *simWorld) store(f *simFwd) bool {
 	i := f.i
-	if w.seen[w.id(i)] {
+	id := w.id(i)
+	if until, ok := w.burned[id]; ok {
+		if w.now < until {
+			return false // no answer: the core's ack timeout fails the link
+		}
+		delete(w.burned, id)
+	}
+	if w.seen[id] {
+		f.seq = w.seqOf[id]
 		return true
 	}
-	if f.after != "" && f.after != w.lastID && !w.noCond {
-		w.refused = append(w.refused, f)
+	if !w.noCond && f.afterSeq != 0 && f.afterSeq != w.lastSeq {
+		w.refused = append(w.refused, *f)
 		return false
 	}
-	w.seen[w.id(i)] = true
+	if f.after != "" && f.after != w.lastID && !w.noCond {
+		w.refused = append(w.refused, *f)
+		w.burned[id] = w.now + 20000
+		w.burns++
+		return false
+	}
+	w.seen[id] = true
 	w.stored = append(w.stored, i)
-	w.lastID = w.id(i)
+	w.lastID = id
+	w.lastSeq++
+	w.seqOf[id] = w.lastSeq
+	f.seq = w.lastSeq
 	return true
 }
 
@@ -164,21 +193,21 @@ func (w *simWorld) step(chaos bool) {
 	case r < 50 && len(w.transit) > 0 && w.up:
 		f := w.transit[0]
 		w.transit = w.transit[1:]
-		if w.store(f) {
+		if w.store(&f) {
 			w.confirm = append(w.confirm, f)
 		}
 	case r < 55 && len(w.orphans) > 0:
 		// A forward of a failed link reaches the (new) leader.
 		f := w.orphans[0]
 		w.orphans = w.orphans[1:]
-		if w.store(f) {
+		if w.store(&f) {
 			w.confirm = append(w.confirm, f)
 		}
 	case r < 75 && len(w.confirm) > 0:
 		f := w.confirm[0]
 		w.confirm = w.confirm[1:]
 		if f.core == w.core {
-			w.apply(w.core.Confirmed(f.key, w.now))
+			w.apply(w.core.Confirmed(f.key, f.seq, w.now))
 		}
 	case r < 80 && len(w.refused) > 0:
 		f := w.refused[0]
@@ -192,7 +221,7 @@ func (w *simWorld) step(chaos bool) {
 		// stored, its confirmations lost; the rest is lost.
 		cut := w.rng.IntN(len(w.transit) + 1)
 		for _, f := range w.transit[:cut] {
-			w.store(f)
+			w.store(&f)
 		}
 		w.transit = nil
 		if w.rng.IntN(2) == 0 {
@@ -207,6 +236,7 @@ func (w *simWorld) step(chaos bool) {
 		// the ones sent behind it reach the new leader later.
 		w.orphans = append(w.orphans, w.transit[1:]...)
 		w.transit = nil
+		clear(w.burned) // a new leader drops the staged ids
 		w.up = false
 		w.gen++
 		w.apply(w.core.SinkFailed(w.now))
@@ -214,12 +244,13 @@ func (w *simWorld) step(chaos bool) {
 		// Another writer stores into the same stream.
 		w.foreign++
 		w.lastID = fmt.Sprintf("other:%d", w.foreign)
+		w.lastSeq++
 	case r < 87 && chaos:
 		w.crashes++
 		// Stored on the wire before the crash or not, at random.
 		cut := w.rng.IntN(len(w.transit) + 1)
 		for _, f := range w.transit[:cut] {
-			w.store(f)
+			w.store(&f)
 		}
 		w.restart()
 	case r < 88 && chaos:
@@ -252,7 +283,7 @@ func (w *simWorld) done() bool {
 }
 
 func TestCoreSimulation(t *testing.T) {
-	refused, foreign := 0, 0
+	refused, foreign, burns := 0, 0, 0
 	for seed := uint64(1); seed <= 160; seed++ {
 		window := []int{1, 2, 8, 64}[seed%4]
 		w := newSim(t, seed, 200, window)
@@ -264,12 +295,13 @@ func TestCoreSimulation(t *testing.T) {
 		}
 		refused += w.refusals
 		foreign += w.foreign
+		burns += w.burns
 	}
 	// The faults the order rule exists for did happen.
 	if refused == 0 || foreign == 0 {
 		t.Fatalf("no forward was refused (%d) or no other writer wrote (%d): the simulation does not exercise the condition", refused, foreign)
 	}
-	t.Logf("%d refusals, %d messages of another writer", refused, foreign)
+	t.Logf("%d refusals, %d messages of another writer, %d ids staged by a refusal at store time", refused, foreign, burns)
 }
 
 // TestCoreSimulationFindsReorder: with a sink that ignores After (a
@@ -386,7 +418,7 @@ func TestCoreAckTimeout(t *testing.T) {
 	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k}) {
 		t.Fatalf("want the same item forwarded again, got %v", acts)
 	}
-	if acts := c.Confirmed(k, 2000); len(acts) != 1 || acts[0] != (Action{Kind: ActAckSource, Key: k}) {
+	if acts := c.Confirmed(k, 1, 2000); len(acts) != 1 || acts[0] != (Action{Kind: ActAckSource, Key: k}) {
 		t.Fatalf("want ack at source, got %v", acts)
 	}
 }

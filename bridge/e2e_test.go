@@ -276,7 +276,7 @@ func TestBridgeOutOrderWithAnotherWriter(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for outA.View().Directions[0].Confirmed < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("A out confirmed %d of %d", outA.View().Directions[0].Confirmed, n)
+			t.Fatalf("A out confirmed %d of %d: %+v", outA.View().Directions[0].Confirmed, n, outA.View().Directions[0])
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

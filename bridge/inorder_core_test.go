@@ -51,10 +51,10 @@ type seqSim struct {
 	dseq    uint64
 	ndeliv  map[uint64]int
 	deadReq int
-	acks  []uint64 // acknowledgements on their way to the server
-	live  bool
-	probe []simProbe // probes on their way (answered in order)
-	held  map[uint64]bool
+	acks    []uint64 // acknowledgements on their way to the server
+	live    bool
+	probe   []simProbe // probes on their way (answered in order)
+	held    map[uint64]bool
 	// local side
 	passed []uint64 // first passes, in order
 	got    map[uint64]bool

@@ -81,10 +81,15 @@ func ensureStream(ctx context.Context, w *worker, js jetstream.JetStream) error 
 	return nil
 }
 
-// errCodeWrongLastMsgID is JetStream's answer to a publish whose
-// Nats-Expected-Last-Msg-Id is not the stream's last message id
-// (JSStreamWrongLastMsgIDErr).
-const errCodeWrongLastMsgID jetstream.ErrorCode = 10070
+// JetStream's answers to a publish whose Nats-Expected-Last-Msg-Id is not
+// the stream's last message id (JSStreamWrongLastMsgIDErr), or whose
+// Nats-Expected-Last-Sequence is not its last sequence
+// (JSStreamWrongLastSequenceErrF, JSStreamWrongLastSequenceConstantErr).
+const (
+	errCodeWrongLastMsgID    jetstream.ErrorCode = 10070
+	errCodeWrongLastSeq      jetstream.ErrorCode = 10071
+	errCodeWrongLastSeqConst jetstream.ErrorCode = 10164
+)
 
 // jsOut publishes to JetStream (direction out).
 type jsOut struct {
@@ -118,7 +123,7 @@ func (j *jsOut) connect(ctx context.Context) error {
 	return ensureStream(ctx, j.w, j.js)
 }
 
-func (j *jsOut) publish(key, gen uint64, after string, h handle) error {
+func (j *jsOut) publish(key, gen uint64, after string, afterSeq uint64, h handle) error {
 	if j.js == nil {
 		return errors.New("not connected to NATS")
 	}
@@ -140,9 +145,22 @@ func (j *jsOut) publish(key, gen uint64, after string, h handle) error {
 	// next one is refused (wrong last msg id) and sent again in order.
 	// The stream checks duplicates (Nats-Msg-Id) before the condition, so
 	// a resend of a message already stored is still answered "duplicate".
+	//
+	// With it, when the core can predict it, Nats-Expected-Last-Sequence
+	// with the sequence the message before is to have: a clustered stream
+	// checks that one when it takes the publish, before staging the
+	// message id, so a missing predecessor (or another writer's message
+	// between) is refused there. A refusal by the message id check comes
+	// after staging, and the stream then answers nothing to that id until
+	// its duplicate window passes or its leader changes; the sequence
+	// check makes that rare (only when another writer's message took the
+	// predicted place of a failed one).
 	opts := []jetstream.PublishOpt{jetstream.WithMsgID(h.id), jetstream.WithExpectStream(j.w.cfg().Stream), jetstream.WithRetryAttempts(0)}
 	if after != "" {
 		opts = append(opts, jetstream.WithExpectLastMsgID(after))
+		if afterSeq != 0 {
+			opts = append(opts, jetstream.WithExpectLastSequence(afterSeq))
+		}
 	}
 	f, err := j.js.PublishMsgAsync(m, opts...)
 	if err != nil {
@@ -151,11 +169,11 @@ func (j *jsOut) publish(key, gen uint64, after string, h handle) error {
 	res := j.w.results
 	go func() {
 		select {
-		case <-f.Ok():
-			res <- result{key: key, gen: gen}
+		case a := <-f.Ok():
+			res <- result{key: key, gen: gen, seq: a.Sequence}
 		case err := <-f.Err():
 			var api *jetstream.APIError
-			refused := errors.As(err, &api) && api.ErrorCode == errCodeWrongLastMsgID
+			refused := errors.As(err, &api) && (api.ErrorCode == errCodeWrongLastMsgID || api.ErrorCode == errCodeWrongLastSeq || api.ErrorCode == errCodeWrongLastSeqConst)
 			res <- result{key: key, gen: gen, refused: refused, err: fmt.Errorf("publish to %s: %w", h.dest, err)}
 		}
 	}()
