@@ -105,6 +105,7 @@ func New(o Options) (*Bridge, error) {
 				BackoffMin: int64(cfg.ReconnectMin.Duration),
 				BackoffMax: int64(cfg.ReconnectMax.Duration),
 				AckTimeout: int64(cfg.AckTimeout.Duration),
+				SeqOrder:   cfg.Kind == "jetstream" && dir.name == "out",
 			}, o.Seed+uint64(i)),
 			handles: map[uint64]handle{},
 			results: make(chan result, cfg.MaxInFlight*2+16),
@@ -228,10 +229,11 @@ type worker struct {
 	remoteIn  chan inMsg        // direction in: messages of the peer
 
 	// Direction in from JetStream: stream order (inorder_core.go).
-	seq    *Sequencer
-	runCtx context.Context  // the worker's (probes outlive a connection attempt)
-	heldIn map[uint64]inMsg // by stream sequence, held back or waiting to be passed on
-	probes chan probeAnswer
+	seq          *Sequencer
+	runCtx       context.Context // the worker's (probes outlive a connection attempt)
+	sharedLogged bool
+	heldIn       map[uint64]inMsg // by stream sequence, held back or waiting to be passed on
+	probes       chan probeAnswer
 
 	mu   sync.Mutex
 	view DirView
@@ -381,13 +383,17 @@ func (w *worker) exec(ctx context.Context, acts []Action) {
 			w.mu.Lock()
 			w.view.FailingSince = ""
 			w.mu.Unlock()
-			w.exec(ctx, w.core.LinkUp(now))
+			var sinkLast uint64
+			if j, ok := w.remote.(*jsOut); ok {
+				sinkLast = j.lastSeq
+			}
+			w.exec(ctx, w.core.LinkUp(now, sinkLast))
 		case ActForward:
 			h, ok := w.handles[a.Key]
 			if !ok {
 				continue
 			}
-			if err := w.forward(a.Key, a.After, a.AfterSeq, h); err != nil {
+			if err := w.forward(a.Key, a.AfterSeq, h); err != nil {
 				w.fail(err)
 				return
 			}
@@ -582,7 +588,7 @@ func (w *worker) offerRemote(ctx context.Context, m inMsg) {
 }
 
 // forward sends item key to the sink; its answer comes as a result.
-func (w *worker) forward(key uint64, after string, afterSeq uint64, h handle) error {
+func (w *worker) forward(key uint64, afterSeq uint64, h handle) error {
 	gen := w.gen
 	if w.dir == "in" {
 		// The sink is this appliance: a SEND with a receipt, answered
@@ -604,22 +610,25 @@ func (w *worker) forward(key uint64, after string, afterSeq uint64, h handle) er
 		}()
 		return nil
 	}
-	return w.remote.(sink).publish(key, gen, after, afterSeq, h)
+	return w.remote.(sink).publish(key, gen, afterSeq, h)
 }
 
-// sink is the remote side of direction out. after is the dedup id of the
-// message that must be the last one stored before this one ("": none),
-// afterSeq the sequence it is predicted to have (0: unknown); a sink that
-// can check them answers a result with refused set when they do not hold,
-// one that cannot ignores them (its link stores in send order).
+// sink is the remote side of direction out. afterSeq is the sequence the
+// sink's last message must have for this one to be stored (0: none); a
+// sink that can check it answers a result with refused set when it does
+// not hold, one that cannot ignores it (its link stores in send order).
 type sink interface {
-	publish(key, gen uint64, after string, afterSeq uint64, h handle) error
+	publish(key, gen, afterSeq uint64, h handle) error
 }
 
 func (w *worker) onResult(ctx context.Context, r result) {
 	now := time.Now().UnixNano()
 	if r.err == nil {
 		w.exec(ctx, w.core.Confirmed(r.key, r.seq, now))
+		if !w.sharedLogged && w.core.Stats().Shared {
+			w.sharedLogged = true
+			w.b.log.Warn("bridge: another publisher writes to the stream; sending one message at a time from now on, so that order holds (give this bridge a stream of its own to keep max_in_flight)", "direction", w.dir, "stream", w.cfg().Stream)
+		}
 		return
 	}
 	if r.refused {
@@ -695,3 +704,8 @@ func carried(h stomp.Headers, keepLoop bool) stomp.Headers {
 	}
 	return out
 }
+
+var (
+	_ sink = (*jsOut)(nil)
+	_ sink = (*stompOut)(nil)
+)

@@ -21,44 +21,50 @@ import (
 //   - after a link failure every unconfirmed item is forwarded again, in the
 //     order the source gave them;
 //   - order does not depend on the link storing in send order: a forward
-//     made while an earlier item is unconfirmed carries After, the dedup
-//     id of the item before it, and a sink that can check it (JetStream's
-//     Nats-Expected-Last-Msg-Id) stores it only right after that one. A
-//     forward it refuses (Refused) waits until every item before it is
-//     confirmed and goes again without the condition; nothing behind it is
-//     forwarded meanwhile. So an item is stored only after the one before
-//     it, whatever fails in between (a stream leader change answering one
-//     publish "no responders" while the next reaches the new leader);
-//   - a forward with After also carries AfterSeq, the sink's sequence the
-//     item before it is predicted to have (the last confirmed sequence
-//     plus the items sent since, exact while nobody else writes); where
-//     the core cannot predict it (before the first confirmation), it
-//     forwards nothing behind an unconfirmed item. JetStream checks
-//     Nats-Expected-Last-Sequence when it takes the publish, before
-//     anything is staged, whereas a refusal by the message id check comes
-//     after the message id was staged for deduplication, and a clustered
-//     stream then answers nothing to that id until its duplicate window
-//     passes or its leader changes. The sequence check catches a missing
-//     predecessor first; the id check remains for another writer's
-//     message taking a failed one's place;
+//     made while an earlier item is unconfirmed carries AfterSeq, the
+//     sink's sequence the item before it is predicted to have (the sink's
+//     last sequence, read when the link came up or confirmed since, plus
+//     the items forwarded since), and a sink that
+//     can check it (JetStream's Nats-Expected-Last-Sequence) stores it
+//     only if its last sequence is that one. While the core is the sink's
+//     only writer, a prediction is never below the true sequence (the
+//     sink holds only this core's items past what it read, in order), so
+//     the last sequence can be the predicted one only if the item before
+//     is stored: so an item is
+//     stored only right after the one before it, whatever fails in
+//     between (a stream leader change answering one publish "no
+//     responders" while the next reaches the new leader). A forward the
+//     sink refuses (Refused) waits until every item before it is confirmed
+//     and goes again without the condition; nothing behind it is forwarded
+//     meanwhile;
+//   - another writer makes the prediction wrong, and then the condition
+//     proves nothing (its message can take the predicted place of a failed
+//     one). The core notices a confirmation at a sequence it did not
+//     predict (which a leader change with forwards in flight can also
+//     cause: then only throughput suffers), reports it (Shared), and from
+//     then on (until the process restarts) forwards nothing
+//     behind an unconfirmed item (one at a time: the order of a window of
+//     one, which a failure cannot break);
 //   - an item the source delivers again (after a reconnection of the
 //     source) is the same item: it keeps its place and is not forwarded
 //     twice while the first forward may still be confirmed.
 type Core struct {
-	cfg     CoreConfig
-	rng     *rand.Rand
-	next    uint64
-	items   map[uint64]*entry
-	byID    map[string]uint64
-	order   []uint64 // unconfirmed keys in source order (compacted lazily)
-	sent    int      // items forwarded and not yet confirmed
-	state   LinkState
-	fails   int   // consecutive failed attempts
-	retryAt int64 // next attempt while down
-	everUp  bool
-	tailID  string // ID of the last item offered (the After of the next)
-	lastSeq uint64 // the sink's sequence of the latest confirmation (0: none)
-	stats   CoreStats
+	cfg      CoreConfig
+	rng      *rand.Rand
+	next     uint64
+	items    map[uint64]*entry
+	byID     map[string]uint64
+	order    []uint64 // unconfirmed keys in source order (compacted lazily)
+	sent     int      // items forwarded and not yet confirmed
+	state    LinkState
+	fails    int   // consecutive failed attempts
+	retryAt  int64 // next attempt while down
+	everUp   bool
+	tailID   string // ID of the last item offered (its successor's predecessor)
+	seqKnown bool   // lastSeq was read from the sink when the link came up
+	shared   bool   // someone else writes to the sink (a confirmation not predicted)
+	lastSeq  uint64 // the sink's last sequence as far as known: its own at the link's start, then confirmations
+	stats    CoreStats
 }
 
 // CoreConfig are the core's settings.
@@ -67,6 +73,11 @@ type CoreConfig struct {
 	BackoffMin int64 // ns
 	BackoffMax int64 // ns
 	AckTimeout int64 // ns: a forward unconfirmed this long fails the link
+	// SeqOrder: the sink numbers what it stores and can refuse a forward
+	// whose predecessor's sequence is not its last (JetStream): forwards
+	// behind an unconfirmed item carry AfterSeq. Without, the sink is
+	// trusted to store in send order (one connection).
+	SeqOrder bool
 }
 
 // LinkState is the state of the sink's link.
@@ -117,16 +128,11 @@ const (
 type Action struct {
 	Kind ActionKind
 	Key  uint64
-	// After (ActForward): the dedup id of the item before this one, still
-	// unconfirmed when it is forwarded. A sink that can make it a
-	// condition stores the item only if the last item it stored is that
-	// one, and refuses it otherwise (answer Refused); "" when every
-	// earlier item is confirmed (no condition is needed).
-	After string
-	// AfterSeq (ActForward, with After): the sink's sequence the item
-	// before this one is predicted to have (0: unknown). A sink that can
-	// make it a condition stores the item only if its last sequence is
-	// that one, refusing it otherwise (Refused).
+	// AfterSeq (ActForward): the sink's sequence the item before this
+	// one, still unconfirmed, is predicted to have; 0 when every earlier
+	// item is confirmed (no condition is needed). A sink that can make it
+	// a condition stores the item only if its last sequence is that one,
+	// refusing it otherwise (answer Refused).
 	AfterSeq uint64
 }
 
@@ -134,8 +140,11 @@ type Action struct {
 type CoreStats struct {
 	Taken, Forwarded, Resent, Confirmed, Skipped, Redelivered uint64
 	Reconnects, Failures, Refused                             uint64
-	PendingItems, PendingBytes                                int64
-	InFlight                                                  int
+	// Shared: a confirmation came at a sequence the core did not predict:
+	// someone else writes to the sink, and the core forwards one at a time.
+	Shared                     bool
+	PendingItems, PendingBytes int64
+	InFlight                   int
 }
 
 // NewCore returns a core whose link starts down with an attempt due at once.
@@ -162,6 +171,7 @@ func (c *Core) RetryAt() int64 { return c.retryAt }
 func (c *Core) Stats() CoreStats {
 	s := c.stats
 	s.InFlight = c.sent
+	s.Shared = c.shared
 	return s
 }
 
@@ -218,18 +228,19 @@ func (c *Core) pump(now int64, acts []Action) []Action {
 			break
 		}
 		a := Action{Kind: ActForward, Key: k}
-		if !head {
-			// Behind an unconfirmed item only with both conditions: with
-			// the message id alone, a refusal would stage the id (above).
-			if prev == nil || prev.ID != e.prevID || prev.pseq == 0 {
+		if !head && c.cfg.SeqOrder {
+			// Behind an unconfirmed item only with the condition, and only
+			// while nobody else writes to the sink.
+			if c.shared || prev == nil || prev.ID != e.prevID || prev.pseq == 0 {
 				break
 			}
-			a.After, a.AfterSeq = e.prevID, prev.pseq
+			a.AfterSeq = prev.pseq
 		}
 		e.blocked = false
 		e.pseq = 0
 		switch {
-		case head && c.lastSeq != 0:
+		case !c.cfg.SeqOrder:
+		case head && c.seqKnown:
 			e.pseq = c.lastSeq + 1
 		case !head:
 			e.pseq = prev.pseq + 1
@@ -245,7 +256,7 @@ func (c *Core) pump(now int64, acts []Action) []Action {
 }
 
 // Refused: the sink refused item key's forward because its condition
-// (After) did not hold: the item before it was not the last stored (it
+// (AfterSeq) did not hold: the item before it was not the last stored (it
 // failed, or another writer's message came between). The item is
 // forwarded again once every item before it is confirmed; nothing behind
 // it goes meanwhile. A refusal of an item not in flight is ignored (the
@@ -267,12 +278,15 @@ func (c *Core) Refused(key uint64, now int64) []Action {
 // (already confirmed) are ignored. A confirmation is accepted even from
 // before a link failure: the item was stored.
 func (c *Core) Confirmed(key, seq uint64, now int64) []Action {
-	if seq > c.lastSeq {
-		c.lastSeq = seq
-	}
 	e := c.items[key]
 	if e == nil {
 		return nil
+	}
+	if seq > c.lastSeq {
+		c.lastSeq = seq
+	}
+	if seq != 0 && e.pseq != 0 && seq != e.pseq {
+		c.shared = true
 	}
 	if e.sentAt != 0 {
 		c.sent--
@@ -347,7 +361,9 @@ func (c *Core) ConnectFailed(now int64) {
 }
 
 // LinkUp: the attempt succeeded; the held items are forwarded in order.
-func (c *Core) LinkUp(now int64) []Action {
+// sinkLast is the sink's last sequence read while connecting (SeqOrder;
+// else 0).
+func (c *Core) LinkUp(now int64, sinkLast uint64) []Action {
 	if c.state == LinkUp {
 		return nil
 	}
@@ -356,6 +372,10 @@ func (c *Core) LinkUp(now int64) []Action {
 	}
 	c.everUp = true
 	c.state = LinkUp
+	if c.cfg.SeqOrder {
+		c.lastSeq = max(c.lastSeq, sinkLast)
+		c.seqKnown = true
+	}
 	c.fails = 0
 	return c.pump(now, nil)
 }

@@ -48,6 +48,9 @@ type DirView struct {
 	// them was not the last it stored (direction out to JetStream; each is
 	// sent again in order).
 	Refused uint64 `json:"refused_total"`
+	// SharedStream: another publisher writes to the stream (direction
+	// out): the bridge sends one message at a time, which keeps order.
+	SharedStream bool `json:"shared_stream,omitempty"`
 	// HeldBack: messages of direction in (JetStream) held back, waiting for
 	// an earlier one the server delivers again, to keep stream order.
 	HeldBack      int64  `json:"held_back"`
