@@ -148,9 +148,22 @@ func (c *Config) validateBridges() []error {
 		bad("bridge: %d bridges: at most %d", len(c.Bridges), bridgeMaxBridges)
 	}
 	names := map[string]bool{}
+	outStreams := map[string]BridgeConfig{} // JetStream stream (with its servers) -> the bridge sending out into it
 	for i, raw := range c.Bridges {
 		b := BridgeDefaults(raw)
 		where := fmt.Sprintf("bridge[%d]", i)
+		if b.Kind == "jetstream" && b.Stream != "" {
+			out := false
+			for _, m := range b.Map {
+				out = out || m.Direction == "out" || m.Direction == "both"
+			}
+			key := b.Stream + " " + strings.Join(b.URLs, ",")
+			if other, ok := outStreams[key]; ok && out && (other.MaxInFlight > 1 || b.MaxInFlight > 1) {
+				bad("%s: bridges %q and %q both send out into stream %s: a bridge keeps order with max_in_flight above 1 only in a stream it writes alone (docs/scale-out.md); give each its own stream, or set max_in_flight = 1 on both", where, other.Name, b.Name, b.Stream)
+			} else if out {
+				outStreams[key] = b
+			}
+		}
 		if !validBridgeName(b.Name) {
 			bad("%s.name: %q: want 1 to 64 letters, digits, '-' or '_' (example: \"backbone\")", where, b.Name)
 		} else if names[b.Name] {
