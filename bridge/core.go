@@ -278,12 +278,15 @@ func (c *Core) Refused(key uint64, now int64) []Action {
 // (already confirmed) are ignored. A confirmation is accepted even from
 // before a link failure: the item was stored.
 func (c *Core) Confirmed(key, seq uint64, now int64) []Action {
+	// Every confirmation raises what is known of the sink's last sequence,
+	// an item's no longer held too: a prediction may be too high (a
+	// refusal), never too low.
+	if seq > c.lastSeq {
+		c.lastSeq = seq
+	}
 	e := c.items[key]
 	if e == nil {
 		return nil
-	}
-	if seq > c.lastSeq {
-		c.lastSeq = seq
 	}
 	if seq != 0 && e.pseq != 0 && seq != e.pseq {
 		c.shared = true
