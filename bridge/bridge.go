@@ -108,6 +108,7 @@ func New(o Options) (*Bridge, error) {
 				SeqOrder:   cfg.Kind == "jetstream" && dir.name == "out",
 			}, o.Seed+uint64(i)),
 			handles: map[uint64]handle{},
+			checks:  make(chan bool, 1),
 			results: make(chan result, cfg.MaxInFlight*2+16),
 		}
 		switch {
@@ -232,6 +233,7 @@ type worker struct {
 	seq          *Sequencer
 	runCtx       context.Context // the worker's (probes outlive a connection attempt)
 	sharedLogged bool
+	checks       chan bool        // direction out (JetStream): answers of ActCheck
 	heldIn       map[uint64]inMsg // by stream sequence, held back or waiting to be passed on
 	probes       chan probeAnswer
 
@@ -282,6 +284,12 @@ func (w *worker) run(ctx context.Context) {
 			w.takeLocal(ctx, f)
 		case m := <-w.remoteIn:
 			w.takeRemote(ctx, m)
+		case foreign := <-w.checks:
+			w.exec(ctx, w.core.Checked(foreign, time.Now().UnixNano()))
+			if !w.sharedLogged && w.core.Stats().Shared {
+				w.sharedLogged = true
+				w.b.log.Warn("bridge: another publisher writes to the stream; sending one message at a time from now on, so that order holds (give this bridge a stream of its own to keep max_in_flight)", "direction", w.dir, "stream", w.cfg().Stream)
+			}
 		case p := <-w.probes:
 			w.execSeq(ctx, w.seq.ProbeResult(p.after, p.first, p.streamFirst, p.found, p.err != nil, time.Now().UnixNano()))
 			if p.err != nil {
@@ -396,6 +404,12 @@ func (w *worker) exec(ctx context.Context, acts []Action) {
 			if err := w.forward(a.Key, a.AfterSeq, h); err != nil {
 				w.fail(err)
 				return
+			}
+		case ActCheck:
+			if j, ok := w.remote.(*jsOut); ok {
+				j.check(w.runCtx, a.From, a.To, w.checks)
+			} else {
+				w.exec(ctx, w.core.Checked(true, time.Now().UnixNano()))
 			}
 		case ActAckSource:
 			h, ok := w.handles[a.Key]
@@ -625,10 +639,6 @@ func (w *worker) onResult(ctx context.Context, r result) {
 	now := time.Now().UnixNano()
 	if r.err == nil {
 		w.exec(ctx, w.core.Confirmed(r.key, r.seq, now))
-		if !w.sharedLogged && w.core.Stats().Shared {
-			w.sharedLogged = true
-			w.b.log.Warn("bridge: another publisher writes to the stream; sending one message at a time from now on, so that order holds (give this bridge a stream of its own to keep max_in_flight)", "direction", w.dir, "stream", w.cfg().Stream)
-		}
 		return
 	}
 	if r.refused {

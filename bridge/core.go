@@ -39,12 +39,13 @@ import (
 //     meanwhile;
 //   - another writer makes the prediction wrong, and then the condition
 //     proves nothing (its message can take the predicted place of a failed
-//     one). The core notices a confirmation at a sequence it did not
-//     predict (which a leader change with forwards in flight can also
-//     cause: then only throughput suffers), reports it (Shared), and from
-//     then on (until the process restarts) forwards nothing
-//     behind an unconfirmed item (one at a time: the order of a window of
-//     one, which a failure cannot break);
+//     one). A confirmation past its predicted sequence means messages came
+//     before it that the core did not count: it forwards one at a time and
+//     asks the shell to read them (ActCheck). If one is not this core's
+//     (another writer), it stays so (Shared, until the process restarts:
+//     the order of a window of one, which a failure cannot break); if all
+//     are its own (a forward of a failed link, or of an earlier process,
+//     stored late), it goes back to the window;
 //   - an item the source delivers again (after a reconnection of the
 //     source) is the same item: it keeps its place and is not forwarded
 //     twice while the first forward may still be confirmed.
@@ -63,8 +64,14 @@ type Core struct {
 	tailID   string // ID of the last item offered (its successor's predecessor)
 	seqKnown bool   // lastSeq was read from the sink when the link came up
 	shared   bool   // someone else writes to the sink (a confirmation not predicted)
-	lastSeq  uint64 // the sink's last sequence as far as known: its own at the link's start, then confirmations
-	stats    CoreStats
+	// suspect: a confirmation came past its prediction; the sink's
+	// sequences checkFrom..checkTo are to be checked (ActCheck) for
+	// another writer's message. Meanwhile nothing goes behind an
+	// unconfirmed item.
+	suspect, checking  bool
+	checkFrom, checkTo uint64
+	lastSeq            uint64 // the sink's last sequence as far as known: its own at the link's start, then confirmations
+	stats              CoreStats
 }
 
 // CoreConfig are the core's settings.
@@ -122,6 +129,9 @@ const (
 	ActForward   ActionKind = iota + 1 // send item Key to the sink
 	ActAckSource                       // acknowledge item Key at the source (then forget it)
 	ActConnect                         // (re)connect the sink; answer LinkUp or ConnectFailed
+	// ActCheck: read the sink's messages From..To and answer Checked
+	// with whether any is not this core's (another writer's).
+	ActCheck
 )
 
 // Action is one step for the shell.
@@ -134,6 +144,8 @@ type Action struct {
 	// a condition stores the item only if its last sequence is that one,
 	// refusing it otherwise (answer Refused).
 	AfterSeq uint64
+	// From, To (ActCheck): the sink's sequences to check.
+	From, To uint64
 }
 
 // CoreStats are the core's counters.
@@ -231,7 +243,7 @@ func (c *Core) pump(now int64, acts []Action) []Action {
 		if !head && c.cfg.SeqOrder {
 			// Behind an unconfirmed item only with the condition, and only
 			// while nobody else writes to the sink.
-			if c.shared || prev == nil || prev.ID != e.prevID || prev.pseq == 0 {
+			if c.shared || c.suspect || prev == nil || prev.ID != e.prevID || prev.pseq == 0 {
 				break
 			}
 			a.AfterSeq = prev.pseq
@@ -253,6 +265,20 @@ func (c *Core) pump(now int64, acts []Action) []Action {
 		acts = append(acts, a)
 	}
 	return acts
+}
+
+// Checked answers ActCheck: foreign reports whether a message in the
+// range is another writer's (or the check failed: assumed so). Another
+// writer makes the core forward one at a time from then on (Shared).
+func (c *Core) Checked(foreign bool, now int64) []Action {
+	c.checking = false
+	if foreign {
+		c.shared = true
+	}
+	if c.suspect && !foreign {
+		c.suspect = false
+	}
+	return c.pump(now, nil)
 }
 
 // Refused: the sink refused item key's forward because its condition
@@ -288,15 +314,27 @@ func (c *Core) Confirmed(key, seq uint64, now int64) []Action {
 	if e == nil {
 		return nil
 	}
-	if seq != 0 && e.pseq != 0 && seq != e.pseq {
-		c.shared = true
+	var check []Action
+	if seq != 0 && e.pseq != 0 && seq > e.pseq && !c.shared {
+		// Messages the core did not count came before this one: its own
+		// (a forward of a failed link or an earlier process stored late)
+		// or another writer's. Until checked, one at a time.
+		if !c.suspect {
+			c.suspect, c.checkFrom, c.checkTo = true, e.pseq, seq-1
+		} else {
+			c.checkFrom, c.checkTo = min(c.checkFrom, e.pseq), max(c.checkTo, seq-1)
+		}
+		if !c.checking {
+			c.checking = true
+			check = []Action{{Kind: ActCheck, From: c.checkFrom, To: c.checkTo}}
+		}
 	}
 	if e.sentAt != 0 {
 		c.sent--
 	}
 	c.forget(e)
 	c.stats.Confirmed++
-	acts := []Action{{Kind: ActAckSource, Key: key}}
+	acts := append(check, Action{Kind: ActAckSource, Key: key})
 	return c.pump(now, acts)
 }
 

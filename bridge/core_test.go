@@ -37,12 +37,14 @@ type simWorld struct {
 	lastID  string // the last message the sink stored (another writer's too)
 	lastSeq uint64 // the sink's sequence of it
 	// foreignOn: another writer stores into the sink now and then
-	foreignOn bool
-	transit   []simFwd // forwards on the wire, in order
-	orphans   []simFwd // forwards of a failed link still on their way to the sink
-	confirm   []simFwd // confirmations on the wire, in order
-	refused   []simFwd // refusals on the wire, in order
-	gen       int      // of the link: refusals of an older one are dropped (as the shell does)
+	foreignOn  bool
+	foreignSeq map[uint64]bool // the sink's sequences of its messages
+	checks     int
+	transit    []simFwd // forwards on the wire, in order
+	orphans    []simFwd // forwards of a failed link still on their way to the sink
+	confirm    []simFwd // confirmations on the wire, in order
+	refused    []simFwd // refusals on the wire, in order
+	gen        int      // of the link: refusals of an older one are dropped (as the shell does)
 	// noCond: the sink ignores After (a sink without the check); the
 	// simulation must then find the reorder a leader change makes.
 	noCond   bool
@@ -65,7 +67,7 @@ type simFwd struct {
 }
 
 func newSim(t *testing.T, seed uint64, n, window int) *simWorld {
-	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}, seqOf: map[string]uint64{}}
+	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}, seqOf: map[string]uint64{}, foreignSeq: map[uint64]bool{}}
 	w.cfg = CoreConfig{Window: window, BackoffMin: 10, BackoffMax: 1000, AckTimeout: 5000, SeqOrder: true}
 	w.restart()
 	return w
@@ -107,6 +109,13 @@ func (w *simWorld) apply(acts []Action) {
 			w.deliv[i] = false
 		case ActConnect:
 			w.connDue = w.now + 1 + w.rng.Int64N(50)
+		case ActCheck:
+			foreign := false
+			for q := a.From; q <= a.To; q++ {
+				foreign = foreign || w.foreignSeq[q] || q > w.lastSeq
+			}
+			w.checks++
+			w.apply(w.core.Checked(foreign, w.now))
 		}
 	}
 	if s := w.core.Stats().InFlight; s > w.cfg.Window {
@@ -226,6 +235,7 @@ func (w *simWorld) step(chaos bool) {
 		w.foreign++
 		w.lastID = fmt.Sprintf("other:%d", w.foreign)
 		w.lastSeq++
+		w.foreignSeq[w.lastSeq] = true
 	case r < 87 && chaos:
 		w.crashes++
 		// Stored on the wire before the crash or not, at random.
@@ -275,15 +285,16 @@ func TestCoreSimulation(t *testing.T) {
 			t.Fatalf("seed %d: core still holds %+v after all were acknowledged", seed, st)
 		}
 		if w.core.Stats().Shared {
-			shared++ // a forward of a crashed core stored late: throughput only
+			t.Fatalf("seed %d: the core took a sink it writes alone for shared", seed)
 		}
+		shared += w.checks
 		refused += w.refusals
 	}
 	// The faults the order rule exists for did happen.
 	if refused == 0 {
 		t.Fatal("no forward was refused: the simulation does not exercise the condition")
 	}
-	t.Logf("%d refusals; %d of 160 seeds' last core took the sink for shared", refused, shared)
+	t.Logf("%d refusals; %d checks for another writer (each found none)", refused, shared)
 }
 
 // TestCoreSequences: forwards behind an unconfirmed item carry the
@@ -320,15 +331,41 @@ func TestCoreSequences(t *testing.T) {
 	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k2, AfterSeq: 15}) {
 		t.Fatalf("behind the head: got %v", acts)
 	}
-	c.Confirmed(k, 16, 4)
+	acts = c.Confirmed(k, 16, 4)
+	if len(acts) != 2 || acts[0] != (Action{Kind: ActCheck, From: 15, To: 15}) {
+		t.Fatalf("a confirmation at 16 where 15 was predicted: want sequence 15 checked, got %v", acts)
+	}
+	if _, _, acts := c.Offer(Item{ID: "a:5b"}, 4); len(acts) != 0 {
+		t.Fatalf("while checking: want nothing behind an unconfirmed item, got %v", acts)
+	}
+	c.Checked(true, 4)
 	if !c.Stats().Shared {
-		t.Fatal("a confirmation at 16 where 15 was predicted: want shared")
+		t.Fatal("another writer's message at 15: want shared")
 	}
 	if acts := c.Refused(k2, 5); len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k2}) {
 		t.Fatalf("refused, now the head: want it again without a condition, got %v", acts)
 	}
 	if _, _, acts := c.Offer(Item{ID: "a:6"}, 6); len(acts) != 0 {
 		t.Fatalf("shared: want nothing behind an unconfirmed item, got %v", acts)
+	}
+
+	// Its own message stored late (a failed link's forward): back to the
+	// window once checked.
+	c2 := NewCore(CoreConfig{Window: 8, BackoffMin: 10, BackoffMax: 10, SeqOrder: true}, 1)
+	c2.Tick(0)
+	c2.LinkUp(0, 10)
+	k, _, _ = c2.Offer(Item{ID: "b:0"}, 1)
+	acts = c2.Confirmed(k, 12, 2)
+	if len(acts) != 2 || acts[0] != (Action{Kind: ActCheck, From: 11, To: 11}) {
+		t.Fatalf("want sequence 11 checked, got %v", acts)
+	}
+	c2.Checked(false, 3)
+	k, _, _ = c2.Offer(Item{ID: "b:1"}, 4)
+	if _, _, acts := c2.Offer(Item{ID: "b:2"}, 4); len(acts) != 1 || acts[0].AfterSeq != 13 {
+		t.Fatalf("checked, its own: want the window again (after 13), got %v", acts)
+	}
+	if c2.Stats().Shared {
+		t.Fatal("its own message taken for another writer's")
 	}
 }
 

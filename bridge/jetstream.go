@@ -188,6 +188,41 @@ func (j *jsOut) publish(key, gen, afterSeq uint64, h handle) error {
 	return nil
 }
 
+// check reads, in a goroutine, the stream's messages from..to and answers
+// on out whether any is not this appliance's (another writer's): its
+// Nats-Msg-Id does not start with APPLIANCE_ID ":". A failed read, a
+// missing message or a range over 1000 answer true (the safe side: one
+// at a time).
+func (j *jsOut) check(ctx context.Context, from, to uint64, out chan<- bool) {
+	js, name, prefix := j.js, j.w.cfg().Stream, j.w.cfg().ApplianceID+":"
+	timeout := max(5*time.Second, j.w.cfg().AckTimeout.Duration)
+	go func() {
+		foreign := true
+		defer func() {
+			select {
+			case out <- foreign:
+			case <-ctx.Done():
+			}
+		}()
+		if js == nil || to < from || to-from >= 1000 {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		st, err := js.Stream(cctx, name)
+		if err != nil {
+			return
+		}
+		for seq := from; seq <= to; seq++ {
+			m, err := st.GetMsg(cctx, seq)
+			if err != nil || !strings.HasPrefix(m.Header.Get(nats.MsgIdHdr), prefix) {
+				return
+			}
+		}
+		foreign = false
+	}()
+}
+
 // jsIn consumes a durable JetStream consumer (direction in).
 //
 // Order. Messages in transit when the connection broke stay pending at the
