@@ -641,6 +641,12 @@ func (w *worker) onResult(ctx context.Context, r result) {
 		w.exec(ctx, w.core.Confirmed(r.key, r.seq, now))
 		return
 	}
+	if r.refused && r.gen == w.gen && !w.core.Conditioned(r.key) {
+		// Refused without a condition of the core's: not an order
+		// matter; a failure, retried with back-off.
+		w.fail(r.err)
+		return
+	}
 	if r.refused {
 		if r.gen == w.gen {
 			w.exec(ctx, w.core.Refused(r.key, now))
@@ -708,6 +714,9 @@ func carried(h stomp.Headers, keepLoop bool) stomp.Headers {
 		case "subscription", "message-id", "destination", "ack", "redelivered", "delivery-count",
 			"content-length", "receipt", "dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id",
 			HeaderOrigin, HeaderHops, HeaderVia, "expires", "persistent", "last-value":
+			continue
+		}
+		if natsControl(x.Key) {
 			continue
 		}
 		out = append(out, x)

@@ -68,10 +68,11 @@ type Core struct {
 	// sequences checkFrom..checkTo are to be checked (ActCheck) for
 	// another writer's message. Meanwhile nothing goes behind an
 	// unconfirmed item.
-	suspect, checking  bool
-	checkFrom, checkTo uint64
-	lastSeq            uint64 // the sink's last sequence as far as known: its own at the link's start, then confirmations
-	stats              CoreStats
+	suspect, checking    bool
+	checkFrom, checkTo   uint64
+	issuedFrom, issuedTo uint64 // the range of the check in progress
+	lastSeq              uint64 // the sink's last sequence as far as known: its own at the link's start, then confirmations
+	stats                CoreStats
 }
 
 // CoreConfig are the core's settings.
@@ -119,6 +120,7 @@ type entry struct {
 	sentAt  int64  // 0: not forwarded since the last link failure
 	prevID  string // ID of the item offered before it (its After)
 	pseq    uint64 // its sequence at the sink, as predicted when forwarded (0: unknown)
+	cond    bool   // forwarded with AfterSeq
 	blocked bool   // refused: forwarded again only once every earlier item is confirmed
 }
 
@@ -249,6 +251,7 @@ func (c *Core) pump(now int64, acts []Action) []Action {
 			a.AfterSeq = prev.pseq
 		}
 		e.blocked = false
+		e.cond = a.AfterSeq != 0
 		e.pseq = 0
 		switch {
 		case !c.cfg.SeqOrder:
@@ -272,13 +275,23 @@ func (c *Core) pump(now int64, acts []Action) []Action {
 // writer makes the core forward one at a time from then on (Shared).
 func (c *Core) Checked(foreign bool, now int64) []Action {
 	c.checking = false
-	if foreign {
-		c.shared = true
-	}
-	if c.suspect && !foreign {
+	var acts []Action
+	switch {
+	case foreign:
+		c.shared, c.suspect = true, false
+	case c.suspect && (c.checkFrom < c.issuedFrom || c.checkTo > c.issuedTo):
+		// More came past their predictions while it checked: check all.
+		acts = append(acts, c.issueCheck())
+	default:
 		c.suspect = false
 	}
-	return c.pump(now, nil)
+	return c.pump(now, acts)
+}
+
+func (c *Core) issueCheck() Action {
+	c.checking = true
+	c.issuedFrom, c.issuedTo = c.checkFrom, c.checkTo
+	return Action{Kind: ActCheck, From: c.checkFrom, To: c.checkTo}
 }
 
 // Refused: the sink refused item key's forward because its condition
@@ -325,8 +338,7 @@ func (c *Core) Confirmed(key, seq uint64, now int64) []Action {
 			c.checkFrom, c.checkTo = min(c.checkFrom, e.pseq), max(c.checkTo, seq-1)
 		}
 		if !c.checking {
-			c.checking = true
-			check = []Action{{Kind: ActCheck, From: c.checkFrom, To: c.checkTo}}
+			check = []Action{c.issueCheck()}
 		}
 	}
 	if e.sentAt != 0 {
@@ -471,6 +483,13 @@ func (c *Core) Tick(now int64) []Action {
 		}
 	}
 	return nil
+}
+
+// Conditioned reports whether item key is in flight with AfterSeq (a
+// refusal of a forward without one is not the order condition's).
+func (c *Core) Conditioned(key uint64) bool {
+	e := c.items[key]
+	return e != nil && e.sentAt != 0 && e.cond
 }
 
 // Holds reports whether item key is still held (not yet confirmed).

@@ -342,7 +342,7 @@ func TestBridgeNoLoop(t *testing.T) {
 	qa, _ := a.B.Queue("inbox")
 	qr, _ := b.B.Queue("relay")
 	if qa.Messages != 0 || qr.Messages != 0 {
-		t.Errorf("A's inbox holds %d, B's relay %d: want 0 (refused as loops)", qa.Messages, qr.Messages)
+		t.Errorf("A's inbox holds %d, B's relay %d: want 0 (refused as loops); relay out %+v", qa.Messages, qr.Messages, relayOut.View().Directions[0])
 	}
 	var skipped uint64
 	for _, br := range []*bridge.Bridge{ba, relayIn} {

@@ -81,6 +81,19 @@ func ensureStream(ctx context.Context, w *worker, js jetstream.JetStream) error 
 	return nil
 }
 
+// natsControl reports whether k is a header JetStream acts on when a
+// message is published (conditions, batches, rollups, TTLs): one that came
+// in with a message must not go out again with it (a relayed message
+// would carry its first publish's Nats-Expected-Last-Sequence).
+func natsControl(k string) bool {
+	for _, p := range []string{"Nats-Expected-", "Nats-Batch-", "Nats-Rollup", "Nats-TTL", "Nats-Incr", "Nats-Schedule"} {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // JetStream's answers to a publish whose Nats-Expected-Last-Sequence is
 // not the stream's last sequence (JSStreamWrongLastSequenceErrF,
 // JSStreamWrongLastSequenceConstantErr).
@@ -358,7 +371,10 @@ func (j *jsIn) connect(ctx context.Context) error {
 		var hdrs stomp.Headers
 		for k, vs := range msg.Headers() {
 			switch k {
-			case "Nats-Msg-Id", "Nats-Expected-Stream", "dedup-id", "_AMQ_DUPL_ID", "content-length", "destination", "receipt":
+			case "Nats-Msg-Id", "dedup-id", "_AMQ_DUPL_ID", "content-length", "destination", "receipt":
+				continue
+			}
+			if natsControl(k) {
 				continue
 			}
 			for _, v := range vs {
