@@ -49,6 +49,10 @@ type BridgeConfig struct {
 	// MaxInFlight bounds the messages sent and not yet acknowledged by the
 	// other side, each way (and the local prefetch).
 	MaxInFlight int `toml:"max_in_flight" json:"max_in_flight"`
+	// MaxHoldBytes bounds the bytes direction in (jetstream) holds back
+	// while it waits for an earlier message the consumer will deliver
+	// again (after a link failure), to keep stream order.
+	MaxHoldBytes int64 `toml:"max_hold_bytes" json:"max_hold_bytes"`
 	// MaxHops: a message that crossed this many bridges is not forwarded.
 	MaxHops int `toml:"max_hops" json:"max_hops"`
 	// ReconnectMin and ReconnectMax bound the back-off between attempts
@@ -81,6 +85,7 @@ type BridgeMap struct {
 // Bounds of the [[bridge]] keys.
 const (
 	bridgeMaxInFlight = 10000
+	bridgeMaxHold     = 4 << 30
 	bridgeMaxHops     = 64
 	bridgeMaxMaps     = 1000
 	bridgeMaxBridges  = 100
@@ -96,6 +101,9 @@ func BridgeDefaults(b BridgeConfig) BridgeConfig {
 	}
 	if b.MaxHops == 0 {
 		b.MaxHops = 4
+	}
+	if b.MaxHoldBytes == 0 {
+		b.MaxHoldBytes = 64 << 20
 	}
 	if b.Replicas == 0 {
 		b.Replicas = 1
@@ -140,9 +148,22 @@ func (c *Config) validateBridges() []error {
 		bad("bridge: %d bridges: at most %d", len(c.Bridges), bridgeMaxBridges)
 	}
 	names := map[string]bool{}
+	outStreams := map[string]BridgeConfig{} // JetStream stream (with its servers) -> the bridge sending out into it
 	for i, raw := range c.Bridges {
 		b := BridgeDefaults(raw)
 		where := fmt.Sprintf("bridge[%d]", i)
+		if b.Kind == "jetstream" && b.Stream != "" {
+			out := false
+			for _, m := range b.Map {
+				out = out || m.Direction == "out" || m.Direction == "both"
+			}
+			key := b.Stream + " " + strings.Join(b.URLs, ",")
+			if other, ok := outStreams[key]; ok && out && (other.MaxInFlight > 1 || b.MaxInFlight > 1) {
+				bad("%s: bridges %q and %q both send out into stream %s: a bridge keeps order with max_in_flight above 1 only in a stream it writes alone (docs/scale-out.md); give each its own stream, or set max_in_flight = 1 on both", where, other.Name, b.Name, b.Stream)
+			} else if out {
+				outStreams[key] = b
+			}
+		}
 		if !validBridgeName(b.Name) {
 			bad("%s.name: %q: want 1 to 64 letters, digits, '-' or '_' (example: \"backbone\")", where, b.Name)
 		} else if names[b.Name] {
@@ -209,6 +230,9 @@ func (c *Config) validateBridges() []error {
 		}
 		if b.MaxInFlight < 1 || b.MaxInFlight > bridgeMaxInFlight {
 			bad("%s.max_in_flight: %d: want 1 to %d", where, b.MaxInFlight, bridgeMaxInFlight)
+		}
+		if b.MaxHoldBytes < 1024 || b.MaxHoldBytes > bridgeMaxHold {
+			bad("%s.max_hold_bytes: %d: want 1024 to %d (4 GiB)", where, b.MaxHoldBytes, int64(bridgeMaxHold))
 		}
 		if b.MaxHops < 1 || b.MaxHops > bridgeMaxHops {
 			bad("%s.max_hops: %d: want 1 to %d", where, b.MaxHops, bridgeMaxHops)

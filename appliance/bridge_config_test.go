@@ -41,6 +41,8 @@ remote = "news.>"
 		{`local = "/queue/orders"|local = "/stream/orders"`, `want /queue/NAME or /topic/NAME`},
 		{`remote = "news.>"|remote = "news.*"`, `'*' is not supported`},
 		{`stream = "HERALD"|stream = "HERALD"` + "\nmax_in_flight = 20000", `bridge[0].max_in_flight: 20000: want 1 to 10000`},
+		{`stream = "HERALD"|stream = "HERALD"` + "\nmax_hold_bytes = 100", `bridge[0].max_hold_bytes: 100: want 1024 to`},
+		{`[[bridge]]|[[bridge]]` + "\nname = \"second\"\nkind = \"jetstream\"\nurls = [\"nats://10.0.0.1:4222\"]\nstream = \"HERALD\"\n[[bridge.map]]\nlocal = \"/queue/more\"\nremote = \"more\"\ndirection = \"out\"\n[[bridge]]", `bridges "second" and "backbone" both send out into stream HERALD`},
 		{`stream = "HERALD"|stream = "HERALD"` + "\ntoken = \"t\"\nuser = \"u\"", `set one of user/password, token or creds_file`},
 		{`stream = "HERALD"|stream = "HERALD"` + "\ntls_ca = \"/x\"", `need tls = true`},
 		{`stream = "HERALD"|stream = "HERALD"` + "\nreconnect_min = \"1m\"\nreconnect_max = \"1s\"", `want 1ms <= reconnect_min <= reconnect_max <= 1h`},

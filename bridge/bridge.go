@@ -105,15 +105,21 @@ func New(o Options) (*Bridge, error) {
 				BackoffMin: int64(cfg.ReconnectMin.Duration),
 				BackoffMax: int64(cfg.ReconnectMax.Duration),
 				AckTimeout: int64(cfg.AckTimeout.Duration),
+				SeqOrder:   cfg.Kind == "jetstream" && dir.name == "out",
 			}, o.Seed+uint64(i)),
 			handles: map[uint64]handle{},
+			checks:  make(chan bool, 1),
 			results: make(chan result, cfg.MaxInFlight*2+16),
 		}
 		switch {
 		case cfg.Kind == "jetstream" && dir.name == "out":
 			w.remote = &jsOut{w: w}
 		case cfg.Kind == "jetstream":
-			w.remote = &jsIn{w: w}
+			j := &jsIn{w: w}
+			w.remote = j
+			w.seq = NewSequencer(SequencerConfig{MaxBytes: cfg.MaxHoldBytes, RegapAfter: int64(2 * j.ackWait())})
+			w.heldIn = map[uint64]inMsg{}
+			w.probes = make(chan probeAnswer, 4)
 		case dir.name == "out":
 			w.remote = &stompOut{w: w}
 		default:
@@ -200,6 +206,10 @@ type result struct {
 	key uint64
 	err error
 	gen uint64
+	// refused: the sink refused the forward because its After did not
+	// hold (not a link failure: the core forwards it again in order).
+	refused bool
+	seq     uint64 // the sink's sequence of a confirmed forward (JetStream), else 0
 }
 
 type worker struct {
@@ -219,6 +229,14 @@ type worker struct {
 	localIn   chan *stomp.Frame // direction out: MESSAGEs of the local subscriptions
 	remoteIn  chan inMsg        // direction in: messages of the peer
 
+	// Direction in from JetStream: stream order (inorder_core.go).
+	seq          *Sequencer
+	runCtx       context.Context // the worker's (probes outlive a connection attempt)
+	sharedLogged bool
+	checks       chan bool        // direction out (JetStream): answers of ActCheck
+	heldIn       map[uint64]inMsg // by stream sequence, held back or waiting to be passed on
+	probes       chan probeAnswer
+
 	mu   sync.Mutex
 	view DirView
 	// rate
@@ -232,6 +250,9 @@ type worker struct {
 
 // inMsg is one message of the peer (direction in).
 type inMsg struct {
+	seq     uint64 // JetStream stream sequence (0: a STOMP peer's)
+	dseq    uint64 // JetStream consumer (delivery) sequence
+	first   bool   // JetStream: its first delivery
 	id      string
 	dest    string
 	headers stomp.Headers
@@ -242,6 +263,7 @@ type inMsg struct {
 func (w *worker) cfg() *appliance.BridgeConfig { return &w.b.cfg }
 
 func (w *worker) run(ctx context.Context) {
+	w.runCtx = ctx
 	w.localIn = make(chan *stomp.Frame, w.cfg().MaxInFlight*len(w.maps)+16)
 	w.remoteIn = make(chan inMsg, w.cfg().MaxInFlight+16)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -251,6 +273,9 @@ func (w *worker) run(ctx context.Context) {
 	for {
 		now := time.Now().UnixNano()
 		w.exec(ctx, w.core.Tick(now))
+		if w.seq != nil {
+			w.execSeq(ctx, w.seq.Tick(now))
+		}
 		w.publishView(false)
 		select {
 		case <-ctx.Done():
@@ -259,6 +284,17 @@ func (w *worker) run(ctx context.Context) {
 			w.takeLocal(ctx, f)
 		case m := <-w.remoteIn:
 			w.takeRemote(ctx, m)
+		case foreign := <-w.checks:
+			w.exec(ctx, w.core.Checked(foreign, time.Now().UnixNano()))
+			if !w.sharedLogged && w.core.Stats().Shared {
+				w.sharedLogged = true
+				w.b.log.Warn("bridge: another publisher writes to the stream; sending one message at a time from now on, so that order holds (give this bridge a stream of its own to keep max_in_flight)", "direction", w.dir, "stream", w.cfg().Stream)
+			}
+		case p := <-w.probes:
+			w.execSeq(ctx, w.seq.ProbeResult(p.after, p.first, p.streamFirst, p.found, p.err != nil, time.Now().UnixNano()))
+			if p.err != nil {
+				w.b.log.Debug("stream order probe", "err", p.err)
+			}
 		case r := <-w.results:
 			w.onResult(ctx, r)
 		case <-tick.C:
@@ -355,15 +391,25 @@ func (w *worker) exec(ctx context.Context, acts []Action) {
 			w.mu.Lock()
 			w.view.FailingSince = ""
 			w.mu.Unlock()
-			w.exec(ctx, w.core.LinkUp(now))
+			var sinkLast uint64
+			if j, ok := w.remote.(*jsOut); ok {
+				sinkLast = j.lastSeq
+			}
+			w.exec(ctx, w.core.LinkUp(now, sinkLast))
 		case ActForward:
 			h, ok := w.handles[a.Key]
 			if !ok {
 				continue
 			}
-			if err := w.forward(a.Key, h); err != nil {
+			if err := w.forward(a.Key, a.AfterSeq, h); err != nil {
 				w.fail(err)
 				return
+			}
+		case ActCheck:
+			if j, ok := w.remote.(*jsOut); ok {
+				j.check(w.runCtx, a.From, a.To, w.checks)
+			} else {
+				w.exec(ctx, w.core.Checked(true, time.Now().UnixNano()))
 			}
 		case ActAckSource:
 			h, ok := w.handles[a.Key]
@@ -492,8 +538,49 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 	w.exec(ctx, acts)
 }
 
-// takeRemote: a message of the peer (direction in).
+// takeRemote: a message of the peer (direction in). A JetStream message
+// goes through the sequencer, which passes it on in stream order.
 func (w *worker) takeRemote(ctx context.Context, m inMsg) {
+	if w.seq == nil || m.seq == 0 {
+		w.offerRemote(ctx, m)
+		return
+	}
+	w.heldIn[m.seq] = m // a copy delivered again replaces the older one (its ack is the live one)
+	w.execSeq(ctx, w.seq.Arrive(m.seq, m.dseq, m.first, len(m.body), time.Now().UnixNano()))
+}
+
+// execSeq carries out the sequencer's actions.
+func (w *worker) execSeq(ctx context.Context, acts []SeqAction) {
+	for _, a := range acts {
+		switch a.Kind {
+		case ActSeqPass:
+			m, ok := w.heldIn[a.Seq]
+			delete(w.heldIn, a.Seq)
+			if ok {
+				w.offerRemote(ctx, m)
+			}
+		case ActSeqDrop:
+			delete(w.heldIn, a.Seq)
+			w.noteErr(fmt.Errorf("stream %s: message %d left unacknowledged (it comes again): %d bytes are held back waiting for message %d, which the server redelivers after its ack wait; raise max_hold_bytes in [[bridge]] %s to hold more",
+				w.cfg().Stream, a.Seq, w.seq.Stats().HeldBytes, w.seq.Next()+1, w.cfg().Name))
+		case ActSeqGap:
+			err := fmt.Errorf("stream %s: messages %d to %d were removed from the stream (retention or a deletion) before this bridge brought them in; those of its subjects among them are not in the local queue", w.cfg().Stream, a.From, a.To)
+			w.b.log.Warn("bridge gap: messages removed from the stream before they came in", "direction", w.dir, "stream", w.cfg().Stream, "from", a.From, "to", a.To)
+			w.mu.Lock()
+			w.view.LastError = err.Error()
+			w.view.LastErrorAt = time.Now().UTC().Format(time.RFC3339)
+			w.mu.Unlock()
+		case ActSeqProbe:
+			if j, ok := w.remote.(*jsIn); ok {
+				j.probe(w.runCtx, a.Seq, w.probes)
+			}
+		}
+	}
+}
+
+// offerRemote gives a message of the peer to the core, in the order it
+// is to be sent locally.
+func (w *worker) offerRemote(ctx context.Context, m inMsg) {
 	hops, _ := strconv.Atoi(m.headers.Get(HeaderHops))
 	skip := hops >= w.cfg().MaxHops
 	for _, o := range strings.Split(m.headers.Get(HeaderOrigin), ",") {
@@ -515,7 +602,7 @@ func (w *worker) takeRemote(ctx context.Context, m inMsg) {
 }
 
 // forward sends item key to the sink; its answer comes as a result.
-func (w *worker) forward(key uint64, h handle) error {
+func (w *worker) forward(key uint64, afterSeq uint64, h handle) error {
 	gen := w.gen
 	if w.dir == "in" {
 		// The sink is this appliance: a SEND with a receipt, answered
@@ -537,18 +624,33 @@ func (w *worker) forward(key uint64, h handle) error {
 		}()
 		return nil
 	}
-	return w.remote.(sink).publish(key, gen, h)
+	return w.remote.(sink).publish(key, gen, afterSeq, h)
 }
 
-// sink is the remote side of direction out.
+// sink is the remote side of direction out. afterSeq is the sequence the
+// sink's last message must have for this one to be stored (0: none); a
+// sink that can check it answers a result with refused set when it does
+// not hold, one that cannot ignores it (its link stores in send order).
 type sink interface {
-	publish(key, gen uint64, h handle) error
+	publish(key, gen, afterSeq uint64, h handle) error
 }
 
 func (w *worker) onResult(ctx context.Context, r result) {
 	now := time.Now().UnixNano()
 	if r.err == nil {
-		w.exec(ctx, w.core.Confirmed(r.key, now))
+		w.exec(ctx, w.core.Confirmed(r.key, r.seq, now))
+		return
+	}
+	if r.refused && r.gen == w.gen && !w.core.Conditioned(r.key) {
+		// Refused without a condition of the core's: not an order
+		// matter; a failure, retried with back-off.
+		w.fail(r.err)
+		return
+	}
+	if r.refused {
+		if r.gen == w.gen {
+			w.exec(ctx, w.core.Refused(r.key, now))
+		}
 		return
 	}
 	if r.gen == w.gen {
@@ -614,7 +716,15 @@ func carried(h stomp.Headers, keepLoop bool) stomp.Headers {
 			HeaderOrigin, HeaderHops, HeaderVia, "expires", "persistent", "last-value":
 			continue
 		}
+		if natsControl(x.Key) {
+			continue
+		}
 		out = append(out, x)
 	}
 	return out
 }
+
+var (
+	_ sink = (*jsOut)(nil)
+	_ sink = (*stompOut)(nil)
+)

@@ -19,24 +19,60 @@ import (
 //   - every forward of an item carries the same dedup id, so the sink keeps
 //     one copy however often it is sent;
 //   - after a link failure every unconfirmed item is forwarded again, in the
-//     order the source gave them (per-destination order holds as long as
-//     the link stores in send order, as one TCP connection does);
+//     order the source gave them;
+//   - order does not depend on the link storing in send order: a forward
+//     made while an earlier item is unconfirmed carries AfterSeq, the
+//     sink's sequence the item before it is predicted to have (the sink's
+//     last sequence, read when the link came up or confirmed since, plus
+//     the items forwarded since), and a sink that
+//     can check it (JetStream's Nats-Expected-Last-Sequence) stores it
+//     only if its last sequence is that one. While the core is the sink's
+//     only writer, a prediction is never below the true sequence (the
+//     sink holds only this core's items past what it read, in order), so
+//     the last sequence can be the predicted one only if the item before
+//     is stored: so an item is
+//     stored only right after the one before it, whatever fails in
+//     between (a stream leader change answering one publish "no
+//     responders" while the next reaches the new leader). A forward the
+//     sink refuses (Refused) waits until every item before it is confirmed
+//     and goes again without the condition; nothing behind it is forwarded
+//     meanwhile;
+//   - another writer makes the prediction wrong, and then the condition
+//     proves nothing (its message can take the predicted place of a failed
+//     one). A confirmation past its predicted sequence means messages came
+//     before it that the core did not count: it forwards one at a time and
+//     asks the shell to read them (ActCheck). If one is not this core's
+//     (another writer), it stays so (Shared, until the process restarts:
+//     the order of a window of one, which a failure cannot break); if all
+//     are its own (a forward of a failed link, or of an earlier process,
+//     stored late), it goes back to the window;
 //   - an item the source delivers again (after a reconnection of the
 //     source) is the same item: it keeps its place and is not forwarded
 //     twice while the first forward may still be confirmed.
 type Core struct {
-	cfg     CoreConfig
-	rng     *rand.Rand
-	next    uint64
-	items   map[uint64]*entry
-	byID    map[string]uint64
-	order   []uint64 // unconfirmed keys in source order (compacted lazily)
-	sent    int      // items forwarded and not yet confirmed
-	state   LinkState
-	fails   int   // consecutive failed attempts
-	retryAt int64 // next attempt while down
-	everUp  bool
-	stats   CoreStats
+	cfg      CoreConfig
+	rng      *rand.Rand
+	next     uint64
+	items    map[uint64]*entry
+	byID     map[string]uint64
+	order    []uint64 // unconfirmed keys in source order (compacted lazily)
+	sent     int      // items forwarded and not yet confirmed
+	state    LinkState
+	fails    int   // consecutive failed attempts
+	retryAt  int64 // next attempt while down
+	everUp   bool
+	tailID   string // ID of the last item offered (its successor's predecessor)
+	seqKnown bool   // lastSeq was read from the sink when the link came up
+	shared   bool   // someone else writes to the sink (a confirmation not predicted)
+	// suspect: a confirmation came past its prediction; the sink's
+	// sequences checkFrom..checkTo are to be checked (ActCheck) for
+	// another writer's message. Meanwhile nothing goes behind an
+	// unconfirmed item.
+	suspect, checking    bool
+	checkFrom, checkTo   uint64
+	issuedFrom, issuedTo uint64 // the range of the check in progress
+	lastSeq              uint64 // the sink's last sequence as far as known: its own at the link's start, then confirmations
+	stats                CoreStats
 }
 
 // CoreConfig are the core's settings.
@@ -45,6 +81,11 @@ type CoreConfig struct {
 	BackoffMin int64 // ns
 	BackoffMax int64 // ns
 	AckTimeout int64 // ns: a forward unconfirmed this long fails the link
+	// SeqOrder: the sink numbers what it stores and can refuse a forward
+	// whose predecessor's sequence is not its last (JetStream): forwards
+	// behind an unconfirmed item carry AfterSeq. Without, the sink is
+	// trusted to store in send order (one connection).
+	SeqOrder bool
 }
 
 // LinkState is the state of the sink's link.
@@ -75,8 +116,12 @@ type Item struct {
 
 type entry struct {
 	Item
-	key    uint64
-	sentAt int64 // 0: not forwarded since the last link failure
+	key     uint64
+	sentAt  int64  // 0: not forwarded since the last link failure
+	prevID  string // ID of the item offered before it (its After)
+	pseq    uint64 // its sequence at the sink, as predicted when forwarded (0: unknown)
+	cond    bool   // forwarded with AfterSeq
+	blocked bool   // refused: forwarded again only once every earlier item is confirmed
 }
 
 // ActionKind says what the shell must do.
@@ -86,20 +131,34 @@ const (
 	ActForward   ActionKind = iota + 1 // send item Key to the sink
 	ActAckSource                       // acknowledge item Key at the source (then forget it)
 	ActConnect                         // (re)connect the sink; answer LinkUp or ConnectFailed
+	// ActCheck: read the sink's messages From..To and answer Checked
+	// with whether any is not this core's (another writer's).
+	ActCheck
 )
 
 // Action is one step for the shell.
 type Action struct {
 	Kind ActionKind
 	Key  uint64
+	// AfterSeq (ActForward): the sink's sequence the item before this
+	// one, still unconfirmed, is predicted to have; 0 when every earlier
+	// item is confirmed (no condition is needed). A sink that can make it
+	// a condition stores the item only if its last sequence is that one,
+	// refusing it otherwise (answer Refused).
+	AfterSeq uint64
+	// From, To (ActCheck): the sink's sequences to check.
+	From, To uint64
 }
 
 // CoreStats are the core's counters.
 type CoreStats struct {
 	Taken, Forwarded, Resent, Confirmed, Skipped, Redelivered uint64
-	Reconnects, Failures                                      uint64
-	PendingItems, PendingBytes                                int64
-	InFlight                                                  int
+	Reconnects, Failures, Refused                             uint64
+	// Shared: a confirmation came at a sequence the core did not predict:
+	// someone else writes to the sink, and the core forwards one at a time.
+	Shared                     bool
+	PendingItems, PendingBytes int64
+	InFlight                   int
 }
 
 // NewCore returns a core whose link starts down with an attempt due at once.
@@ -126,6 +185,7 @@ func (c *Core) RetryAt() int64 { return c.retryAt }
 func (c *Core) Stats() CoreStats {
 	s := c.stats
 	s.InFlight = c.sent
+	s.Shared = c.shared
 	return s
 }
 
@@ -143,8 +203,10 @@ func (c *Core) Offer(it Item, now int64) (key uint64, dup bool, acts []Action) {
 	c.stats.Taken++
 	if it.Skip {
 		c.stats.Skipped++
-		return e.key, false, []Action{{ActAckSource, e.key}}
+		return e.key, false, []Action{{Kind: ActAckSource, Key: e.key}}
 	}
+	e.prevID = c.tailID
+	c.tailID = it.ID
 	c.items[e.key] = e
 	c.byID[it.ID] = e.key
 	c.order = append(c.order, e.key)
@@ -154,41 +216,137 @@ func (c *Core) Offer(it Item, now int64) (key uint64, dup bool, acts []Action) {
 }
 
 // pump forwards unsent items in order while the link is up and the window
-// has room.
+// has room. The first item held goes without a condition (every earlier
+// one is confirmed); each later one carries After, the item before it. A
+// refused item stops the pump until it is the first held.
 func (c *Core) pump(now int64, acts []Action) []Action {
 	if c.state != LinkUp {
 		return acts
 	}
+	head := true
+	var prev *entry // the previous item held, in order
 	for _, k := range c.order {
 		if c.sent >= c.cfg.Window {
 			break
 		}
 		e := c.items[k]
-		if e == nil || e.sentAt != 0 {
+		if e == nil {
 			continue
 		}
+		if e.sentAt != 0 {
+			head = false
+			prev = e
+			continue
+		}
+		if e.blocked && !head {
+			break
+		}
+		a := Action{Kind: ActForward, Key: k}
+		if !head && c.cfg.SeqOrder {
+			// Behind an unconfirmed item only with the condition, and only
+			// while nobody else writes to the sink.
+			if c.shared || c.suspect || prev == nil || prev.ID != e.prevID || prev.pseq == 0 {
+				break
+			}
+			a.AfterSeq = prev.pseq
+		}
+		e.blocked = false
+		e.cond = a.AfterSeq != 0
+		e.pseq = 0
+		switch {
+		case !c.cfg.SeqOrder:
+		case head && c.seqKnown:
+			e.pseq = c.lastSeq + 1
+		case !head:
+			e.pseq = prev.pseq + 1
+		}
+		head = false
+		prev = e
 		e.sentAt = max(now, 1)
 		c.sent++
 		c.stats.Forwarded++
-		acts = append(acts, Action{ActForward, k})
+		acts = append(acts, a)
 	}
 	return acts
 }
 
-// Confirmed: the sink stored item key (a PubAck, a RECEIPT). Confirmations
-// of items no longer held (already confirmed) are ignored. A confirmation
-// is accepted even from before a link failure: the item was stored.
-func (c *Core) Confirmed(key uint64, now int64) []Action {
+// Checked answers ActCheck: foreign reports whether a message in the
+// range is another writer's (or the check failed: assumed so). Another
+// writer makes the core forward one at a time from then on (Shared).
+func (c *Core) Checked(foreign bool, now int64) []Action {
+	c.checking = false
+	var acts []Action
+	switch {
+	case foreign:
+		c.shared, c.suspect = true, false
+	case c.suspect && (c.checkFrom < c.issuedFrom || c.checkTo > c.issuedTo):
+		// More came past their predictions while it checked: check all.
+		acts = append(acts, c.issueCheck())
+	default:
+		c.suspect = false
+	}
+	return c.pump(now, acts)
+}
+
+func (c *Core) issueCheck() Action {
+	c.checking = true
+	c.issuedFrom, c.issuedTo = c.checkFrom, c.checkTo
+	return Action{Kind: ActCheck, From: c.checkFrom, To: c.checkTo}
+}
+
+// Refused: the sink refused item key's forward because its condition
+// (AfterSeq) did not hold: the item before it was not the last stored (it
+// failed, or another writer's message came between). The item is
+// forwarded again once every item before it is confirmed; nothing behind
+// it goes meanwhile. A refusal of an item not in flight is ignored (the
+// shell drops answers of a link that failed since).
+func (c *Core) Refused(key uint64, now int64) []Action {
+	e := c.items[key]
+	if e == nil || e.sentAt == 0 {
+		return nil
+	}
+	e.sentAt = 0
+	e.blocked = true
+	c.sent--
+	c.stats.Refused++
+	return c.pump(now, nil)
+}
+
+// Confirmed: the sink stored item key (a PubAck, a RECEIPT), at sequence
+// seq (0: the sink has none). Confirmations of items no longer held
+// (already confirmed) are ignored. A confirmation is accepted even from
+// before a link failure: the item was stored.
+func (c *Core) Confirmed(key, seq uint64, now int64) []Action {
+	// Every confirmation raises what is known of the sink's last sequence,
+	// an item's no longer held too: a prediction may be too high (a
+	// refusal), never too low.
+	if seq > c.lastSeq {
+		c.lastSeq = seq
+	}
 	e := c.items[key]
 	if e == nil {
 		return nil
+	}
+	var check []Action
+	if seq != 0 && e.pseq != 0 && seq > e.pseq && !c.shared {
+		// Messages the core did not count came before this one: its own
+		// (a forward of a failed link or an earlier process stored late)
+		// or another writer's. Until checked, one at a time.
+		if !c.suspect {
+			c.suspect, c.checkFrom, c.checkTo = true, e.pseq, seq-1
+		} else {
+			c.checkFrom, c.checkTo = min(c.checkFrom, e.pseq), max(c.checkTo, seq-1)
+		}
+		if !c.checking {
+			check = []Action{c.issueCheck()}
+		}
 	}
 	if e.sentAt != 0 {
 		c.sent--
 	}
 	c.forget(e)
 	c.stats.Confirmed++
-	acts := []Action{{ActAckSource, key}}
+	acts := append(check, Action{Kind: ActAckSource, Key: key})
 	return c.pump(now, acts)
 }
 
@@ -256,7 +414,9 @@ func (c *Core) ConnectFailed(now int64) {
 }
 
 // LinkUp: the attempt succeeded; the held items are forwarded in order.
-func (c *Core) LinkUp(now int64) []Action {
+// sinkLast is the sink's last sequence read while connecting (SeqOrder;
+// else 0).
+func (c *Core) LinkUp(now int64, sinkLast uint64) []Action {
 	if c.state == LinkUp {
 		return nil
 	}
@@ -265,19 +425,40 @@ func (c *Core) LinkUp(now int64) []Action {
 	}
 	c.everUp = true
 	c.state = LinkUp
+	if c.cfg.SeqOrder {
+		c.lastSeq = max(c.lastSeq, sinkLast)
+		c.seqKnown = true
+	}
 	c.fails = 0
 	return c.pump(now, nil)
 }
 
 // SourceLost: the source's connection ended. Its unacknowledged items go
-// back to it (it will deliver them again); the core forgets those not yet
-// forwarded, and keeps those in flight so that their confirmations are not
-// lost, and the redelivered copy is matched to them by ID.
+// back to it (it will deliver them again, in order); the core keeps the
+// items in flight up to the first one not in flight, so that their
+// confirmations are not lost and the redelivered copies are matched to
+// them by ID, and forgets that one and every item after it (they come
+// again behind the kept ones, in their order; an item in flight among
+// them that the sink stores after all is kept once by its dedup id).
 func (c *Core) SourceLost(now int64) {
-	for _, e := range c.items {
-		if e.sentAt == 0 {
-			c.forget(e)
+	c.tailID = ""
+	var drop []*entry
+	for _, k := range c.order {
+		e := c.items[k]
+		if e == nil {
+			continue
 		}
+		if len(drop) == 0 && e.sentAt != 0 {
+			c.tailID = e.ID
+			continue
+		}
+		drop = append(drop, e)
+	}
+	for _, e := range drop {
+		if e.sentAt != 0 {
+			c.sent--
+		}
+		c.forget(e)
 	}
 }
 
@@ -288,7 +469,7 @@ func (c *Core) Tick(now int64) []Action {
 	case LinkDown:
 		if now >= c.retryAt {
 			c.state = LinkConnecting
-			return []Action{{ActConnect, 0}}
+			return []Action{{Kind: ActConnect}}
 		}
 	case LinkUp:
 		if c.cfg.AckTimeout > 0 {
@@ -302,6 +483,13 @@ func (c *Core) Tick(now int64) []Action {
 		}
 	}
 	return nil
+}
+
+// Conditioned reports whether item key is in flight with AfterSeq (a
+// refusal of a forward without one is not the order condition's).
+func (c *Core) Conditioned(key uint64) bool {
+	e := c.items[key]
+	return e != nil && e.sentAt != 0 && e.cond
 }
 
 // Holds reports whether item key is still held (not yet confirmed).

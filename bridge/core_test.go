@@ -3,6 +3,7 @@ package bridge
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -11,8 +12,13 @@ import (
 // had unacked when that session ends; a link that carries forwards in
 // order and can break (the forwards before the break stored, possibly
 // with their confirmations lost, those after it not stored); a sink that
-// keeps one copy per dedup id; and crashes of the bridge itself (a new
-// core, a new source session). Time is simulated.
+// keeps one copy per dedup id and checks a forward's AfterSeq against its
+// last sequence (Nats-Expected-Last-Sequence); leader
+// changes of that sink, which fail one forward while the ones sent behind
+// it still reach the new leader and are stored (answered to a link that
+// has failed since); another writer storing into the same sink; and
+// crashes of the bridge itself (a new core, a new source session). Time
+// is simulated.
 type simWorld struct {
 	t      *testing.T
 	rng    *rand.Rand
@@ -27,17 +33,42 @@ type simWorld struct {
 	// sink
 	stored  []int
 	seen    map[string]bool
-	transit []uint64 // forwards on the wire, in order
-	confirm []uint64 // confirmations on the wire, in order
-	up      bool
-	connDue int64 // a pending connection attempt answers at this time (0: none)
-	maxSent int
-	crashes int
+	seqOf   map[string]uint64
+	lastID  string // the last message the sink stored (another writer's too)
+	lastSeq uint64 // the sink's sequence of it
+	// foreignOn: another writer stores into the sink now and then
+	foreignOn  bool
+	foreignSeq map[uint64]bool // the sink's sequences of its messages
+	checks     int
+	transit    []simFwd // forwards on the wire, in order
+	orphans    []simFwd // forwards of a failed link still on their way to the sink
+	confirm    []simFwd // confirmations on the wire, in order
+	refused    []simFwd // refusals on the wire, in order
+	gen        int      // of the link: refusals of an older one are dropped (as the shell does)
+	// noCond: the sink ignores After (a sink without the check); the
+	// simulation must then find the reorder a leader change makes.
+	noCond   bool
+	foreign  int // messages another writer stored
+	refusals int // refusals given to the core
+	up       bool
+	connDue  int64 // a pending connection attempt answers at this time (0: none)
+	maxSent  int
+	crashes  int
+}
+
+// simFwd is one forward on the wire.
+type simFwd struct {
+	key      uint64
+	i        int // the message
+	afterSeq uint64
+	gen      int
+	seq      uint64 // the sink's sequence, once stored
+	core     *Core  // whose key it is (answers to an earlier core are lost)
 }
 
 func newSim(t *testing.T, seed uint64, n, window int) *simWorld {
-	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}}
-	w.cfg = CoreConfig{Window: window, BackoffMin: 10, BackoffMax: 1000, AckTimeout: 5000}
+	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}, seqOf: map[string]uint64{}, foreignSeq: map[uint64]bool{}}
+	w.cfg = CoreConfig{Window: window, BackoffMin: 10, BackoffMax: 1000, AckTimeout: 5000, SeqOrder: true}
 	w.restart()
 	return w
 }
@@ -49,7 +80,8 @@ func (w *simWorld) restart() {
 	w.handle = map[uint64]int{}
 	w.keyIdx = map[uint64]int{}
 	w.deliv = make([]bool, w.n)
-	w.transit, w.confirm = nil, nil
+	w.transit, w.confirm, w.refused = nil, nil, nil
+	w.gen++
 	w.up = false
 	w.connDue = 0
 }
@@ -63,7 +95,7 @@ func (w *simWorld) apply(acts []Action) {
 			if !w.up {
 				w.t.Fatalf("forward of %d while the link is down", a.Key)
 			}
-			w.transit = append(w.transit, a.Key)
+			w.transit = append(w.transit, simFwd{key: a.Key, i: w.keyIdx[a.Key], afterSeq: a.AfterSeq, gen: w.gen, core: w.core})
 		case ActAckSource:
 			i, ok := w.handle[a.Key]
 			if !ok {
@@ -77,6 +109,13 @@ func (w *simWorld) apply(acts []Action) {
 			w.deliv[i] = false
 		case ActConnect:
 			w.connDue = w.now + 1 + w.rng.Int64N(50)
+		case ActCheck:
+			foreign := false
+			for q := a.From; q <= a.To; q++ {
+				foreign = foreign || w.foreignSeq[q] || q > w.lastSeq
+			}
+			w.checks++
+			w.apply(w.core.Checked(foreign, w.now))
 		}
 	}
 	if s := w.core.Stats().InFlight; s > w.cfg.Window {
@@ -113,15 +152,28 @@ func (w *simWorld) deliverOne() bool {
 	return false
 }
 
-func (w *simWorld) store(key uint64) {
-	i, ok := w.keyIdx[key]
-	if !ok {
-		w.t.Fatalf("forward of unknown key %d", key)
+// store is the sink taking forward f: a duplicate is confirmed without
+// storing; a forward whose AfterSeq is not the last sequence is refused
+// (unless noCond); anything else stored and confirmed. It reports whether
+// f was confirmed (f.seq set).
+func (w *simWorld) store(f *simFwd) bool {
+	i := f.i
+	id := w.id(i)
+	if w.seen[id] {
+		f.seq = w.seqOf[id]
+		return true
 	}
-	if !w.seen[w.id(i)] {
-		w.seen[w.id(i)] = true
-		w.stored = append(w.stored, i)
+	if !w.noCond && f.afterSeq != 0 && f.afterSeq != w.lastSeq {
+		w.refused = append(w.refused, *f)
+		return false
 	}
+	w.seen[id] = true
+	w.stored = append(w.stored, i)
+	w.lastID = id
+	w.lastSeq++
+	w.seqOf[id] = w.lastSeq
+	f.seq = w.lastSeq
+	return true
 }
 
 func (w *simWorld) step(chaos bool) {
@@ -129,37 +181,70 @@ func (w *simWorld) step(chaos bool) {
 	switch r := w.rng.IntN(100); {
 	case r < 30:
 		w.deliverOne()
-	case r < 55 && len(w.transit) > 0 && w.up:
-		k := w.transit[0]
+	case r < 50 && len(w.transit) > 0 && w.up:
+		f := w.transit[0]
 		w.transit = w.transit[1:]
-		w.store(k)
-		w.confirm = append(w.confirm, k)
-	case r < 80 && len(w.confirm) > 0:
-		k := w.confirm[0]
+		if w.store(&f) {
+			w.confirm = append(w.confirm, f)
+		}
+	case r < 55 && len(w.orphans) > 0:
+		// A forward of a failed link reaches the (new) leader.
+		f := w.orphans[0]
+		w.orphans = w.orphans[1:]
+		if w.store(&f) {
+			w.confirm = append(w.confirm, f)
+		}
+	case r < 75 && len(w.confirm) > 0:
+		f := w.confirm[0]
 		w.confirm = w.confirm[1:]
-		w.apply(w.core.Confirmed(k, w.now))
-	case r < 84 && chaos && w.up:
+		if f.core == w.core {
+			w.apply(w.core.Confirmed(f.key, f.seq, w.now))
+		}
+	case r < 80 && len(w.refused) > 0:
+		f := w.refused[0]
+		w.refused = w.refused[1:]
+		if f.gen == w.gen && f.core == w.core {
+			w.refusals++
+			w.apply(w.core.Refused(f.key, w.now))
+		}
+	case r < 83 && chaos && w.up:
 		// The link breaks: a random prefix of what is on the wire is
 		// stored, its confirmations lost; the rest is lost.
 		cut := w.rng.IntN(len(w.transit) + 1)
-		for _, k := range w.transit[:cut] {
-			w.store(k)
+		for _, f := range w.transit[:cut] {
+			w.store(&f)
 		}
 		w.transit = nil
 		if w.rng.IntN(2) == 0 {
 			w.confirm = nil
 		}
 		w.up = false
+		w.gen++
 		w.apply(w.core.SinkFailed(w.now))
-	case r < 85 && chaos:
+	case r < 85 && chaos && w.up && len(w.transit) > 1:
+		// A stream leader change: the first forward on the wire is
+		// answered "no responders" (not stored), which fails the link;
+		// the ones sent behind it reach the new leader later.
+		w.orphans = append(w.orphans, w.transit[1:]...)
+		w.transit = nil
+		w.up = false
+		w.gen++
+		w.apply(w.core.SinkFailed(w.now))
+	case r == 85 && chaos && w.foreignOn:
+		// Another writer stores into the same stream.
+		w.foreign++
+		w.lastID = fmt.Sprintf("other:%d", w.foreign)
+		w.lastSeq++
+		w.foreignSeq[w.lastSeq] = true
+	case r < 87 && chaos:
 		w.crashes++
 		// Stored on the wire before the crash or not, at random.
 		cut := w.rng.IntN(len(w.transit) + 1)
-		for _, k := range w.transit[:cut] {
-			w.store(k)
+		for _, f := range w.transit[:cut] {
+			w.store(&f)
 		}
 		w.restart()
-	case r < 86 && chaos:
+	case r < 88 && chaos:
 		// The source's session ends: its unacked messages go back.
 		w.deliv = make([]bool, w.n)
 		w.core.SourceLost(w.now)
@@ -173,7 +258,7 @@ func (w *simWorld) step(chaos bool) {
 			}
 		} else {
 			w.up = true
-			w.apply(w.core.LinkUp(w.now))
+			w.apply(w.core.LinkUp(w.now, w.lastSeq))
 		}
 	}
 	w.apply(w.core.Tick(w.now))
@@ -189,41 +274,179 @@ func (w *simWorld) done() bool {
 }
 
 func TestCoreSimulation(t *testing.T) {
-	for seed := uint64(1); seed <= 120; seed++ {
+	refused, shared := 0, 0
+	for seed := uint64(1); seed <= 160; seed++ {
 		window := []int{1, 2, 8, 64}[seed%4]
 		w := newSim(t, seed, 200, window)
-		for range 20000 {
-			w.step(true)
-		}
-		steps := 0
-		for !w.done() {
-			w.step(false)
-			if steps++; steps > 500000 {
-				t.Fatalf("seed %d: no progress without faults: %d of %d acked", seed, countTrue(w.acked), w.n)
-			}
-		}
-		// Exactly once, in order: every message but the loops stored once,
-		// in source order.
-		want := 0
-		for _, i := range w.stored {
-			for want < w.n && w.isSkip(want) {
-				want++
-			}
-			if i != want {
-				t.Fatalf("seed %d (window %d): stored %d where %d was due (order: %v)", seed, window, i, want, w.stored)
-			}
-			want++
-		}
-		for want < w.n && w.isSkip(want) {
-			want++
-		}
-		if want != w.n {
-			t.Fatalf("seed %d: %d messages stored, want all up to %d", seed, len(w.stored), w.n)
+		if err := w.run(); err != "" {
+			t.Fatalf("seed %d (window %d): %s", seed, window, err)
 		}
 		if st := w.core.Stats(); st.PendingItems != 0 || st.PendingBytes != 0 || st.InFlight != 0 {
 			t.Fatalf("seed %d: core still holds %+v after all were acknowledged", seed, st)
 		}
+		if w.core.Stats().Shared {
+			t.Fatalf("seed %d: the core took a sink it writes alone for shared", seed)
+		}
+		shared += w.checks
+		refused += w.refusals
 	}
+	// The faults the order rule exists for did happen.
+	if refused == 0 {
+		t.Fatal("no forward was refused: the simulation does not exercise the condition")
+	}
+	t.Logf("%d refusals; %d checks for another writer (each found none)", refused, shared)
+}
+
+// TestCoreSequences: forwards behind an unconfirmed item carry the
+// predicted sequence of the one before; a confirmation at another
+// sequence (another writer) makes the core forward one at a time.
+func TestCoreSequences(t *testing.T) {
+	c := NewCore(CoreConfig{Window: 8, BackoffMin: 10, BackoffMax: 10, SeqOrder: true}, 1)
+	c.Tick(0)
+	c.LinkUp(0, 10)
+	var keys []uint64
+	for i := range 4 {
+		k, _, acts := c.Offer(Item{ID: fmt.Sprint("a:", i)}, 1)
+		want := Action{Kind: ActForward, Key: k}
+		if i > 0 {
+			want.AfterSeq = uint64(10 + i)
+		}
+		if len(acts) != 1 || acts[0] != want {
+			t.Fatalf("item %d: want %+v, got %v", i, want, acts)
+		}
+		keys = append(keys, k)
+	}
+	for i, k := range keys {
+		c.Confirmed(k, uint64(11+i), 2)
+	}
+	if c.Stats().Shared {
+		t.Fatal("shared after exact predictions")
+	}
+	// Another writer stored one: the next head lands at 16, not 15.
+	k, _, acts := c.Offer(Item{ID: "a:4"}, 3)
+	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k}) {
+		t.Fatalf("head: got %v", acts)
+	}
+	k2, _, acts := c.Offer(Item{ID: "a:5"}, 3)
+	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k2, AfterSeq: 15}) {
+		t.Fatalf("behind the head: got %v", acts)
+	}
+	acts = c.Confirmed(k, 16, 4)
+	if len(acts) != 2 || acts[0] != (Action{Kind: ActCheck, From: 15, To: 15}) {
+		t.Fatalf("a confirmation at 16 where 15 was predicted: want sequence 15 checked, got %v", acts)
+	}
+	if _, _, acts := c.Offer(Item{ID: "a:5b"}, 4); len(acts) != 0 {
+		t.Fatalf("while checking: want nothing behind an unconfirmed item, got %v", acts)
+	}
+	c.Checked(true, 4)
+	if !c.Stats().Shared {
+		t.Fatal("another writer's message at 15: want shared")
+	}
+	if acts := c.Refused(k2, 5); len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k2}) {
+		t.Fatalf("refused, now the head: want it again without a condition, got %v", acts)
+	}
+	if _, _, acts := c.Offer(Item{ID: "a:6"}, 6); len(acts) != 0 {
+		t.Fatalf("shared: want nothing behind an unconfirmed item, got %v", acts)
+	}
+
+	// Its own message stored late (a failed link's forward): back to the
+	// window once checked.
+	c2 := NewCore(CoreConfig{Window: 8, BackoffMin: 10, BackoffMax: 10, SeqOrder: true}, 1)
+	c2.Tick(0)
+	c2.LinkUp(0, 10)
+	k, _, _ = c2.Offer(Item{ID: "b:0"}, 1)
+	acts = c2.Confirmed(k, 12, 2)
+	if len(acts) != 2 || acts[0] != (Action{Kind: ActCheck, From: 11, To: 11}) {
+		t.Fatalf("want sequence 11 checked, got %v", acts)
+	}
+	c2.Checked(false, 3)
+	k, _, _ = c2.Offer(Item{ID: "b:1"}, 4)
+	if _, _, acts := c2.Offer(Item{ID: "b:2"}, 4); len(acts) != 1 || acts[0].AfterSeq != 13 {
+		t.Fatalf("checked, its own: want the window again (after 13), got %v", acts)
+	}
+	if c2.Stats().Shared {
+		t.Fatal("its own message taken for another writer's")
+	}
+}
+
+// TestCoreSimulationSharedSink: another writer stores into the sink now
+// and then. The core notices (a confirmation at a sequence it did not
+// predict) and forwards one at a time from then on; every message is
+// stored once. (Order is promised for a sink the core writes alone; with
+// another writer, from the moment the core noticed it.)
+func TestCoreSimulationSharedSink(t *testing.T) {
+	noticed, foreign, misordered := 0, 0, 0
+	for seed := uint64(1); seed <= 80; seed++ {
+		w := newSim(t, seed, 200, 8)
+		w.foreignOn = true
+		err := w.run()
+		if err != "" && !strings.HasPrefix(err, "stored") {
+			t.Fatalf("seed %d: %s", seed, err)
+		}
+		if err != "" {
+			misordered++
+		}
+		if w.foreign > 0 && w.core.Stats().Shared {
+			noticed++
+		}
+		foreign += w.foreign
+	}
+	if noticed == 0 || foreign == 0 {
+		t.Fatalf("noticed in %d seeds, %d messages of another writer: not exercised", noticed, foreign)
+	}
+	t.Logf("another writer noticed in %d of 80 seeds (%d of its messages); %d seeds stored out of order before the core noticed", noticed, foreign, misordered)
+}
+
+// TestCoreSimulationFindsReorder: with a sink that ignores After (a
+// JetStream publish without Nats-Expected-Last-Msg-Id), the leader changes
+// of the simulation store a later message before an earlier one: the
+// simulation can see the fault the condition prevents.
+func TestCoreSimulationFindsReorder(t *testing.T) {
+	found := 0
+	for seed := uint64(1); seed <= 40; seed++ {
+		w := newSim(t, seed, 200, 8)
+		w.noCond = true
+		if err := w.run(); err != "" {
+			found++
+		}
+	}
+	if found == 0 {
+		t.Fatal("no seed stored out of order without the condition: the simulation cannot find the reorder")
+	}
+	t.Logf("%d of 40 seeds stored out of order without the condition", found)
+}
+
+// run drives the world with faults, then without until every message is
+// acknowledged, and checks what the sink stored: every message but the
+// loops once, in source order. It returns what is wrong, or "".
+func (w *simWorld) run() string {
+	for range 20000 {
+		w.step(true)
+	}
+	steps := 0
+	for !w.done() {
+		w.step(false)
+		if steps++; steps > 500000 {
+			w.t.Fatalf("no progress without faults: %d of %d acked", countTrue(w.acked), w.n)
+		}
+	}
+	want := 0
+	for _, i := range w.stored {
+		for want < w.n && w.isSkip(want) {
+			want++
+		}
+		if i != want {
+			return fmt.Sprintf("stored %d where %d was due (order: %v)", i, want, w.stored)
+		}
+		want++
+	}
+	for want < w.n && w.isSkip(want) {
+		want++
+	}
+	if want != w.n {
+		return fmt.Sprintf("%d messages stored, want all up to %d", len(w.stored), w.n)
+	}
+	return ""
 }
 
 func countTrue(b []bool) int {
@@ -258,7 +481,7 @@ func TestCoreBackoff(t *testing.T) {
 		now = c.RetryAt()
 	}
 	c.Tick(now)
-	c.LinkUp(now)
+	c.LinkUp(now, 0)
 	c.SinkFailed(now)
 	if got := c.RetryAt() - now; got < 50 || got > 100 {
 		t.Fatalf("after a success the delay starts again from the minimum, got %d", got)
@@ -270,9 +493,9 @@ func TestCoreBackoff(t *testing.T) {
 func TestCoreAckTimeout(t *testing.T) {
 	c := NewCore(CoreConfig{Window: 4, BackoffMin: 10, BackoffMax: 10, AckTimeout: 1000}, 1)
 	c.Tick(0)
-	c.LinkUp(0)
+	c.LinkUp(0, 0)
 	k, _, acts := c.Offer(Item{ID: "a:1"}, 1)
-	if len(acts) != 1 || acts[0] != (Action{ActForward, k}) {
+	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k}) {
 		t.Fatalf("want forward, got %v", acts)
 	}
 	c.Tick(1000)
@@ -284,11 +507,11 @@ func TestCoreAckTimeout(t *testing.T) {
 		t.Fatal("not failed after the timeout")
 	}
 	c.Tick(c.RetryAt())
-	acts = c.LinkUp(c.RetryAt())
-	if len(acts) != 1 || acts[0] != (Action{ActForward, k}) {
+	acts = c.LinkUp(c.RetryAt(), 0)
+	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k}) {
 		t.Fatalf("want the same item forwarded again, got %v", acts)
 	}
-	if acts := c.Confirmed(k, 2000); len(acts) != 1 || acts[0] != (Action{ActAckSource, k}) {
+	if acts := c.Confirmed(k, 1, 2000); len(acts) != 1 || acts[0] != (Action{Kind: ActAckSource, Key: k}) {
 		t.Fatalf("want ack at source, got %v", acts)
 	}
 }

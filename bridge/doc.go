@@ -19,6 +19,14 @@
 // stomp:BRIDGE:MESSAGE_ID); the remote ack follows the local RECEIPT, which
 // Herald sends once the message is committed to its journal.
 //
+// Order: out to JetStream, a publish behind an unconfirmed one carries
+// Nats-Expected-Last-Sequence (the sequence the one before is predicted to
+// have), so the stream stores nothing past a message that failed; another
+// writer to the stream is noticed and the bridge then sends one at a time.
+// In from JetStream, the Sequencer (inorder_core.go) passes messages on in
+// stream order, holding back those that overtook one delivered to a lost
+// connection. docs/design.md, "Bridges", says what is promised.
+//
 // Loop prevention: every message crossing a bridge carries
 // herald-bridge-origin (the appliance ids it left, comma-separated) and
 // herald-bridge-hops; a bridge does not bring in a message that already

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,6 +135,34 @@ func streamSubjectCount(t *testing.T, js jetstream.JetStream, subject string) ui
 	return info.State.Subjects[subject]
 }
 
+// streamInOrder reads the stream's messages on subject and checks they
+// are "0".."n-1" in stream order: stored once each, in the order sent.
+func streamInOrder(t *testing.T, js jetstream.JetStream, subject string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := js.OrderedConsumer(ctx, "HERALD", jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		for tries := 0; err != nil && tries < 10 && ctx.Err() == nil; tries++ {
+			// The cluster may still be electing after the faults: the
+			// ordered consumer starts again after the last it gave.
+			time.Sleep(200 * time.Millisecond)
+			m, err = c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		}
+		if err != nil {
+			t.Fatalf("stream message %d of %d on %s: %v", i, n, subject, err)
+		}
+		if got := string(m.Data()); got != strconv.Itoa(i) {
+			md, _ := m.Metadata()
+			t.Fatalf("stream message %d on %s is %q (stream sequence %d): stored out of order or twice", i, subject, got, md.Sequence.Stream)
+		}
+	}
+}
+
 // TestBridgeJetStreamExactlyOnce: site A's queue goes out to a 3-node
 // JetStream cluster (replicas 3) and into site B's queue, while one NATS
 // node is stopped and started, and then the whole cluster is down for a
@@ -143,11 +172,9 @@ func TestBridgeJetStreamExactlyOnce(t *testing.T) {
 	cl := natstest.Start(t, 3)
 	a := testbroker.Start(t, nil)
 	b := testbroker.Start(t, nil)
-	// max_in_flight = 1: the order promised across a stream leader change
-	// (a node is stopped below; docs/design.md, "Bridges").
-	strict := jsBridge("backbone", "site-a", "out", cl.URLs(), appliance.BridgeMap{Local: "/queue/orders", Remote: "sites.a.orders"})
-	strict.MaxInFlight = 1
-	outA := startBridge(t, a, strict)
+	// A window of 32 each way: order holds across stream leader changes
+	// (Nats-Expected-Last-Msg-Id) and reconnections (the sequencer).
+	outA := startBridge(t, a, jsBridge("backbone", "site-a", "out", cl.URLs(), appliance.BridgeMap{Local: "/queue/orders", Remote: "sites.a.orders"}))
 	inB := startBridge(t, b, jsBridge("backbone", "site-b", "in", cl.URLs(), appliance.BridgeMap{Local: "/queue/from-a", Remote: "sites.a.orders"}))
 
 	waitUp(t, outA, inB)
@@ -183,6 +210,7 @@ func TestBridgeJetStreamExactlyOnce(t *testing.T) {
 	if got := streamSubjectCount(t, js, "sites.a.orders"); got != n {
 		t.Errorf("stream holds %d messages on sites.a.orders, want %d (each once)", got, n)
 	}
+	streamInOrder(t, js, "sites.a.orders", n)
 	va, vb := outA.View(), inB.View()
 	t.Logf("A out: %+v", va.Directions[0])
 	t.Logf("B in: %+v", vb.Directions[0])
@@ -191,6 +219,81 @@ func TestBridgeJetStreamExactlyOnce(t *testing.T) {
 	}
 	if q, _ := a.B.Queue("orders"); q.Messages != 0 {
 		t.Errorf("A's queue still holds %d messages", q.Messages)
+	}
+}
+
+// TestBridgeOutDetectsAnotherWriter: the out direction with 32 in flight,
+// while another publisher writes into the same stream and the stream's
+// leader is made to step down again and again (each change can answer a
+// publish "no responders" while the next one reaches the new leader). The
+// bridge notices the other writer (a sequence it did not predict) and
+// sends one at a time; its subject holds every message once, in the order
+// sent. (Written first with Nats-Expected-Last-Msg-Id as the condition:
+// the first refusal stopped the whole stream, nats-server 2.15.2.)
+func TestBridgeOutDetectsAnotherWriter(t *testing.T) {
+	cl := natstest.Start(t, 3)
+	a := testbroker.Start(t, nil)
+	outA := startBridge(t, a, jsBridge("backbone", "site-a", "out", cl.URLs(), appliance.BridgeMap{Local: "/queue/orders", Remote: "sites.a.orders"}))
+	waitUp(t, outA)
+	nc, js := natstest.Connect(t, cl.URLs())
+
+	stop := make(chan struct{})
+	var other sync.WaitGroup
+	var otherN atomic.Int64
+	other.Add(1)
+	go func() {
+		defer other.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f, err := js.PublishAsync("sites.other", []byte("x"))
+			if err != nil {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			select {
+			case <-f.Ok():
+				otherN.Add(1)
+			case <-f.Err():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}()
+	pa := a.Dial(t)
+	const n = 1500
+	stepdowns := 0
+	sendAll(t, pa, "/queue/orders", 0, n, func(i int) {
+		if i > 0 && i%250 == 0 {
+			if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.HERALD", nil, 5*time.Second); err == nil {
+				stepdowns++
+			} else {
+				t.Logf("step down at %d: %v", i, err)
+			}
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for outA.View().Directions[0].Confirmed < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("A out confirmed %d of %d (the other writer stored %d): %+v", outA.View().Directions[0].Confirmed, n, otherN.Load(), outA.View().Directions[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	other.Wait()
+	if got := streamSubjectCount(t, js, "sites.a.orders"); got != n {
+		t.Errorf("stream holds %d messages on sites.a.orders, want %d (each once)", got, n)
+	}
+	streamInOrder(t, js, "sites.a.orders", n)
+	d := outA.View().Directions[0]
+	t.Logf("A out: %d stepdowns, %d messages of the other writer; confirmed %d, refused %d, resent %d, failures %d, shared %v", stepdowns, otherN.Load(), d.Confirmed, d.Refused, d.Resent, d.Failures, d.SharedStream)
+	if stepdowns == 0 || otherN.Load() == 0 {
+		t.Fatalf("%d stepdowns, %d messages of the other writer: the test did not exercise them", stepdowns, otherN.Load())
+	}
+	if !d.SharedStream {
+		t.Errorf("the other writer was not noticed (shared_stream false)")
 	}
 }
 
@@ -239,7 +342,7 @@ func TestBridgeNoLoop(t *testing.T) {
 	qa, _ := a.B.Queue("inbox")
 	qr, _ := b.B.Queue("relay")
 	if qa.Messages != 0 || qr.Messages != 0 {
-		t.Errorf("A's inbox holds %d, B's relay %d: want 0 (refused as loops)", qa.Messages, qr.Messages)
+		t.Errorf("A's inbox holds %d, B's relay %d: want 0 (refused as loops); relay out %+v", qa.Messages, qr.Messages, relayOut.View().Directions[0])
 	}
 	var skipped uint64
 	for _, br := range []*bridge.Bridge{ba, relayIn} {

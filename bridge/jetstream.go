@@ -81,11 +81,35 @@ func ensureStream(ctx context.Context, w *worker, js jetstream.JetStream) error 
 	return nil
 }
 
+// natsControl reports whether k is a header JetStream acts on when a
+// message is published (conditions, batches, rollups, TTLs): one that came
+// in with a message must not go out again with it (a relayed message
+// would carry its first publish's Nats-Expected-Last-Sequence).
+func natsControl(k string) bool {
+	for _, p := range []string{"Nats-Expected-", "Nats-Batch-", "Nats-Rollup", "Nats-TTL", "Nats-Incr", "Nats-Schedule"} {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// JetStream's answers to a publish whose Nats-Expected-Last-Sequence is
+// not the stream's last sequence (JSStreamWrongLastSequenceErrF,
+// JSStreamWrongLastSequenceConstantErr).
+const (
+	errCodeWrongLastSeq      jetstream.ErrorCode = 10071
+	errCodeWrongLastSeqConst jetstream.ErrorCode = 10164
+)
+
 // jsOut publishes to JetStream (direction out).
 type jsOut struct {
 	w  *worker
 	nc *nats.Conn
 	js jetstream.JetStream
+	// lastSeq is the stream's last sequence, read at each connection: the
+	// core's base for predicting sequences (Nats-Expected-Last-Sequence)
+	lastSeq uint64
 }
 
 func (j *jsOut) ok() bool { return j.nc != nil && j.nc.IsConnected() }
@@ -110,10 +134,22 @@ func (j *jsOut) connect(ctx context.Context) error {
 		}
 		j.nc, j.js = nc, js
 	}
-	return ensureStream(ctx, j.w, j.js)
+	if err := ensureStream(ctx, j.w, j.js); err != nil {
+		return err
+	}
+	st, err := j.js.Stream(ctx, j.w.cfg().Stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", j.w.cfg().Stream, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", j.w.cfg().Stream, err)
+	}
+	j.lastSeq = si.State.LastSeq
+	return nil
 }
 
-func (j *jsOut) publish(key, gen uint64, h handle) error {
+func (j *jsOut) publish(key, gen, afterSeq uint64, h handle) error {
 	if j.js == nil {
 		return errors.New("not connected to NATS")
 	}
@@ -126,45 +162,107 @@ func (j *jsOut) publish(key, gen uint64, h handle) error {
 	// (a stream leader election) would store this message after the ones
 	// sent behind it. A failure fails the link; the core sends it and
 	// every later one again, in order.
-	f, err := j.js.PublishMsgAsync(m, jetstream.WithMsgID(h.id), jetstream.WithExpectStream(j.w.cfg().Stream), jetstream.WithRetryAttempts(0))
+	//
+	// Order with a window: a message sent while the one before it is
+	// unconfirmed carries Nats-Expected-Last-Sequence with the sequence
+	// that one is predicted to have (the core's; exact while this bridge
+	// is the stream's only writer), so the stream stores it only right
+	// after it. During a leader change, a publish answered "no
+	// responders" by the old leader can no longer be overtaken by the next
+	// one reaching the new leader: the next one is refused (wrong last
+	// sequence) and sent again in order. The stream checks duplicates
+	// (Nats-Msg-Id) before the condition, so a resend of a message already
+	// stored is still answered "duplicate".
+	//
+	// Not Nats-Expected-Last-Msg-Id, which would also hold with other
+	// writers: a clustered stream checks it when it applies the message,
+	// and nats-server 2.15.2 then stops answering every publish to the
+	// stream (found writing TestBridgeOutDetectsAnotherWriter; a single
+	// refused publish is enough).
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(h.id), jetstream.WithExpectStream(j.w.cfg().Stream), jetstream.WithRetryAttempts(0)}
+	if afterSeq != 0 {
+		opts = append(opts, jetstream.WithExpectLastSequence(afterSeq))
+	}
+	f, err := j.js.PublishMsgAsync(m, opts...)
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", h.dest, err)
 	}
 	res := j.w.results
 	go func() {
 		select {
-		case <-f.Ok():
-			res <- result{key: key, gen: gen}
+		case a := <-f.Ok():
+			res <- result{key: key, gen: gen, seq: a.Sequence}
 		case err := <-f.Err():
-			res <- result{key: key, gen: gen, err: fmt.Errorf("publish to %s: %w", h.dest, err)}
+			var api *jetstream.APIError
+			refused := errors.As(err, &api) && (api.ErrorCode == errCodeWrongLastSeq || api.ErrorCode == errCodeWrongLastSeqConst)
+			res <- result{key: key, gen: gen, refused: refused, err: fmt.Errorf("publish to %s: %w", h.dest, err)}
 		}
 	}()
 	return nil
 }
 
+// check reads, in a goroutine, the stream's messages from..to and answers
+// on out whether any is not this appliance's (another writer's): its
+// Nats-Msg-Id does not start with APPLIANCE_ID ":". A failed read, a
+// missing message or a range over 1000 answer true (the safe side: one
+// at a time).
+func (j *jsOut) check(ctx context.Context, from, to uint64, out chan<- bool) {
+	js, name, prefix := j.js, j.w.cfg().Stream, j.w.cfg().ApplianceID+":"
+	timeout := max(5*time.Second, j.w.cfg().AckTimeout.Duration)
+	go func() {
+		foreign := true
+		defer func() {
+			select {
+			case out <- foreign:
+			case <-ctx.Done():
+			}
+		}()
+		if js == nil || to < from || to-from >= 1000 {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		st, err := js.Stream(cctx, name)
+		if err != nil {
+			return
+		}
+		for seq := from; seq <= to; seq++ {
+			m, err := st.GetMsg(cctx, seq)
+			if err != nil || !strings.HasPrefix(m.Header.Get(nats.MsgIdHdr), prefix) {
+				return
+			}
+		}
+		foreign = false
+	}()
+}
+
 // jsIn consumes a durable JetStream consumer (direction in).
 //
 // Order. Messages in transit when the connection broke stay pending at the
-// server, which would go on delivering newer ones to the next pull and
-// redeliver the lost ones only after the ack wait: out of order. So after a
-// disconnection (and at start, when the durable has messages pending from
-// an earlier run) the bridge stops pulling until the ack wait has passed:
-// the server redelivers the pending messages first, in order, then new ones.
+// server, which goes on delivering newer ones to the next pull and
+// redelivers the lost ones only after the ack wait: out of order. The
+// worker's Sequencer (inorder_core.go) puts them back in stream order: at
+// each consume session's start it learns the consumer's ack floor and the
+// stream's first sequence; each message brings its consumer (delivery)
+// sequence and delivery count, from which it proves a message's
+// predecessor; it holds back what arrives before a missing message, and
+// asks the stream (probe) which message of the consumer's subjects follows
+// the last one passed on.
 type jsIn struct {
-	w        *worker
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	cons     jetstream.Consumer
-	cc       jetstream.ConsumeContext
-	lost     atomic.Bool // set by nats.go when the connection dropped
-	base     uint64      // the connection's reconnect count when pulling started
-	resumeAt time.Time   // no pulling before
-	started  bool
+	w      *worker
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cons   jetstream.Consumer
+	cc     jetstream.ConsumeContext
+	lost   atomic.Bool // set by nats.go when the connection dropped
+	base   uint64      // the connection's reconnect count when pulling started
 }
 
 // broken reports whether the connection dropped since pulling started: a
-// message delivered after a reconnection may have overtaken one lost in
-// transit, so it is not taken (it stays pending and comes again in order).
+// message delivered after a reconnection belongs to a session the
+// sequencer was not told about, so it is not taken (it stays pending and
+// comes again in the next session).
 func (j *jsIn) broken() bool {
 	return j.lost.Load() || (j.nc != nil && j.nc.Stats().Reconnects != j.base)
 }
@@ -200,7 +298,6 @@ func (j *jsIn) connect(ctx context.Context) error {
 	if j.cc != nil && j.broken() {
 		j.cc.Stop()
 		j.cc = nil
-		j.resumeAt = time.Now().Add(j.ackWait())
 	}
 	if j.nc == nil || j.nc.IsClosed() {
 		nc, err := natsConnect(w, nats.DisconnectErrHandler(func(*nats.Conn, error) { j.lost.Store(true) }))
@@ -236,15 +333,21 @@ func (j *jsIn) connect(ctx context.Context) error {
 		return fmt.Errorf("consumer %s on stream %s: %w", c.Durable, c.Stream, err)
 	}
 	j.cons = cons
-	if !j.started {
-		j.started = true
-		if ci, err := cons.Info(ctx); err == nil && ci.NumAckPending > 0 {
-			j.resumeAt = time.Now().Add(j.ackWait())
-		}
+	st, err := j.js.Stream(ctx, c.Stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", c.Stream, err)
 	}
-	if wait := time.Until(j.resumeAt); wait > 0 {
-		return fmt.Errorf("consumer %s: waiting %s for the ack wait to pass, so that the messages pending since the connection broke come again first, in order", c.Durable, wait.Round(time.Millisecond))
+	j.stream = st
+	// The session's start for the sequencer, read before the first pull.
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer %s on stream %s: %w", c.Durable, c.Stream, err)
 	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", c.Stream, err)
+	}
+	w.execSeq(ctx, w.seq.Start(ci.AckFloor.Stream, si.State.FirstSeq, time.Now().UnixNano()))
 	in := w.remoteIn
 	stream := c.Stream
 	nc := j.nc
@@ -254,7 +357,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		if nc.Stats().Reconnects != base {
 			j.lost.Store(true)
-			return // not acknowledged: it comes again, in order, after the ack wait
+			return // not acknowledged: it comes again in the next session
 		}
 		md, err := msg.Metadata()
 		if err != nil {
@@ -268,7 +371,10 @@ func (j *jsIn) connect(ctx context.Context) error {
 		var hdrs stomp.Headers
 		for k, vs := range msg.Headers() {
 			switch k {
-			case "Nats-Msg-Id", "Nats-Expected-Stream", "dedup-id", "_AMQ_DUPL_ID", "content-length", "destination", "receipt":
+			case "Nats-Msg-Id", "dedup-id", "_AMQ_DUPL_ID", "content-length", "destination", "receipt":
+				continue
+			}
+			if natsControl(k) {
 				continue
 			}
 			for _, v := range vs {
@@ -276,6 +382,9 @@ func (j *jsIn) connect(ctx context.Context) error {
 			}
 		}
 		in <- inMsg{
+			seq:     md.Sequence.Stream,
+			dseq:    md.Sequence.Consumer,
+			first:   md.NumDelivered == 1,
 			id:      "js:" + stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10),
 			dest:    mapName(m.Local, rest),
 			headers: hdrs,
@@ -302,4 +411,57 @@ func (j *jsIn) lag(ctx context.Context) (int64, bool) {
 		return 0, false
 	}
 	return int64(ci.NumPending) + int64(ci.NumAckPending), true
+}
+
+// probeAnswer is the stream's answer to a sequencer's probe.
+type probeAnswer struct {
+	after, first, streamFirst uint64
+	found                     bool
+	err                       error
+}
+
+// probe finds, in a goroutine, the consumer's first message after stream
+// sequence after (the smallest over the maps' subjects) and the stream's
+// first sequence; the answer comes on out.
+func (j *jsIn) probe(ctx context.Context, after uint64, out chan<- probeAnswer) {
+	st := j.stream
+	var filters []string
+	for _, m := range j.w.maps {
+		filters = append(filters, m.Remote)
+	}
+	timeout := max(5*time.Second, j.w.cfg().AckTimeout.Duration)
+	go func() {
+		a := probeAnswer{after: after}
+		defer func() {
+			select {
+			case out <- a:
+			case <-ctx.Done():
+			}
+		}()
+		if st == nil {
+			a.err = errors.New("no stream")
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		si, err := st.Info(pctx)
+		if err != nil {
+			a.err = err
+			return
+		}
+		a.streamFirst = si.State.FirstSeq
+		for _, f := range filters {
+			m, err := st.GetMsg(pctx, after+1, jetstream.WithGetMsgSubject(f))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				a.err = err
+				return
+			}
+			if !a.found || m.Sequence < a.first {
+				a.first, a.found = m.Sequence, true
+			}
+		}
+	}()
 }

@@ -69,7 +69,7 @@ func (s *stompOut) connect(ctx context.Context) error {
 	return nil
 }
 
-func (s *stompOut) publish(key, gen uint64, h handle) error {
+func (s *stompOut) publish(key, gen, _ uint64, h handle) error {
 	if s.conn == nil {
 		return errors.New("not connected to the STOMP peer")
 	}

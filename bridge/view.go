@@ -46,6 +46,11 @@ func (w *worker) publishView(force bool) {
 	v.Held, v.HeldBytes = st.PendingItems, st.PendingBytes
 	v.Taken, v.Forwarded, v.Resent, v.Confirmed, v.Skipped = st.Taken, st.Forwarded, st.Resent, st.Confirmed, st.Skipped
 	v.Reconnects, v.Failures, v.Dropped = st.Reconnects, st.Failures, w.dropped.Load()
+	v.Refused, v.SharedStream = st.Refused, st.Shared
+	if w.seq != nil {
+		ss := w.seq.Stats()
+		v.HeldBack, v.HeldBackBytes, v.HeldBackTotal, v.Gaps = ss.Held, ss.HeldBytes, ss.HeldTotal, ss.Gaps
+	}
 	v.Failing = w.core.State() != LinkUp && v.LastError != ""
 	if w.core.State() == LinkUp {
 		v.FailingSince = ""

@@ -44,6 +44,21 @@ type DirView struct {
 	Dropped    uint64 `json:"dropped_total"` // topic messages dropped while the link was down or full
 	Reconnects uint64 `json:"reconnects_total"`
 	Failures   uint64 `json:"failures_total"`
+	// Refused: forwards the other side refused because the message before
+	// them was not the last it stored (direction out to JetStream; each is
+	// sent again in order).
+	Refused uint64 `json:"refused_total"`
+	// SharedStream: another publisher writes to the stream (direction
+	// out): the bridge sends one message at a time, which keeps order.
+	SharedStream bool `json:"shared_stream,omitempty"`
+	// HeldBack: messages of direction in (JetStream) held back, waiting for
+	// an earlier one the server delivers again, to keep stream order.
+	HeldBack      int64  `json:"held_back"`
+	HeldBackBytes int64  `json:"held_back_bytes"`
+	HeldBackTotal uint64 `json:"held_back_total"`
+	// Gaps: ranges of stream messages removed (retention, deletion) before
+	// direction in brought them in (the last error names the latest).
+	Gaps uint64 `json:"gaps_total"`
 	// Rate is the messages confirmed per second, over the last second or so.
 	Rate         float64 `json:"rate"`
 	LastError    string  `json:"last_error,omitempty"`

@@ -81,7 +81,11 @@ var (
 	dBrDropped    = prometheus.NewDesc("herald_bridge_topic_dropped_total", "Topic messages dropped while the link was down or its window full (topics are best effort).", []string{"bridge", "direction"}, nil)
 	dBrReconnects = prometheus.NewDesc("herald_bridge_reconnects_total", "Times the link came back after a failure.", []string{"bridge", "direction"}, nil)
 	dBrFailures   = prometheus.NewDesc("herald_bridge_failures_total", "Link failures: failed connection attempts, errors, lost connections, acknowledgements overdue.", []string{"bridge", "direction"}, nil)
-	bridgeDescs   = []*prometheus.Desc{dBrUp, dBrFailing, dBrLag, dBrLagBytes, dBrInFlight, dBrConfirmed, dBrResent, dBrSkipped, dBrDropped, dBrReconnects, dBrFailures}
+	dBrRefused    = prometheus.NewDesc("herald_bridge_refused_total", "Publishes JetStream refused because the message before them was not the last stored (out; each is sent again in order).", []string{"bridge", "direction"}, nil)
+	dBrHeldBack   = prometheus.NewDesc("herald_bridge_held_back_messages", "Messages held back to keep stream order, waiting for an earlier one the server delivers again (in, JetStream).", []string{"bridge", "direction"}, nil)
+	dBrHeldBackB  = prometheus.NewDesc("herald_bridge_held_back_bytes", "Bytes held back to keep stream order (in, JetStream; bounded by max_hold_bytes).", []string{"bridge", "direction"}, nil)
+	dBrGaps       = prometheus.NewDesc("herald_bridge_gaps_total", "Ranges of stream messages removed (retention, deletion) before the bridge brought them in (in, JetStream).", []string{"bridge", "direction"}, nil)
+	bridgeDescs   = []*prometheus.Desc{dBrUp, dBrFailing, dBrLag, dBrLagBytes, dBrInFlight, dBrConfirmed, dBrResent, dBrSkipped, dBrDropped, dBrReconnects, dBrFailures, dBrRefused, dBrHeldBack, dBrHeldBackB, dBrGaps}
 )
 
 // bridgeCollector reads the bridges' views at scrape time.
@@ -116,6 +120,10 @@ func (c bridgeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(dBrDropped, prometheus.CounterValue, float64(d.Dropped), l...)
 			ch <- prometheus.MustNewConstMetric(dBrReconnects, prometheus.CounterValue, float64(d.Reconnects), l...)
 			ch <- prometheus.MustNewConstMetric(dBrFailures, prometheus.CounterValue, float64(d.Failures), l...)
+			ch <- prometheus.MustNewConstMetric(dBrRefused, prometheus.CounterValue, float64(d.Refused), l...)
+			ch <- prometheus.MustNewConstMetric(dBrHeldBack, prometheus.GaugeValue, float64(d.HeldBack), l...)
+			ch <- prometheus.MustNewConstMetric(dBrHeldBackB, prometheus.GaugeValue, float64(d.HeldBackBytes), l...)
+			ch <- prometheus.MustNewConstMetric(dBrGaps, prometheus.CounterValue, float64(d.Gaps), l...)
 		}
 	}
 }
