@@ -398,7 +398,7 @@ func TestCoreSimulationSharedSink(t *testing.T) {
 }
 
 // TestCoreSimulationFindsReorder: with a sink that ignores After (a
-// JetStream publish without Nats-Expected-Last-Msg-Id), the leader changes
+// JetStream publish without Nats-Expected-Last-Sequence), the leader changes
 // of the simulation store a later message before an earlier one: the
 // simulation can see the fault the condition prevents.
 func TestCoreSimulationFindsReorder(t *testing.T) {
