@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
@@ -110,6 +111,7 @@ type jsOut struct {
 	// lastSeq is the stream's last sequence, read at each connection: the
 	// core's base for predicting sequences (Nats-Expected-Last-Sequence)
 	lastSeq uint64
+	warned  bool // the stream takes more than the maps (logged once)
 }
 
 func (j *jsOut) ok() bool { return j.nc != nil && j.nc.IsConnected() }
@@ -146,7 +148,53 @@ func (j *jsOut) connect(ctx context.Context) error {
 		return fmt.Errorf("stream %s: %w", j.w.cfg().Stream, err)
 	}
 	j.lastSeq = si.State.LastSeq
+	if wider := uncovered(si.Config.Subjects, j.w.maps); len(wider) > 0 && j.w.cfg().MaxInFlight > 1 && !j.warned {
+		j.warned = true
+		j.w.b.log.Warn("the out direction's stream takes subjects beyond its maps: if another publisher writes into it, the messages in flight when that publisher's first message arrives can be stored out of order, once, before the bridge notices and sends one at a time; set max_in_flight = 1, or give the out direction a stream of its own (subjects = its maps' remote subjects)",
+			"stream", j.w.cfg().Stream, "also", wider, "max_in_flight", j.w.cfg().MaxInFlight)
+	}
 	return nil
+}
+
+// uncovered returns the stream subjects (patterns) not within any map's
+// remote pattern: where other publishers may write into the stream.
+func uncovered(subjects []string, maps []appliance.BridgeMap) []string {
+	var out []string
+	for _, s := range subjects {
+		covered := false
+		for _, m := range maps {
+			if subjectCovers(m.Remote, s) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// subjectCovers reports whether every subject matching pattern s matches
+// pattern p (NATS wildcards: * one token, > the rest).
+func subjectCovers(p, s string) bool {
+	pt, st := strings.Split(p, "."), strings.Split(s, ".")
+	for i, x := range pt {
+		if x == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) {
+			return false
+		}
+		switch {
+		case st[i] == ">":
+			return false
+		case x == "*":
+		case x != st[i] || st[i] == "*":
+			return false
+		}
+	}
+	return len(pt) == len(st)
 }
 
 func (j *jsOut) publish(key, gen, afterSeq uint64, h handle) error {
