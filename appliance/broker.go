@@ -110,6 +110,9 @@ type brokerStats struct {
 	topicIn, topicOut, tempDropped                                      atomic.Uint64
 	outputWaits                                                         atomic.Uint64 // readers held by stomp.max_output_bytes
 	journalWaits                                                        atomic.Uint64 // readers held by stomp.max_journal_pending_bytes
+	// topic frames written by a publisher's goroutine (topic_direct.go),
+	// and those of them whose rest went to the subscriber's writer
+	directWrites, directHandovers atomic.Uint64
 }
 
 // New returns a Broker with defaults applied; Open recovers the journal.

@@ -173,7 +173,7 @@ func (s *session) onSend(f *stomp.Frame) bool {
 			s.fail(f, "message not sent", err.Error())
 			return false
 		}
-		s.b.publish(name, h, f.Body)
+		s.b.publish(name, h, f.Body, s)
 		s.receipt(f)
 		return true
 	}

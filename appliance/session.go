@@ -100,9 +100,29 @@ type session struct {
 	// next one carries the count.
 	pendingDrops map[*subscription]int
 	ending       bool // a last frame is queued: accept no more
-	wake         chan struct{}
-	writerWG     sync.WaitGroup
-	stopW        chan struct{}
+	// head is the unwritten rest of a publisher's direct write (see
+	// topic_direct.go): the writer writes it before anything else;
+	// headSize is what its frames weigh in outBytes.
+	head     []byte
+	headSize int64
+	// wmu is held by whoever writes to conn: the writer for each batch and
+	// heart-beat, a publisher's goroutine for a direct write (TryLock).
+	wmu sync.Mutex
+	// direct: conn is a plain TCP socket, which a publisher's goroutine may
+	// write to (not TLS, whose state a write timeout corrupts, nor a
+	// WebSocket, whose writes are whole messages).
+	direct    bool
+	raw       *rawWriter   // conn's raw socket for direct writes; under wmu
+	lastWrite atomic.Int64 // UnixNano of the last write to conn, for heart-beats
+	// flushq: sessions whose output this session's reader filled after
+	// their writer was idle, to write to at its next flush (reader
+	// goroutine only; flushClients); dbuf is that flush's buffer.
+	flushq   []*session
+	flushAge int // frames read since flushq was last flushed
+	dbuf     []byte
+	wake     chan struct{}
+	writerWG sync.WaitGroup
+	stopW    chan struct{}
 
 	// reader goroutine only; subs is written under subsMu too, so that
 	// SetAuth can read it from another goroutine.
@@ -158,6 +178,7 @@ func newSession(b *Broker, c net.Conn) *session {
 		done:    make(chan struct{}),
 		started: b.now(),
 	}
+	_, s.direct = c.(*net.TCPConn)
 	s.r = stomp.NewReader(countingReader{c, &s.bytesIn}, b.readerLimits())
 	s.log = b.log.With("session", id, "peer", s.peer)
 	return s
@@ -203,6 +224,14 @@ func (s *session) run() {
 	s.r.OnFrameStart(s.frameStarted)
 	s.r.OnBody(s.bodyGrows)
 	for {
+		// The topic messages the frames handled so far queued for idle
+		// subscribers are written once no whole frame is left to handle
+		// (so that a burst goes out in one write per subscriber).
+		if len(s.flushq) > 0 {
+			if s.flushAge++; !s.r.FrameBuffered() || s.flushAge >= directMaxDefer {
+				s.flushClients()
+			}
+		}
 		// With input already buffered, ReadFrame does not wait before
 		// the next frame starts (and frameStarted sets its deadline).
 		if s.r.Buffered() == 0 {
@@ -237,6 +266,11 @@ func (s *session) run() {
 		if len(s.acks) > 0 && !s.onAckGroup() {
 			return
 		}
+		if len(s.flushq) > 0 && !isTopicSend(f) {
+			// Only a topic SEND may leave them waiting: anything else
+			// may wait itself.
+			s.flushClients()
+		}
 		if f.Command == stomp.CmdSend {
 			s.waitMemory() // a SEND without a body weighs something too
 		}
@@ -262,6 +296,9 @@ func (s *session) bodyGrows(n int) {
 // deliveries and acknowledgements free it. The frame in progress gets its
 // frame_timeout again afterwards.
 func (s *session) waitMemory() {
+	if len(s.flushq) > 0 && s.b.mem.over(s.memHeld()) {
+		s.flushClients() // what they hold is released as they are written
+	}
 	if s.b.mem.wait(s.memHeld, s.isEnding) {
 		s.frameStarted()
 	}
@@ -384,6 +421,9 @@ func (s *session) cleanup() {
 	// Stop the writer first: once it has flushed, every MESSAGE it wrote has
 	// had its auto-ack applied, so ending the subscriptions below returns
 	// exactly the messages that never reached the socket.
+	if len(s.flushq) > 0 {
+		s.flushClients()
+	}
 	s.outMu.Lock()
 	s.ending = true
 	s.outMu.Unlock()
@@ -479,16 +519,18 @@ func (s *session) deliverQueue(f *stomp.Frame, autoAck *delivery) {
 // by the dropped-before header of the next message of the same subscription:
 // one already queued, else the next one queued for it. Never a silent gap.
 func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame) bool {
-	return s.queueTopic(sub, st, f, nil)
+	return s.queueTopic(sub, st, f, nil, nil)
 }
 
 // deliverTopicShared is deliverTopic for a message shared by its
-// subscribers (see topicShared).
-func (s *session) deliverTopicShared(sub *subscription, st *topicStats, t *topicShared) bool {
-	return s.queueTopic(sub, st, t.f, t)
+// subscribers (see topicShared). from, when not nil, is the publisher's
+// session: if this message is the first in s's empty output, s goes on
+// from's flush list (flushClients) instead of its writer being woken.
+func (s *session) deliverTopicShared(sub *subscription, st *topicStats, t *topicShared, from *session) bool {
+	return s.queueTopic(sub, st, t.f, t, from)
 }
 
-func (s *session) queueTopic(sub *subscription, st *topicStats, f *stomp.Frame, shared *topicShared) bool {
+func (s *session) queueTopic(sub *subscription, st *topicStats, f *stomp.Frame, shared *topicShared, from *session) bool {
 	limit, byteLimit := s.b.cfg().Topics.SubscriberBuffer, s.b.cfg().Topics.SubscriberBufferBytes
 	size := frameSize(f)
 	if shared != nil {
@@ -519,17 +561,32 @@ func (s *session) queueTopic(sub *subscription, st *topicStats, f *stomp.Frame, 
 		it.drops = n
 		delete(s.pendingDrops, sub)
 	}
+	first := len(s.out) == 0
 	s.out = append(s.out, it)
 	s.topicQ++
 	s.topicB += size
 	s.outBytes += size
 	s.b.mem.charge(size)
 	s.outMu.Unlock()
+	if from != nil && s.direct {
+		// Whoever queues into an empty output gets it written: the
+		// publisher's flush (or, failing that, this writer's wake-up)
+		// takes everything queued behind it too.
+		if first {
+			from.flushq = append(from.flushq, s)
+		}
+		return true
+	}
+	s.signal()
+	return true
+}
+
+// signal wakes the writer.
+func (s *session) signal() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // dropOldestTopicLocked removes the oldest queued topic message and hands
@@ -596,7 +653,7 @@ func (s *session) writer() {
 	var acks []*delivery
 	var tick <-chan time.Time
 	var ticker *time.Ticker
-	lastWrite := time.Now()
+	s.lastWrite.Store(time.Now().UnixNano())
 	defer func() {
 		if ticker != nil {
 			ticker.Stop()
@@ -623,23 +680,32 @@ func (s *session) writer() {
 				stopping = true
 			}
 		}
+		// The socket is this goroutine's until the batch is written: a
+		// publisher's direct write (topic_direct.go) cannot start meanwhile,
+		// and the rest of one that timed out (head) goes first.
+		s.wmu.Lock()
 		s.outMu.Lock()
 		items, s.out = s.out, items[:0]
+		head, headSize := s.head, s.headSize
+		s.head, s.headSize = nil, 0
 		s.topicQ, s.topicB = 0, 0
 		s.outMu.Unlock()
-		if len(items) == 0 {
+		if len(items) == 0 && head == nil {
 			if stopping {
 				bw.Flush()
+				s.wmu.Unlock()
 				return
 			}
-			if hb > 0 && time.Since(lastWrite) >= hb*3/4 {
+			if hb > 0 && time.Since(time.Unix(0, s.lastWrite.Load())) >= hb*3/4 {
 				s.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout()))
 				if _, err := s.conn.Write([]byte{'\n'}); err != nil {
+					s.wmu.Unlock()
 					s.writeFailed(err)
 					return
 				}
-				lastWrite = time.Now()
+				s.lastWrite.Store(time.Now().UnixNano())
 			}
+			s.wmu.Unlock()
 			continue
 		}
 		s.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout()))
@@ -649,7 +715,13 @@ func (s *session) writer() {
 		}
 		last := false
 		var err error
+		if head != nil {
+			_, err = bw.Write(head)
+		}
 		for _, it := range items {
+			if err != nil {
+				break
+			}
 			if it.shared != nil {
 				// Its own head, then the tail all its subscribers share
 				// (straight into the buffered writer).
@@ -661,12 +733,7 @@ func (s *session) writer() {
 					break
 				}
 			} else {
-				if it.drops > 0 {
-					// The frame is the writer's now: no other goroutine
-					// holds it.
-					it.f.Headers.Set("dropped-before", strconv.Itoa(it.drops))
-				}
-				buf = stomp.AppendFrame(buf[:0], it.f, version)
+				buf = appendItem(buf[:0], &it, version)
 				if _, err = bw.Write(buf); err != nil {
 					break
 				}
@@ -683,13 +750,14 @@ func (s *session) writer() {
 		if err == nil {
 			err = bw.Flush()
 		}
+		s.wmu.Unlock()
 		if err != nil {
 			s.writeFailed(err)
 			return
 		}
-		lastWrite = time.Now()
+		s.lastWrite.Store(time.Now().UnixNano())
 		acks = acks[:0]
-		var written int64
+		written := headSize
 		for i := range items {
 			if items[i].autoAck != nil {
 				acks = append(acks, items[i].autoAck)
@@ -711,6 +779,16 @@ func (s *session) writer() {
 			return
 		}
 	}
+}
+
+// appendItem appends the encoding of an unshared frame (its
+// dropped-before header set first: the frame is the writer's now, no other
+// goroutine holds it).
+func appendItem(buf []byte, it *outItem, version string) []byte {
+	if it.drops > 0 {
+		it.f.Headers.Set("dropped-before", strconv.Itoa(it.drops))
+	}
+	return stomp.AppendFrame(buf, it.f, version)
 }
 
 // wrote takes n written bytes off the output budget and wakes a reader
@@ -743,6 +821,9 @@ func (s *session) waitOutput() {
 			counted = true
 			s.b.stats.outputWaits.Add(1)
 		}
+		if len(s.flushq) > 0 {
+			s.flushClients() // the reader waits
+		}
 		<-ch
 	}
 }
@@ -752,6 +833,7 @@ func (s *session) writeFailed(err error) {
 	s.outMu.Lock()
 	s.ending = true
 	s.out = nil
+	s.head = nil
 	close(s.drained) // a reader waiting for room goes on, and ends
 	s.drained = make(chan struct{})
 	s.outMu.Unlock()
@@ -796,6 +878,9 @@ func (s *session) submit(b *Batch) {
 			if !counted {
 				counted = true
 				s.b.stats.journalWaits.Add(1)
+			}
+			if len(s.flushq) > 0 {
+				s.flushClients() // the reader waits
 			}
 			<-ch
 		}

@@ -257,7 +257,12 @@ func (r *topicRegistry) statsFor(name string, now int64) *topicStats {
 // publish fans a message out to every matching subscriber and sink. With
 // no subscriber the message is gone, unless a topics.history rule keeps
 // it (topic_history.go) or topics.last_value is on.
-func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte) {
+//
+// from is the publisher's session (nil: none): subscribers whose writer
+// was idle are left on its list to write to from its goroutine once the
+// frames it has read are handled (flushClients, topic_direct.go) instead
+// of waking their writers now.
+func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, from *session) {
 	now := b.now().UnixMilli()
 	st := b.topics.statsFor(name, now)
 	dest := prefixTopic + name
@@ -298,7 +303,7 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte) {
 		if shared == nil {
 			shared = newTopicShared(dest, id, headers, body)
 		}
-		if sub.s.deliverTopicShared(sub, st, shared) {
+		if sub.s.deliverTopicShared(sub, st, shared, from) {
 			st.out.Add(1)
 			b.stats.topicOut.Add(1)
 		} else {

@@ -269,7 +269,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		return false
 	}
 	for _, t := range topics {
-		s.b.publish(t.name, t.headers, t.body)
+		s.b.publish(t.name, t.headers, t.body, s)
 	}
 	if receipt != "" {
 		s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "transaction", id, "frames", strconv.Itoa(len(tx.frames))))

@@ -1,0 +1,200 @@
+package appliance
+
+import (
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// Direct writes: a topic message for a subscriber whose writer is idle is
+// written to the subscriber's socket by the publisher's goroutine, as
+// nats-server's read loop flushes its clients' buffers, instead of waking
+// the subscriber's writer goroutine and waiting for it to be scheduled.
+//
+// queueTopic queues the message as before (the subscriber_buffer bounds,
+// drop accounting and memory budget apply unchanged); when it is the first
+// in the subscriber's empty output and the publisher's session is known,
+// the subscriber goes on the publisher's flush list instead of its writer
+// being woken. The publisher's reader flushes that list once no whole frame
+// is left in its input buffer (so a burst read at once goes out in one
+// write per subscriber) or after directMaxDefer frames, before a frame
+// that is not a topic SEND, and before it may wait (memory budget, output
+// room, journal room, session end).
+//
+// For each subscriber on the list, writeDirect takes the subscriber's
+// socket only if its writer is not using it (TryLock of wmu), nothing is
+// left of an earlier direct write (head), and everything queued is topic
+// messages (no RECEIPT, ERROR or queue MESSAGE, whose writes have more to
+// do): it encodes them, takes them off the output, and writes them with
+// one non-blocking write(2) (rawWrite). A write that is partial or fails
+// leaves its unwritten bytes as head, which the writer (woken) writes
+// before anything else, under the subscriber's write_timeout as before;
+// its frames weigh in outBytes until then, as a batch being written by the
+// writer does. Otherwise the writer is woken as before.
+//
+// A flush stops writing itself once it has spent directFlushBudget; the
+// subscribers left are handed to their writers.
+
+// rawWrite makes one non-blocking write(2) of b to s's socket and returns
+// how much of it went (0 on any error: the writer's own write will meet
+// the error again and end the session as before). It never waits: a full
+// socket buffer costs the publisher one system call. (A write with a short
+// deadline instead, tried first with 50 us, armed a runtime timer per
+// write; see docs/benchmarks.md.)
+func (s *session) rawWrite(b []byte) int {
+	if s.raw == nil {
+		rc, err := s.conn.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return 0
+		}
+		s.raw = &rawWriter{rc: rc}
+		s.raw.fn = s.raw.write
+	}
+	r := s.raw
+	r.b, r.n = b, 0
+	err := r.rc.Write(r.fn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline of the writer's last write (write_timeout) has
+		// passed; the writer sets its own before each write.
+		s.conn.SetWriteDeadline(time.Time{})
+		err = r.rc.Write(r.fn)
+	}
+	if err != nil {
+		r.n = 0 // the socket is closed
+	}
+	r.b = nil
+	return r.n
+}
+
+// rawWriter holds a session's raw socket and the callback of rawWrite,
+// made once (no allocation per write). Used under the session's wmu.
+type rawWriter struct {
+	rc syscall.RawConn
+	fn func(fd uintptr) bool
+	b  []byte
+	n  int
+}
+
+func (r *rawWriter) write(fd uintptr) bool {
+	n, err := syscall.Write(int(fd), r.b)
+	if err != nil || n < 0 {
+		n = 0
+	}
+	r.n = n
+	return true // never wait for the socket
+}
+
+// directFlushBudget bounds the direct writes of one flush, over all its
+// subscribers.
+const directFlushBudget = 250 * time.Microsecond
+
+// Beyond these a subscriber's queued output goes to its writer: it is
+// behind, and the publisher's goroutine does not copy it.
+const (
+	directMaxItems = 256
+	directMaxBytes = 256 << 10
+)
+
+// directMaxDefer bounds how many frames a publisher's reader handles
+// before it flushes: a full input buffer of small SENDs (64 KiB, some 400
+// frames) would otherwise hold the first subscriber's message for all of
+// them.
+const directMaxDefer = 64
+
+// isTopicSend reports whether f is a SEND to a topic (outside a
+// transaction): its handling queues topic messages and does not wait for a
+// subscriber.
+func isTopicSend(f *stomp.Frame) bool {
+	if f.Command != stomp.CmdSend {
+		return false
+	}
+	if f.Get("transaction") != "" {
+		return false
+	}
+	return strings.HasPrefix(f.Get("destination"), prefixTopic)
+}
+
+// flushClients writes the output of the sessions on s's flush list, or
+// wakes their writers. Reader goroutine.
+func (s *session) flushClients() {
+	start := time.Now()
+	now := start
+	for i, t := range s.flushq {
+		s.flushq[i] = nil
+		if now.Sub(start) >= directFlushBudget || !t.writeDirect(&s.dbuf, now) {
+			t.signal()
+		}
+		now = time.Now()
+	}
+	s.flushq = s.flushq[:0]
+	s.flushAge = 0
+	if cap(s.dbuf) > directMaxBytes*2 {
+		s.dbuf = nil
+	}
+}
+
+// writeDirect writes s's queued topic messages to its socket from the
+// calling goroutine (see above); false when it cannot and s's writer must
+// be woken. buf is the caller's scratch buffer.
+func (s *session) writeDirect(buf *[]byte, now time.Time) bool {
+	if !s.wmu.TryLock() {
+		return false // the writer is writing: it will look again
+	}
+	s.outMu.Lock()
+	if len(s.out) == 0 && s.head == nil {
+		s.outMu.Unlock()
+		s.wmu.Unlock()
+		return true // taken by the writer meanwhile
+	}
+	ci := s.info.Load()
+	if s.ending || s.head != nil || ci == nil || s.topicQ != len(s.out) ||
+		len(s.out) > directMaxItems || s.topicB > directMaxBytes {
+		s.outMu.Unlock()
+		s.wmu.Unlock()
+		return false
+	}
+	b := (*buf)[:0]
+	var size int64
+	for i := range s.out {
+		it := &s.out[i]
+		if it.shared != nil {
+			b = it.shared.appendHead(b, it.sub, it.drops, ci.version)
+			b = append(b, it.shared.tail(ci.version)...)
+		} else {
+			b = appendItem(b, it, ci.version)
+		}
+		size += it.size
+		*it = outItem{}
+	}
+	n := len(s.out)
+	s.out = s.out[:0]
+	s.topicQ, s.topicB = 0, 0
+	s.outMu.Unlock()
+	*buf = b
+	s.framesOut.Add(uint64(n))
+	s.msgsOut.Add(uint64(n))
+	s.b.stats.directWrites.Add(1)
+
+	w := s.rawWrite(b)
+	if w == len(b) {
+		s.lastWrite.Store(now.UnixNano())
+		s.wmu.Unlock()
+		s.wrote(size)
+		return true
+	}
+	// The rest is the writer's, before anything queued after it; it
+	// weighs in outBytes until written.
+	s.b.stats.directHandovers.Add(1)
+	rest := append([]byte(nil), b[w:]...)
+	s.outMu.Lock()
+	s.head, s.headSize = rest, size
+	s.outMu.Unlock()
+	s.wmu.Unlock()
+	s.signal()
+	return true
+}
