@@ -394,6 +394,9 @@ func (w *worker) exec(ctx context.Context, acts []Action) {
 			var sinkLast uint64
 			if j, ok := w.remote.(*jsOut); ok {
 				sinkLast = j.lastSeq
+				if j.open {
+					w.core.MarkShared()
+				}
 			}
 			w.exec(ctx, w.core.LinkUp(now, sinkLast))
 		case ActForward:

@@ -413,6 +413,12 @@ func (c *Core) ConnectFailed(now int64) {
 	}
 }
 
+// MarkShared: the sink may have other writers (a JetStream stream that
+// takes subjects beyond the out maps): from now on the core forwards one
+// at a time, as after noticing another writer (Shared), since a predicted
+// sequence proves nothing when someone else can take it.
+func (c *Core) MarkShared() { c.shared = true }
+
 // LinkUp: the attempt succeeded; the held items are forwarded in order.
 // sinkLast is the sink's last sequence read while connecting (SeqOrder;
 // else 0).

@@ -515,3 +515,34 @@ func TestCoreAckTimeout(t *testing.T) {
 		t.Fatalf("want ack at source, got %v", acts)
 	}
 }
+
+// TestCoreMarkShared: a sink that may have other writers (a stream taking
+// subjects beyond the out maps) gets one forward at a time from the
+// start: nothing behind an unconfirmed item, whatever the window.
+func TestCoreMarkShared(t *testing.T) {
+	c := NewCore(CoreConfig{Window: 8, BackoffMin: 10, BackoffMax: 10, SeqOrder: true}, 1)
+	c.Tick(0)
+	c.MarkShared()
+	c.LinkUp(0, 10)
+	var keys []uint64
+	for i := range 4 {
+		k, _, acts := c.Offer(Item{ID: fmt.Sprint("a:", i)}, 1)
+		keys = append(keys, k)
+		if i == 0 {
+			if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k}) {
+				t.Fatalf("head: got %v", acts)
+			}
+		} else if len(acts) != 0 {
+			t.Fatalf("item %d behind an unconfirmed one: got %v, want nothing", i, acts)
+		}
+	}
+	if !c.Stats().Shared {
+		t.Fatal("Shared not reported")
+	}
+	// Confirmed at a sequence another writer shifted: the next one goes,
+	// alone, without a condition and without a check.
+	acts := c.Confirmed(keys[0], 13, 2)
+	if len(acts) != 2 || acts[0].Kind != ActAckSource || acts[1] != (Action{Kind: ActForward, Key: keys[1]}) {
+		t.Fatalf("after the head's confirmation: got %v, want its source ack and the next forward alone", acts)
+	}
+}

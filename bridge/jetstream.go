@@ -111,7 +111,8 @@ type jsOut struct {
 	// lastSeq is the stream's last sequence, read at each connection: the
 	// core's base for predicting sequences (Nats-Expected-Last-Sequence)
 	lastSeq uint64
-	warned  bool // the stream takes more than the maps (logged once)
+	open    bool // the stream takes more than the maps: others may write (one at a time)
+	warned  bool // open, logged once
 }
 
 func (j *jsOut) ok() bool { return j.nc != nil && j.nc.IsConnected() }
@@ -148,10 +149,17 @@ func (j *jsOut) connect(ctx context.Context) error {
 		return fmt.Errorf("stream %s: %w", j.w.cfg().Stream, err)
 	}
 	j.lastSeq = si.State.LastSeq
-	if wider := uncovered(si.Config.Subjects, j.w.maps); len(wider) > 0 && j.w.cfg().MaxInFlight > 1 && !j.warned {
-		j.warned = true
-		j.w.b.log.Warn("the out direction's stream takes subjects beyond its maps: if another publisher writes into it, the messages in flight when that publisher's first message arrives can be stored out of order, once, before the bridge notices and sends one at a time; set max_in_flight = 1, or give the out direction a stream of its own (subjects = its maps' remote subjects)",
-			"stream", j.w.cfg().Stream, "also", wider, "max_in_flight", j.w.cfg().MaxInFlight)
+	j.open = false
+	if wider := uncovered(si.Config.Subjects, j.w.maps); len(wider) > 0 {
+		// Others may write into the stream: a predicted sequence could
+		// be taken by their message, and a condition would then prove
+		// nothing. One at a time keeps the order.
+		j.open = true
+		if j.w.cfg().MaxInFlight > 1 && !j.warned {
+			j.warned = true
+			j.w.b.log.Warn("the out direction's stream takes subjects beyond its maps, where other publishers may write: sending one message at a time to keep the order (not max_in_flight at once); give the out direction a stream of its own (subjects = its maps' remote subjects) to send with a window",
+				"stream", j.w.cfg().Stream, "also", wider, "max_in_flight", j.w.cfg().MaxInFlight)
+		}
 	}
 	return nil
 }

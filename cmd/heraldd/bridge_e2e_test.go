@@ -70,7 +70,7 @@ urls = %s
 stream = "HERALD"
 create_stream = true
 replicas = 3
-stream_subjects = ["sites.>"]
+stream_subjects = ["sites.a.orders"]
 appliance_id = "site-a"
 %s
 [[bridge.map]]
@@ -88,7 +88,7 @@ urls = %s
 stream = "HERALD"
 create_stream = true
 replicas = 3
-stream_subjects = ["sites.>"]
+stream_subjects = ["sites.a.orders"]
 appliance_id = "site-b"
 %s
 [[bridge.map]]

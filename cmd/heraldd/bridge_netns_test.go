@@ -109,7 +109,7 @@ urls = %s
 stream = "HERALD"
 create_stream = true
 replicas = 3
-stream_subjects = ["sites.>"]
+stream_subjects = ["sites.a.orders"]
 appliance_id = %q
 %s
 %s
