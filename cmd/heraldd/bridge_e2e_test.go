@@ -198,7 +198,12 @@ remote = "sites.a.orders"
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(120 * time.Second)
+	// A liveness bound, not a speed claim: one clean-clone run had only 471
+	// of 1500 at B after 120 s (B restarted by kill -9 and a NATS node
+	// restarted; the stream itself was complete and in order), so the
+	// bound is 300 s, and how long B took is logged.
+	bStart := time.Now()
+	deadline := time.After(300 * time.Second)
 	for i := 0; i < n; i++ {
 		select {
 		case f := <-sub.C():
@@ -207,9 +212,10 @@ remote = "sites.a.orders"
 			}
 			cb.Ack(f)
 		case <-deadline:
-			t.Fatalf("only %d of %d messages arrived at B", i, n)
+			t.Fatalf("only %d of %d messages arrived at B in %v", i, n, time.Since(bStart).Round(time.Second))
 		}
 	}
+	t.Logf("all %d at B %v after the stream was read", n, time.Since(bStart).Round(time.Millisecond))
 	select {
 	case f := <-sub.C():
 		t.Fatalf("a message more than the %d sent: %q", n, f.Body)
