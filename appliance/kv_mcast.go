@@ -19,11 +19,11 @@ type KVSink interface {
 
 // Headers of a mirrored change besides those a watcher's MESSAGE has.
 const (
-	// kvLostHeader: a marker (no key, no body) saying that the changes of
+	// KVLostRevisionHeader: a marker (no key, no body) saying that the changes of
 	// the bucket up to this revision did not all go out: the mirror's
 	// queue was full (kv.watch_buffer_bytes) or the channel refused one.
 	// A receiver above it has nothing to do; one below re-reads.
-	kvLostHeader = "kv-lost-revision"
+	KVLostRevisionHeader = "kv-lost-revision"
 )
 
 // kvMirror queues committed changes for the KV sinks and publishes them
@@ -50,11 +50,12 @@ type kvMirrored struct {
 	rev     uint64
 	headers stomp.Headers
 	body    []byte
+	size    int64 // what it weighs against kv.watch_buffer_bytes
 }
 
-func (m *kvMirrored) size() int64 {
-	n := int64(len(m.body) + 64)
-	for _, h := range m.headers {
+func mirroredSize(hs stomp.Headers, body []byte) int64 {
+	n := int64(len(body) + 64)
+	for _, h := range hs {
 		n += int64(len(h.Key) + len(h.Value) + 2)
 	}
 	return n
@@ -129,14 +130,13 @@ func (kv *kvStore) mirrorRun(b *Broker, es []kvcore.Entry, txn uint64) {
 				hs = append(hs, stomp.Header{Key: "kv-transaction-last", Value: "true"})
 			}
 		}
-		it := kvMirrored{bucket: e.Bucket, rev: e.Revision, headers: hs, body: e.Value}
-		if n := it.size(); m.size+n > limit && len(m.q) > 0 {
+		it := kvMirrored{bucket: e.Bucket, rev: e.Revision, headers: hs, body: e.Value, size: mirroredSize(hs, e.Value)}
+		if m.size+it.size > limit && len(m.q) > 0 {
 			m.dropped++
 			m.lost[e.Bucket] = max(m.lost[e.Bucket], e.Revision)
 			continue
-		} else {
-			m.size += n
 		}
+		m.size += it.size
 		m.q = append(m.q, it)
 	}
 	m.mu.Unlock()
@@ -162,14 +162,14 @@ func (m *kvMirror) loop() {
 				m.mu.Unlock()
 				for bucket, rev := range lost {
 					m.publish(kvMirrored{bucket: bucket, rev: rev,
-						headers: stomp.Headers{{Key: kvLostHeader, Value: strconv.FormatUint(rev, 10)}}}, true)
+						headers: stomp.Headers{{Key: KVLostRevisionHeader, Value: strconv.FormatUint(rev, 10)}}}, true)
 				}
 				break
 			}
 			it := m.q[0]
 			m.q[0] = kvMirrored{}
 			m.q = m.q[1:]
-			m.size -= it.size()
+			m.size -= it.size
 			m.mu.Unlock()
 			m.publish(it, false)
 		}

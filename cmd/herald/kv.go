@@ -644,24 +644,13 @@ func runKVWatch(cCtx *cli.Context) error {
 			}
 			if rev, ok := m.Headers.Lookup("kv-snapshot-complete"); ok {
 				live = true
-				if asJSON {
-					n, _ := strconv.ParseUint(rev, 10, 64)
-					err = enc.Encode(map[string]uint64{"snapshot_complete": n})
-				} else {
-					_, err = fmt.Fprintf(out, "#SNAPSHOT-COMPLETE %s\n", rev)
-				}
+				n, _ := strconv.ParseUint(rev, 10, 64)
+				err = printKVMarker(out, enc, n)
 			} else {
 				if live {
 					changes++
 				}
-				e := entryOf(m)
-				if asJSON {
-					err = enc.Encode(e)
-				} else if e.Operation == "DEL" {
-					_, err = fmt.Fprintf(out, "%d\t%s\t%s\n", e.Revision, e.Operation, e.Key)
-				} else {
-					_, err = fmt.Fprintf(out, "%d\t%s\t%s\t%s\n", e.Revision, e.Operation, e.Key, shown(e.raw))
-				}
+				err = printKVEntry(out, enc, entryOf(m))
 			}
 			if err == nil && len(sub.C()) == 0 {
 				err = out.Flush()
@@ -686,6 +675,30 @@ func runKVWatch(cCtx *cli.Context) error {
 		}
 	}
 	return stdoutOK(out.Flush())
+}
+
+// printKVEntry prints a watched change or snapshot entry as kv watch does:
+// one JSON object with enc, else REVISION<TAB>OPERATION<TAB>KEY[<TAB>VALUE].
+func printKVEntry(out io.Writer, enc *json.Encoder, e kvEntry) error {
+	var err error
+	switch {
+	case enc != nil:
+		err = enc.Encode(e)
+	case e.Operation == "DEL":
+		_, err = fmt.Fprintf(out, "%d\t%s\t%s\n", e.Revision, e.Operation, e.Key)
+	default:
+		_, err = fmt.Fprintf(out, "%d\t%s\t%s\t%s\n", e.Revision, e.Operation, e.Key, shown(e.raw))
+	}
+	return err
+}
+
+// printKVMarker prints the end of a snapshot at revision n.
+func printKVMarker(out io.Writer, enc *json.Encoder, n uint64) error {
+	if enc != nil {
+		return enc.Encode(map[string]uint64{"snapshot_complete": n})
+	}
+	_, err := fmt.Fprintf(out, "#SNAPSHOT-COMPLETE %d\n", n)
+	return err
 }
 
 func printJSONLine(w io.Writer, v any) error {

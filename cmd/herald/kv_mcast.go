@@ -21,6 +21,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/kvcore"
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/multicast"
@@ -140,7 +141,7 @@ func (w *kvMulticastWatch) event(ev multicast.Event) (int, error) {
 		for _, h := range e.Headers {
 			f.Headers = append(f.Headers, stomp.Header{Key: h.Key, Value: h.Value})
 		}
-		if v, ok := f.Headers.Lookup(kvLostRevisionHeader); ok {
+		if v, ok := f.Headers.Lookup(appliance.KVLostRevisionHeader); ok {
 			lost, _ := strconv.ParseUint(v, 10, 64)
 			if lost > w.applied {
 				return 0, w.resync(fmt.Sprintf("heraldd did not send revisions up to %d (its queue for the channel was full)", lost))
@@ -169,10 +170,6 @@ func (w *kvMulticastWatch) event(ev multicast.Event) (int, error) {
 	}
 	return 0, nil
 }
-
-// kvLostRevisionHeader is heraldd's marker after changes it could not
-// send (appliance kv_mcast.go).
-const kvLostRevisionHeader = "kv-lost-revision"
 
 // resync says why, then reads the bucket again over STOMP.
 func (w *kvMulticastWatch) resync(why string) error {
@@ -213,27 +210,13 @@ func (w *kvMulticastWatch) snapshot() error {
 			return err
 		}
 	}
-	if w.enc != nil {
-		err = w.enc.Encode(map[string]uint64{"snapshot_complete": n})
-	} else {
-		_, err = fmt.Fprintf(w.out, "#SNAPSHOT-COMPLETE %d\n", n)
-	}
 	w.applied = n
-	return stdoutOK(err)
+	return stdoutOK(printKVMarker(w.out, w.enc, n))
 }
 
 // kvSnapshotTimeout bounds the wait for a snapshot over STOMP.
 const kvSnapshotTimeout = 30 * time.Second
 
 func (w *kvMulticastWatch) print(e kvEntry) error {
-	var err error
-	switch {
-	case w.enc != nil:
-		err = w.enc.Encode(e)
-	case e.Operation == "DEL":
-		_, err = fmt.Fprintf(w.out, "%d\t%s\t%s\n", e.Revision, e.Operation, e.Key)
-	default:
-		_, err = fmt.Fprintf(w.out, "%d\t%s\t%s\t%s\n", e.Revision, e.Operation, e.Key, shown(e.raw))
-	}
-	return stdoutOK(err)
+	return stdoutOK(printKVEntry(w.out, w.enc, e))
 }

@@ -126,6 +126,7 @@ type mcChannel struct {
 	keyFile string
 	keyID   int
 	profile string
+	extra   string // more lines of the channel's table (window, streams, kv)
 }
 
 // writeDaemonConfig writes heraldd's config for a daemon at addr into dir.
@@ -141,6 +142,7 @@ func writeDaemonConfig(t testing.TB, dir, addr string, ch mcChannel) string {
 		q[i] = strconv.Quote(p)
 	}
 	fmt.Fprintf(&b, "topics = [%s]\n", strings.Join(q, ", "))
+	b.WriteString(ch.extra)
 	if ch.profile != "" {
 		fmt.Fprintf(&b, "profile = %q\n", ch.profile)
 	}

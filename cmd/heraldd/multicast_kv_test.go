@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,28 +100,7 @@ func TestMulticastKVWatch(t *testing.T) {
 	herald := buildHerald(t, t.TempDir())
 	nw := newMCNet(t, "app", "r1")
 	const group, port = "239.255.78.11:7811", 7811
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`data_dir = %q
-[stomp]
-listen = "%s:%d"
-[admin]
-socket = %q
-[log]
-level = "warn"
-[auth]
-allow_anonymous = true # a test LAN in network namespaces
-[[multicast.channel]]
-name = "config"
-group = %q
-interface = "eth0"
-ttl = 1
-window = 65536
-kv = ["config"]
-`, filepath.Join(dir, "data"), nw.Addr["app"].String(), mcStomp, filepath.Join(dir, "admin.sock"), group)
-	cfgPath := filepath.Join(dir, "heraldd.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := writeDaemonConfig(t, t.TempDir(), nw.Addr["app"].String(), mcChannel{group: group, extra: "window = 65536\nkv = [\"config\"]\n"})
 	d := nw.startDaemon(t, "app", cfgPath)
 	pub := nw.dialStomp(t, "app", d.stomp)
 	want := map[string]string{}

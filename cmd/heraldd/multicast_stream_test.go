@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,28 +30,7 @@ func TestMulticastStreamCatchUp(t *testing.T) {
 	herald := buildHerald(t, t.TempDir())
 	nw := newMCNet(t, "app", "r1")
 	const group, port = "239.255.78.9:7809", 7809
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`data_dir = %q
-[stomp]
-listen = "%s:%d"
-[admin]
-socket = %q
-[log]
-level = "warn"
-[auth]
-allow_anonymous = true # a test LAN in network namespaces
-[[multicast.channel]]
-name = "stats"
-group = %q
-interface = "eth0"
-ttl = 1
-window = 65536
-streams = ["stats.>"]
-`, filepath.Join(dir, "data"), nw.Addr["app"].String(), mcStomp, filepath.Join(dir, "admin.sock"), group)
-	cfgPath := filepath.Join(dir, "heraldd.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := writeDaemonConfig(t, t.TempDir(), nw.Addr["app"].String(), mcChannel{group: group, extra: "window = 65536\nstreams = [\"stats.>\"]\n"})
 	l := nw.startListener(t, herald, "r1", group)
 	d := nw.startDaemon(t, "app", cfgPath)
 	pub := nw.dialStomp(t, "app", d.stomp)
