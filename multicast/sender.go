@@ -145,6 +145,7 @@ type Sender struct {
 	maxSendq int
 	rmsgs    []ipv4.Message // the NAK reader's, for repairs written while another write runs
 	kick     chan struct{}  // an inline Publish moved the core's deadline: writeLoop re-arms its timer
+	armed    time.Time      // guarded by mu: the deadline writeLoop's timer is set for
 	lmu      sync.Mutex
 	lone     loneRule      // guarded by lmu: which messages are lone (the rest go through pubq)
 	qtok     chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
@@ -158,6 +159,7 @@ type Sender struct {
 
 	sendErrors atomic.Uint64
 	inline     atomic.Uint64 // messages packed by Publish itself (LoneInline)
+	kicks      atomic.Uint64 // writer wake-ups asked by inline Publishes (tests)
 	stall      atomic.Int64  // tests: the next write of sendq first sleeps this many ns
 }
 
@@ -349,10 +351,17 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 				s.core.Flush(now)
 				s.sendLocked()
 			} // else: another goroutine is writing; it flushes this datagram when its write ends
+			// Wake the writer only if its timer is now late (a datagram sent moves the
+			// heartbeat later): a wake-up per message costs another thread's time, tens of µs
+			// on a busy host, beside the one sending.
+			kick := s.core.Deadline().Before(s.armed)
 			s.mu.Unlock()
-			select {
-			case s.kick <- struct{}{}:
-			default:
+			if kick {
+				s.kicks.Add(1)
+				select {
+				case s.kick <- struct{}{}:
+				default:
+				}
 			}
 			return nil
 		}
@@ -430,7 +439,8 @@ func (s *Sender) writeLoop(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		d := time.Until(s.core.Deadline())
+		s.armed = s.core.Deadline()
+		d := time.Until(s.armed)
 		backlog := s.core.Backlog()
 		s.mu.Unlock()
 		timer.Reset(max(d, 0))
