@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -167,6 +168,9 @@ func runListen(cCtx *cli.Context) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
+	if n := listenProcs(os.Getenv("GOMAXPROCS"), cCtx.String("serve") != ""); n > 0 {
+		setMaxProcs(n)
+	}
 	ctx, stop := signal.NotifyContext(cCtx.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := r.Open(ctx); err != nil {
@@ -200,6 +204,24 @@ func runListen(cCtx *cli.Context) error {
 	}
 	return err
 }
+
+// listenProcs is how many threads may run Go code at once in herald listen, 0 to leave the
+// runtime's choice: one, unless the environment sets GOMAXPROCS or --serve has web clients to
+// serve. A receiver is one pipeline (socket, core, output) with nothing to do in parallel;
+// with more threads, every message handed from the reading goroutine to the printing one woke
+// another thread, which cost more than it saved: with one, latency at 10,000 messages/s was
+// about 0.6x and the rate flat out about 1.05x (docs/benchmarks.md). A write to a full stdout
+// still blocks only the printing goroutine (a blocked system call gives up its thread).
+func listenProcs(env string, serve bool) int {
+	if env != "" || serve {
+		return 0
+	}
+	return 1
+}
+
+// setMaxProcs is runtime.GOMAXPROCS (tests, which run herald listen in their own process, keep
+// theirs).
+var setMaxProcs = func(n int) { runtime.GOMAXPROCS(n) }
 
 // readKeyFile reads an HMAC key as docs/multicast-protocol.md section 6 says: the file's bytes
 // with every trailing CR and LF byte removed.

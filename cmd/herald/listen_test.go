@@ -430,3 +430,17 @@ func TestListen_Sealed(t *testing.T) {
 		t.Errorf("--stats: %q, want no auth failure", stderr)
 	}
 }
+
+// TestListenProcs: herald listen runs Go code on one thread unless GOMAXPROCS is set or --serve
+// has web clients to serve.
+func TestListenProcs(t *testing.T) {
+	for _, c := range []struct {
+		env   string
+		serve bool
+		want  int
+	}{{"", false, 1}, {"4", false, 0}, {"", true, 0}, {"2", true, 0}} {
+		if got := listenProcs(c.env, c.serve); got != c.want {
+			t.Errorf("listenProcs(%q, %v) = %d, want %d", c.env, c.serve, got, c.want)
+		}
+	}
+}
