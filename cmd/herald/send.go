@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -190,10 +191,18 @@ type pendingSend struct {
 	ch <-chan client.Result
 }
 
-func (s *sender) send(body []byte) error {
+func (s *sender) send(body []byte) error { return s.sendMore(body, false) }
+
+// sendMore sends one message; more says another is already at hand (a whole line read), so
+// without --receipt the frame may wait in the connection's buffer for it.
+func (s *sender) sendMore(body []byte, more bool) error {
 	s.sent++
 	if !s.receipt {
-		if err := s.c.Send(s.dest, body, s.hdrs...); err != nil {
+		send := s.c.Send
+		if more {
+			send = s.c.SendBuffered
+		}
+		if err := send(s.dest, body, s.hdrs...); err != nil {
 			return s.fail(fmt.Sprintf("send message %d to %s", s.sent, s.dest), err)
 		}
 		return nil
@@ -251,6 +260,17 @@ func (s *sender) drain() error {
 }
 
 // sendLines sends each line of r, without its LF or CRLF, as a message.
+// lineBuffered reports whether br holds a whole line already read: the next message is at hand,
+// and reading it will not wait.
+func lineBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := br.Peek(n)
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 func (s *sender) sendLines(r io.Reader) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var line []byte
@@ -261,11 +281,12 @@ func (s *sender) sendLines(r io.Reader) error {
 			continue
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
+			s.c.Flush() // what was sent before goes out; the read error is what is reported
 			return &exitError{code: exitOther, err: fmt.Errorf("read stdin: %w", err)}
 		}
 		if len(line) > 0 {
 			body := strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r")
-			if serr := s.send([]byte(body)); serr != nil {
+			if serr := s.sendMore([]byte(body), err == nil && lineBuffered(br)); serr != nil {
 				return serr
 			}
 		}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -66,5 +68,25 @@ func TestCLI_ServerEnv(t *testing.T) {
 	code, _, stderr := runCLI(t, "", "send", "/q", "x")
 	if code != exitUnavailable || !strings.Contains(stderr, down) {
 		t.Errorf("got %d %q, want %d naming %s", code, stderr, exitUnavailable, down)
+	}
+}
+
+// TestLineBuffered: herald send leaves a frame in the connection's buffer only while a whole
+// next line is already read (reading it cannot wait on stdin, so nothing is held back).
+func TestLineBuffered(t *testing.T) {
+	br := bufio.NewReaderSize(strings.NewReader("a\nb\nc"), 16)
+	var got []bool
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			got = append(got, err == nil && lineBuffered(br))
+		}
+		if err != nil {
+			break
+		}
+	}
+	// "a": "b\n" is buffered; "b": only "c" (no line end yet); "c": the end.
+	if want := []bool{true, false, false}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", got, want)
 	}
 }

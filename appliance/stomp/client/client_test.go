@@ -579,3 +579,39 @@ func TestConn_WriteAfterServerErrorReportsTheError(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestConn_SendBuffered: frames sent with SendBuffered stay in the connection's buffer until a
+// Flush (or a Send) writes them, in order with what follows; a burst costs one write.
+func TestConn_SendBuffered(t *testing.T) {
+	s := mustStartFake(t)
+	c, _ := mustDial(t, s, stomp.V12, client.Options{})
+	for i := range 5 {
+		if err := c.SendBuffered("/topic/a", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatalf("SendBuffered: %v", err)
+		}
+	}
+	select {
+	case f := <-s.frames:
+		t.Fatalf("got %s %q before Flush, want nothing written yet", f.Command, f.Body)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	for i := range 5 {
+		if f := s.next(t); string(f.Body) != fmt.Sprint(i) {
+			t.Fatalf("frame %d: got body %q", i, f.Body)
+		}
+	}
+	if err := c.SendBuffered("/topic/a", []byte("5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send("/topic/a", []byte("6")); err != nil { // Send writes what was buffered too
+		t.Fatal(err)
+	}
+	for _, want := range []string{"5", "6"} {
+		if f := s.next(t); string(f.Body) != want {
+			t.Fatalf("got body %q, want %q", f.Body, want)
+		}
+	}
+}
