@@ -54,6 +54,10 @@ Without a key, a host on the LAN can inject messages, but not take the channel a
 datagrams far ahead of the window, of another session while the current one is live, or
 of the current session from another address are ignored, counted and logged.
 
+The listener runs on one thread (GOMAXPROCS=1) unless GOMAXPROCS is set in the environment
+or --serve is given: a receiver is one pipeline, and handing each message between two threads
+cost more time than it saved.
+
 With --late-join N (or --late-join-age DURATION), a listener started while the channel is
 running asks the sender for the recent messages of its topics still in the sender's
 retransmit window and prints them first, in order, then the live ones with no gap and no
