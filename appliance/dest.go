@@ -72,8 +72,10 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 		}
 	}
 	if kind == destTopic || kind == destKV {
-		segs := strings.Split(name, ".")
-		for i, s := range segs {
+		// Segment by segment, without allocating (every SEND comes here).
+		for rest, more := name, true; more; {
+			var s string
+			s, rest, more = strings.Cut(rest, ".")
 			if s == "" {
 				return 0, "", fmt.Errorf("%w %q: empty segment between dots", ErrBadDest, d)
 			}
@@ -84,7 +86,7 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 			if wild && !subscribing {
 				return 0, "", fmt.Errorf("%w %q: wildcards are only allowed in SUBSCRIBE", ErrBadDest, d)
 			}
-			if s == ">" && i != len(segs)-1 {
+			if s == ">" && more {
 				return 0, "", fmt.Errorf("%w %q: > must be the last segment", ErrBadDest, d)
 			}
 		}
