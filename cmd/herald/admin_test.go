@@ -475,7 +475,8 @@ func buildHerald(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
-	setMaxProcs = func(int) {} // herald listen runs in this process: leave the tests' threads alone
+	// herald listen runs in this process: leave the tests' threads alone, note what it asked.
+	setMaxProcs = func(n int) { listenMaxProcs.Store(int64(n)) }
 	code := m.Run()
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))

@@ -431,6 +431,30 @@ func TestListen_Sealed(t *testing.T) {
 	}
 }
 
+// listenMaxProcs is what herald listen last asked of runtime.GOMAXPROCS in this process (TestMain
+// replaces setMaxProcs), -1 for nothing.
+var listenMaxProcs atomic.Int64
+
+// TestListen_OneThread: a listener asks for one thread, and leaves the choice alone when the
+// environment sets GOMAXPROCS.
+func TestListen_OneThread(t *testing.T) {
+	ns := listenNS(t)
+	for _, env := range []string{"", "2"} {
+		t.Setenv("GOMAXPROCS", env)
+		listenMaxProcs.Store(-1)
+		if code, _, stderr := runListenNS(t, ns, "239.255.79.32:7932", "--count", "8"); code != exitOK {
+			t.Fatalf("exit %d, want 0; stderr: %s", code, stderr)
+		}
+		want := int64(1)
+		if env != "" {
+			want = -1
+		}
+		if got := listenMaxProcs.Load(); got != want {
+			t.Errorf("GOMAXPROCS=%q: herald listen asked for %d threads, want %d (-1: not asked)", env, got, want)
+		}
+	}
+}
+
 // TestListenProcs: herald listen runs Go code on one thread unless GOMAXPROCS is set or --serve
 // has web clients to serve.
 func TestListenProcs(t *testing.T) {

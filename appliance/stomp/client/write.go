@@ -24,6 +24,19 @@ func (c *Conn) writeFrame(f *stomp.Frame) error {
 // flushLoop, so that a burst of pipelined frames (SendAsync) goes out in few
 // writes instead of one syscall per frame.
 func (c *Conn) writeFrameLater(f *stomp.Frame) error {
+	if err := c.bufferFrame(f); err != nil {
+		return err
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// bufferFrame encodes f into the write buffer without flushing it (the
+// buffer writes itself out when full).
+func (c *Conn) bufferFrame(f *stomp.Frame) error {
 	c.wmu.Lock()
 	c.wbuf = stomp.AppendFrame(c.wbuf[:0], f, c.version)
 	_, err := c.bw.Write(c.wbuf)
@@ -32,10 +45,6 @@ func (c *Conn) writeFrameLater(f *stomp.Frame) error {
 		return c.writeFailed(f.Command, err)
 	}
 	c.wrote.Store(true)
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
 	return nil
 }
 
@@ -128,14 +137,7 @@ func (c *Conn) SendBuffered(dest string, body []byte, hdrs ...stomp.Header) erro
 	if err := c.Err(); err != nil {
 		return fmt.Errorf("stomp client: write %s: %w", stomp.CmdSend, err)
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.wbuf = stomp.AppendFrame(c.wbuf[:0], sendFrame(dest, body, hdrs), c.version)
-	if _, err := c.bw.Write(c.wbuf); err != nil {
-		return c.writeFailed(stomp.CmdSend, err)
-	}
-	c.wrote.Store(true)
-	return nil
+	return c.bufferFrame(sendFrame(dest, body, hdrs))
 }
 
 // Flush writes what SendBuffered left in the buffer.
