@@ -221,7 +221,16 @@ func (c *Core) Done(seq uint64, res Result, err error, now int64) {
 	delete(c.pending, seq)
 	retryAt := int64(0)
 	if err != nil {
-		c.failStreak++
+		// One fault fails every batch already in the journal's hands:
+		// they are one round, not that many consecutive failures. The
+		// streak grows only for a batch submitted after the last failure
+		// that grew it, so the back-off doubles per retry round, not per
+		// batch (ten concurrent deletes failing must not put their
+		// retries 2^9 rounds away).
+		if seq > c.streakSeq {
+			c.failStreak++
+			c.streakSeq = c.nextSeq
+		}
 		c.JournalFailures++
 		retryAt = now + c.retryDelay(c.failStreak)
 		c.out.Events = append(c.out.Events, Event{Kind: EvJournalFailed, Err: err})

@@ -77,7 +77,8 @@ type Core struct {
 	purging      bool
 	deadlines    int   // deliveries with an ack deadline
 	nextDeadline int64 // earliest of them (a lower bound)
-	failStreak   int   // consecutive failed batches
+	failStreak   int    // consecutive failed rounds of journal work
+	streakSeq    uint64 // nextSeq when failStreak last grew
 
 	purgeUpTo uint64            // the pending purge deletes every message <= purgeUpTo
 	purgeKeep map[uint64]string // except these (with their group)

@@ -158,3 +158,52 @@ func TestCore_WindowCapSpills(t *testing.T) {
 		t.Fatalf("%d bytes in memory after the page-in, want 1000", got)
 	}
 }
+
+// Batches already in the journal's hands when it fails are one round of
+// failure: eight ACKs whose deletes fail together retry after RetryMin,
+// not after RetryMin doubled seven times. A second round (batches
+// submitted after the first failure) doubles it.
+func TestCore_ConcurrentFailuresAreOneRound(t *testing.T) {
+	const n = 8
+	c := New(Config{Window: 10, RetryMin: 100, RetryMax: 100_000}, 1)
+	for i := 1; i <= n; i++ {
+		c.Committed(&Msg{ID: uint64(i), Size: 1}, false, 0)
+	}
+	a := &Consumer{Prefetch: n, Mode: AckClientIndividual}
+	c.Subscribe(a, 0)
+	out := c.Take()
+	for _, b := range out.Batches {
+		c.Done(b.Seq, Result{}, nil, 0)
+	}
+	if out = c.Take(); len(out.Deliver) != n {
+		t.Fatalf("delivered %d, want %d", len(out.Deliver), n)
+	}
+	var seqs []uint64
+	for i := 1; i <= n; i++ {
+		b, stale := c.Ack(a, uint64(i), 1, 1)
+		if stale || b == nil {
+			t.Fatalf("ack %d: stale %v batch %v", i, stale, b)
+		}
+		seqs = append(seqs, b.Seq)
+	}
+	c.Take()
+	for _, s := range seqs {
+		c.Done(s, Result{}, errTest, 10)
+	}
+	out = c.Take()
+	if out.Wake != 110 {
+		t.Fatalf("wake %d after %d concurrent failed deletes, want 110 (one round: RetryMin)", out.Wake, n)
+	}
+	c.Tick(110)
+	out = c.Take()
+	cl := claims(out.Batches)
+	if len(cl) != n {
+		t.Fatalf("after the back-off: %d claims, want all %d messages again", len(cl), n)
+	}
+	for _, b := range out.Batches {
+		c.Done(b.Seq, Result{}, errTest, 120)
+	}
+	if out = c.Take(); out.Wake != 320 {
+		t.Fatalf("wake %d after the second round failed, want 320 (RetryMin doubled once)", out.Wake)
+	}
+}
