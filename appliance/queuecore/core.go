@@ -75,8 +75,8 @@ type Core struct {
 	pageRetryAt int64
 
 	purging      bool
-	deadlines    int   // deliveries with an ack deadline
-	nextDeadline int64 // earliest of them (a lower bound)
+	deadlines    int    // deliveries with an ack deadline
+	nextDeadline int64  // earliest of them (a lower bound)
 	failStreak   int    // consecutive failed rounds of journal work
 	streakSeq    uint64 // nextSeq when failStreak last grew
 
