@@ -196,3 +196,46 @@ func TestAppendFrame_NeverForges(t *testing.T) {
 		}
 	}
 }
+
+// TestWritable_Rules checks Writable (a table of octet classes) against
+// the rules written out with strings.ContainsAny, over random headers in
+// every version and for escaped and unescaped commands.
+func TestWritable_Rules(t *testing.T) {
+	ref := func(h stomp.Header, v, cmd string) bool {
+		bad := "\x00\n\r"
+		switch {
+		case stomp.Escaped(v, cmd) && v == stomp.V12:
+			bad = "\x00"
+		case stomp.Escaped(v, cmd):
+			bad = "\x00\r"
+		case strings.Contains(h.Key, ":"):
+			return false
+		}
+		return !strings.ContainsAny(h.Key, bad) && !strings.ContainsAny(h.Value, bad)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	alphabet := []byte("a:\\\n\r\x00é")
+	text := func() string {
+		b := make([]byte, rng.IntN(6))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	seen := map[bool]int{}
+	for range 20000 {
+		h := stomp.Header{Key: text(), Value: text()}
+		for _, v := range []string{stomp.V10, stomp.V11, stomp.V12} {
+			for _, cmd := range []string{stomp.CmdMessage, stomp.CmdConnected} {
+				got, want := stomp.Writable(h, v, cmd), ref(h, v, cmd)
+				if got != want {
+					t.Fatalf("Writable(%q, %s, %s) = %v, want %v", h, v, cmd, got, want)
+				}
+				seen[got]++
+			}
+		}
+	}
+	if seen[true] == 0 || seen[false] == 0 {
+		t.Fatalf("outcomes %v: want both writable and not", seen)
+	}
+}
