@@ -50,7 +50,20 @@ type Reader struct {
 	version string
 	onStart func()
 	onBody  func(n int)
+	text    []byte // the header text of the frame being read
+	spans   []span // where each of its headers is in text
 }
+
+// span is one header of the frame being read: key (interned) or
+// text[k0:k1], and value text[v0:v1].
+type span struct {
+	key            string
+	k0, k1, v0, v1 int
+}
+
+// maxKeptText is the most header text a Reader keeps room for between
+// frames.
+const maxKeptText = 64 << 10
 
 // NewReader returns a Reader over r with the given limits. The version is
 // unknown (no escaping) until SetVersion is called after CONNECT.
@@ -155,6 +168,10 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 	f := &fh.f
 	f.Command, f.Headers = command(line), fh.h[:0]
 	escaped := Escaped(r.version, f.Command)
+	// Header text (keys not interned by knownKey, and every value) is
+	// gathered in r.text and becomes one string for the whole frame: one
+	// allocation instead of one or two per header.
+	r.text, r.spans = r.text[:0], r.spans[:0]
 	for {
 		line, err := r.readLine(&headerBytes)
 		if err != nil {
@@ -168,7 +185,7 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 			// sender forge frames for the subscribers.
 			return nil, errorf("NUL byte in a header line (STOMP forbids NUL in headers)")
 		}
-		if len(f.Headers) >= r.limits.MaxHeaders {
+		if len(r.spans) >= r.limits.MaxHeaders {
 			return nil, limitErr("max_headers", r.limits.MaxHeaders, "too many headers (limit %d)", r.limits.MaxHeaders)
 		}
 		i := bytes.IndexByte(line, ':')
@@ -176,20 +193,41 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 			return nil, errorf("header line without colon")
 		}
 		k, v := line[:i], line[i+1:]
-		var key, val string
-		if escaped {
-			if bytes.IndexByte(k, '\\') < 0 {
-				key = headerKey(k)
-			} else if key, err = unescape(k, r.version); err != nil {
+		var sp span
+		if !escaped || bytes.IndexByte(k, '\\') < 0 {
+			if sp.key = knownKey(k); sp.key == "" {
+				sp.k0 = len(r.text)
+				r.text = append(r.text, k...)
+				sp.k1 = len(r.text)
+			}
+		} else {
+			sp.k0 = len(r.text)
+			if r.text, err = appendUnescaped(r.text, k, r.version); err != nil {
 				return nil, err
 			}
-			if val, err = unescape(v, r.version); err != nil {
+			sp.k1 = len(r.text)
+		}
+		sp.v0 = len(r.text)
+		if escaped {
+			if r.text, err = appendUnescaped(r.text, v, r.version); err != nil {
 				return nil, err
 			}
 		} else {
-			key, val = headerKey(k), string(v)
+			r.text = append(r.text, v...)
 		}
-		f.Headers = append(f.Headers, Header{Key: key, Value: val})
+		sp.v1 = len(r.text)
+		r.spans = append(r.spans, sp)
+	}
+	text := string(r.text)
+	if cap(r.text) > maxKeptText {
+		r.text = nil
+	}
+	for _, sp := range r.spans {
+		key := sp.key
+		if key == "" {
+			key = text[sp.k0:sp.k1]
+		}
+		f.Headers = append(f.Headers, Header{Key: key, Value: text[sp.v0:sp.v1]})
 	}
 
 	n, err := f.ContentLength()
@@ -302,11 +340,12 @@ func eofInFrame(err error) error {
 	return err
 }
 
-func unescape(b []byte, version string) (string, error) {
+// appendUnescaped appends header text b with its escape sequences decoded
+// (STOMP 1.1 and 1.2; \r only in 1.2). An undefined sequence is an error.
+func appendUnescaped(out, b []byte, version string) ([]byte, error) {
 	if bytes.IndexByte(b, '\\') < 0 {
-		return string(b), nil
+		return append(out, b...), nil
 	}
-	out := make([]byte, 0, len(b))
 	for i := 0; i < len(b); i++ {
 		c := b[i]
 		if c != '\\' {
@@ -315,7 +354,7 @@ func unescape(b []byte, version string) (string, error) {
 		}
 		i++
 		if i == len(b) {
-			return "", errorf("header ends inside an escape sequence")
+			return out, errorf("header ends inside an escape sequence")
 		}
 		switch b[i] {
 		case 'n':
@@ -326,14 +365,14 @@ func unescape(b []byte, version string) (string, error) {
 			out = append(out, '\\')
 		case 'r':
 			if version != V12 {
-				return "", errorf("undefined escape sequence \\r in STOMP %s", version)
+				return out, errorf("undefined escape sequence \\r in STOMP %s", version)
 			}
 			out = append(out, '\r')
 		default:
-			return "", errorf("undefined escape sequence %s", strconv.Quote("\\"+string(b[i])))
+			return out, errorf("undefined escape sequence %s", strconv.Quote("\\"+string(b[i])))
 		}
 	}
-	return string(out), nil
+	return out, nil
 }
 
 // command returns the frame command b as a string without allocating for
@@ -358,9 +397,9 @@ func command(b []byte) string {
 	return string(b)
 }
 
-// headerKey returns header name b as a string, without allocating for the
-// names most frames carry.
-func headerKey(b []byte) string {
+// knownKey returns header name b as an interned string for the names most
+// frames carry, and "" for any other (no allocation either way).
+func knownKey(b []byte) string {
 	switch string(b) {
 	case "id":
 		return "id"
@@ -389,5 +428,5 @@ func headerKey(b []byte) string {
 	case "transaction":
 		return "transaction"
 	}
-	return string(b)
+	return ""
 }

@@ -490,3 +490,39 @@ func TestReader_OnFrameStart(t *testing.T) {
 		t.Errorf("got the hook called with %v frames decoded, want %v (CRLF, SEND, MESSAGE)", starts, want)
 	}
 }
+
+// A frame costs three allocations whatever its headers: the frame (with
+// room for six headers), one string holding all its header text (unknown
+// keys and every value, unescaped), and the body. Values must still be
+// their own: a later frame read into the same Reader leaves them alone.
+func TestReader_OneStringPerFrame(t *testing.T) {
+	one := stomp.Encode(stomp.NewFrame(stomp.CmdSend,
+		"destination", "/topic/a",
+		"bench-ts", "1234567890",
+		"bench-seq", "42",
+		"x-colon", "a:b\nc"), stomp.V12)
+	var stream []byte
+	for range 200 {
+		stream = append(stream, one...)
+	}
+	r := stomp.NewReader(bytes.NewReader(stream), stomp.Limits{})
+	r.SetVersion(stomp.V12)
+	first, err := r.ReadFrame()
+	if err != nil || first == nil {
+		t.Fatalf("got %v, %v", first, err)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if f, err := r.ReadFrame(); err != nil || f == nil {
+			t.Fatalf("got %v, %v", f, err)
+		}
+	})
+	if allocs > 3 {
+		t.Fatalf("%.1f allocations per frame, want at most 3", allocs)
+	}
+	want := [][2]string{{"destination", "/topic/a"}, {"bench-ts", "1234567890"}, {"bench-seq", "42"}, {"x-colon", "a:b\nc"}}
+	for i, h := range want {
+		if first.Headers[i].Key != h[0] || first.Headers[i].Value != h[1] {
+			t.Fatalf("header %d of the first frame after 100 more: %q, want %q", i, first.Headers[i], h)
+		}
+	}
+}
