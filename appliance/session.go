@@ -527,7 +527,7 @@ func (s *session) deliverTopic(sub *subscription, st *topicStats, f *stomp.Frame
 // session: if this message is the first in s's empty output, s goes on
 // from's flush list (flushClients) instead of its writer being woken.
 func (s *session) deliverTopicShared(sub *subscription, st *topicStats, t *topicShared, from *session) bool {
-	return s.queueTopic(sub, st, t.f, t, from)
+	return s.queueTopic(sub, st, &t.f, t, from)
 }
 
 func (s *session) queueTopic(sub *subscription, st *topicStats, f *stomp.Frame, shared *topicShared, from *session) bool {

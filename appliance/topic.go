@@ -265,8 +265,11 @@ func (r *topicRegistry) statsFor(name string, now int64) *topicStats {
 func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, from *session) {
 	now := b.now().UnixMilli()
 	st := b.topics.statsFor(name, now)
-	dest := prefixTopic + name
-	headers := stampHeaders(userHeaders, now)
+	// The MESSAGE as every subscriber gets it, built once: its headers
+	// (less message-id, set below) are also what history and the last
+	// value keep.
+	shared := newTopicShared(prefixTopic+name, userHeaders, body, now)
+	headers := shared.f.Headers[2:]
 	rule, kept := b.historyRule(name)
 	if kept {
 		// The sequence, the ring and the hand-out to the subscriptions
@@ -274,9 +277,11 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 		b.hist.mu.Lock()
 	}
 	seq := b.topics.seq.Add(1)
-	id := "t" + strconv.FormatUint(seq, 10)
-	msg := &histMsg{id: id, headers: headers, body: body}
+	shared.setID(topicMessageID(seq))
+	id := shared.id
+	var msg *histMsg
 	if kept {
+		msg = &histMsg{id: id, headers: headers, body: body}
 		b.appendHistory(name, rule, seq, now, msg)
 	}
 	var exact, wild []*subscription
@@ -295,13 +300,14 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 	b.stats.topicIn.Add(1)
 	// One frame for every subscriber: each gets its own head (command,
 	// subscription, ack) and shares the encoded rest (topicShared).
-	var shared *topicShared
 	deliver := func(sub *subscription) {
-		if sub.hist != nil && b.holdLive(sub, name, seq, now, msg) {
-			return
-		}
-		if shared == nil {
-			shared = newTopicShared(dest, id, headers, body)
+		if sub.hist != nil {
+			if msg == nil {
+				msg = &histMsg{id: id, headers: headers, body: body}
+			}
+			if b.holdLive(sub, name, seq, now, msg) {
+				return
+			}
 		}
 		if sub.s.deliverTopicShared(sub, st, shared, from) {
 			st.out.Add(1)
@@ -330,27 +336,49 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 	}
 }
 
-// topicShared is a topic message as every subscriber gets it, less the
-// headers of its own (subscription, ack, dropped-before): f holds the rest,
-// and the writers encode it once per protocol version (tail).
-type topicShared struct {
-	f     *stomp.Frame
-	id    string // message-id, and the ack header's value
-	tails [3]atomic.Pointer[[]byte]
+// topicMessageID is the message-id of topic message seq: "t" and seq, in
+// one allocation.
+func topicMessageID(seq uint64) string {
+	var buf [24]byte
+	return string(strconv.AppendUint(append(buf[:0], 't'), seq, 10))
 }
 
-func newTopicShared(dest, id string, headers stomp.Headers, body []byte) *topicShared {
-	f := &stomp.Frame{Command: stomp.CmdMessage, Body: body}
-	f.Headers = make(stomp.Headers, 0, len(headers)+2)
-	f.Headers = append(f.Headers,
-		stomp.Header{Key: "message-id", Value: id},
-		stomp.Header{Key: "destination", Value: dest})
-	for _, h := range headers {
-		if h.Key != "dropped-before" && h.Key != hdrHistory && h.Key != hdrHistoryGap && h.Key != "last-value" {
-			f.Headers = append(f.Headers, h)
+// topicShared is a topic message as every subscriber gets it, less the
+// headers of its own (subscription, ack, dropped-before): f holds the rest,
+// and the writers encode it once per protocol version (tail). One
+// allocation holds the frame and room for its first headers.
+type topicShared struct {
+	f     stomp.Frame
+	id    string // message-id, and the ack header's value
+	tails [3]atomic.Pointer[[]byte]
+	room  [8]stomp.Header
+}
+
+// newTopicShared builds the MESSAGE for dest: message-id (empty until
+// setID), destination, the publisher's headers less those the broker sets
+// (a publisher's would fake or hide drops, history or a timestamp), and
+// the broker's timestamp (ms).
+func newTopicShared(dest string, headers stomp.Headers, body []byte, now int64) *topicShared {
+	t := &topicShared{}
+	t.f.Command, t.f.Body = stomp.CmdMessage, body
+	h := t.room[:0]
+	if len(headers)+3 > len(t.room) {
+		h = make(stomp.Headers, 0, len(headers)+3)
+	}
+	h = append(h, stomp.Header{Key: "message-id"}, stomp.Header{Key: "destination", Value: dest})
+	for _, kv := range headers {
+		if kv.Key != hdrTimestampT && kv.Key != "dropped-before" && kv.Key != hdrHistory && kv.Key != hdrHistoryGap && kv.Key != "last-value" {
+			h = append(h, kv)
 		}
 	}
-	return &topicShared{f: f, id: id}
+	t.f.Headers = append(h, stomp.Header{Key: hdrTimestampT, Value: strconv.FormatInt(now, 10)})
+	return t
+}
+
+// setID sets the message's id, before any subscriber sees it.
+func (t *topicShared) setID(id string) {
+	t.id = id
+	t.f.Headers[0].Value = id
 }
 
 // tail is the encoded rest of the frame for version v (built by the first
@@ -374,7 +402,7 @@ func (t *topicShared) tail(v string) []byte {
 	for _, h := range t.f.Headers {
 		n += len(h.Key) + len(h.Value) + 2
 	}
-	b := stomp.AppendFrameRest(make([]byte, 0, n+n/8), t.f, v) // room for escapes
+	b := stomp.AppendFrameRest(make([]byte, 0, n+n/8), &t.f, v) // room for escapes
 	if i >= 0 {
 		t.tails[i].Store(&b)
 	}

@@ -323,15 +323,3 @@ func (b *Broker) sendHistory(sub *subscription) {
 		sub.s.drop("slow consumer", fmt.Sprintf("More than %d topic messages or %d bytes arrived while this subscription's history was being read (topics.subscriber_buffer, topics.subscriber_buffer_bytes); subscribe again.", limit, byteLimit))
 	}
 }
-
-// stampHeaders returns the headers a topic message is delivered with: the
-// publisher's, without a timestamp of its own, and the broker's timestamp.
-func stampHeaders(h stomp.Headers, now int64) stomp.Headers {
-	out := make(stomp.Headers, 0, len(h)+1)
-	for _, kv := range h {
-		if kv.Key != hdrTimestampT {
-			out = append(out, kv)
-		}
-	}
-	return append(out, stomp.Header{Key: hdrTimestampT, Value: strconv.FormatInt(now, 10)})
-}
