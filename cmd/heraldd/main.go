@@ -134,6 +134,7 @@ func (d *daemon) run() int {
 		d.log.Warn(p.msg, "key", p.key)
 	}
 	setGoMemoryLimit(d.log)
+	tuneGC(d.log)
 	start := time.Now()
 	if err := mkdirDurable(d.cfg.DataDir, 0o750); err != nil {
 		d.log.Error("cannot create the data directory; create it or choose another with --data-dir", "dir", d.cfg.DataDir, "err", err)
