@@ -209,3 +209,9 @@ func cgroupMemoryMax() int64 {
 	}
 	return 0
 }
+
+// MemoryHeld is what clients hold of the memory budget now, and the
+// budget (memory.budget_bytes in force).
+func (b *Broker) MemoryHeld() (held, budget int64) {
+	return b.mem.used.Load(), b.mem.limit
+}

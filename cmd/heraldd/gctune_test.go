@@ -14,12 +14,12 @@ func TestGCPercent(t *testing.T) {
 		want int
 	}{
 		{0, gcPercentMax},
-		{1, gcPercentMax},      // capped
-		{4 << 20, 1500},        // 4 MiB live: goal 64 MiB
-		{16 << 20, 300},        // 16 MiB: goal 64 MiB
-		{32 << 20, 100},        // half the floor: Go's default from here
-		{1 << 30, 100},         // a large heap as before
-		{floor/2 - 1<<20, 107}, // just below half
+		{1, gcPercentMax},       // capped
+		{4 << 20, gcPercentMax}, // 4 MiB live: 1500 for the floor, capped
+		{16 << 20, 300},         // 16 MiB: goal 64 MiB
+		{32 << 20, 100},         // half the floor: Go's default from here
+		{1 << 30, 100},          // a large heap as before
+		{floor/2 - 1<<20, 107},  // just below half
 	} {
 		got := gcPercent(c.live, floor)
 		if got != c.want {
@@ -31,14 +31,20 @@ func TestGCPercent(t *testing.T) {
 			}
 		}
 	}
-	if got := gcHeapFloor(0); got != gcHeapFloorMax {
-		t.Errorf("floor without a limit %d, want %d", got, gcHeapFloorMax)
-	}
-	if got := gcHeapFloor(128 << 20); got != 16<<20 {
-		t.Errorf("floor for a 128 MiB limit %d, want 16 MiB", got)
-	}
-	if got := gcHeapFloor(8 << 30); got != gcHeapFloorMax {
-		t.Errorf("floor for an 8 GiB limit %d, want %d", got, gcHeapFloorMax)
+	for _, c := range []struct {
+		limit, budget int64
+		want          uint64
+	}{
+		{0, 0, gcHeapFloorMax},
+		{128 << 20, 0, 16 << 20},         // an eighth of a small limit
+		{8 << 30, 0, gcHeapFloorMax},     // capped
+		{8 << 30, 16 << 20, 8 << 20},     // half of a small budget
+		{288 << 20, 153 << 20, 36 << 20}, // the flood test's cgroup
+		{18 << 30, 9830 << 20, gcHeapFloorMax},
+	} {
+		if got := gcHeapFloor(c.limit, c.budget); got != c.want {
+			t.Errorf("gcHeapFloor(%d, %d) = %d, want %d", c.limit, c.budget, got, c.want)
+		}
 	}
 }
 
@@ -48,7 +54,7 @@ func TestGCPercent(t *testing.T) {
 func TestGCTuner_SetsAfterCollections(t *testing.T) {
 	var mu sync.Mutex
 	var got []int
-	tu := newGCTuner(1<<30, func(p int) {
+	tu := newGCTuner(1<<30, nil, func(p int) {
 		mu.Lock()
 		got = append(got, p)
 		mu.Unlock()
@@ -72,5 +78,23 @@ func TestGCTuner_SetsAfterCollections(t *testing.T) {
 	defer mu.Unlock()
 	if got[0] <= 100 {
 		t.Fatalf("GOGC %d set for a test binary's heap under a 1 GiB floor, want above 100", got[0])
+	}
+}
+
+// While clients hold more than an eighth of the memory budget the heap
+// collects as Go's default does, whatever the floor.
+func TestGCTuner_DefaultWhileClientsHoldMemory(t *testing.T) {
+	var got []int
+	held := int64(0)
+	tu := newGCTuner(1<<30, func() (int64, int64) { return held, 1000 }, func(p int) { got = append(got, p) })
+	runtime.GC()
+	tu.tune()
+	if len(got) != 1 || got[0] <= 100 {
+		t.Fatalf("clients holding nothing: set %v, want one GOGC above 100", got)
+	}
+	held = 126
+	tu.tune()
+	if len(got) != 2 || got[1] != 100 {
+		t.Fatalf("clients holding 126 of a 1000-byte budget: set %v, want 100 after the first", got)
 	}
 }

@@ -134,7 +134,6 @@ func (d *daemon) run() int {
 		d.log.Warn(p.msg, "key", p.key)
 	}
 	setGoMemoryLimit(d.log)
-	tuneGC(d.log)
 	start := time.Now()
 	if err := mkdirDurable(d.cfg.DataDir, 0o750); err != nil {
 		d.log.Error("cannot create the data directory; create it or choose another with --data-dir", "dir", d.cfg.DataDir, "err", err)
@@ -169,6 +168,7 @@ func (d *daemon) run() int {
 		Logger:  d.log.With("component", "broker"),
 		Version: version,
 	})
+	tuneGC(d.log, d.broker)
 	if err := d.broker.Open(ctx); err != nil {
 		d.log.Error("journal recovery failed", "err", err)
 		d.store.Close(ctx)
