@@ -67,7 +67,7 @@ func gcHeapFloor(limit, budget int64) uint64 {
 type gcTuner struct {
 	floor  uint64
 	held   func() (held, budget int64) // the broker's memory budget, or nil
-	set    func(percent int) // debug.SetGCPercent, or a test's recorder
+	set    func(percent int)           // debug.SetGCPercent, or a test's recorder
 	sample []metrics.Sample
 	last   int
 }
