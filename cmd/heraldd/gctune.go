@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-
-	"github.com/herald-mq/herald/appliance"
 )
 
 // A floor under the Go heap's goal. The collector starts a cycle when the
@@ -103,14 +101,15 @@ func newGCTuner(floor uint64, held func() (int64, int64), set func(int)) *gcTune
 		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 }
 
-// tuneGC starts the tuner for broker b unless GOGC is set in the
-// environment. Call it after the soft memory limit is set.
-func tuneGC(log *slog.Logger, b *appliance.Broker) {
+// tuneGC starts the tuner unless GOGC is set in the environment; held is
+// the broker's Broker.MemoryHeld. Call it after the soft memory limit is
+// set.
+func tuneGC(log *slog.Logger, held func() (int64, int64)) {
 	if os.Getenv("GOGC") != "" {
 		return
 	}
-	_, budget := b.MemoryHeld()
+	_, budget := held()
 	floor := gcHeapFloor(debug.SetMemoryLimit(-1), budget)
-	newGCTuner(floor, b.MemoryHeld, func(p int) { debug.SetGCPercent(p) }).arm()
+	newGCTuner(floor, held, func(p int) { debug.SetGCPercent(p) }).arm()
 	log.Debug("Go heap goal floor set", "bytes", floor)
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -96,5 +98,21 @@ func TestGCTuner_DefaultWhileClientsHoldMemory(t *testing.T) {
 	tu.tune()
 	if len(got) != 2 || got[1] != 100 {
 		t.Fatalf("clients holding 126 of a 1000-byte budget: set %v, want 100 after the first", got)
+	}
+}
+
+// GOGC in the environment is the operator's: heraldd starts no tuner and
+// the percent stays what the runtime was given.
+func TestTuneGC_GOGCEnvironmentWins(t *testing.T) {
+	t.Setenv("GOGC", "100")
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	tuneGC(slog.New(slog.DiscardHandler), func() (int64, int64) { return 0, 1 << 30 })
+	for range 3 {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GOGC %d after collections with GOGC=100 in the environment, want 100 (no tuner)", got)
 	}
 }

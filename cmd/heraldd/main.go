@@ -168,7 +168,7 @@ func (d *daemon) run() int {
 		Logger:  d.log.With("component", "broker"),
 		Version: version,
 	})
-	tuneGC(d.log, d.broker)
+	tuneGC(d.log, d.broker.MemoryHeld)
 	if err := d.broker.Open(ctx); err != nil {
 		d.log.Error("journal recovery failed", "err", err)
 		d.store.Close(ctx)
