@@ -367,12 +367,23 @@ func newTopicShared(dest string, headers stomp.Headers, body []byte, now int64) 
 	}
 	h = append(h, stomp.Header{Key: "message-id"}, stomp.Header{Key: "destination", Value: dest})
 	for _, kv := range headers {
-		if kv.Key != hdrTimestampT && kv.Key != "dropped-before" && kv.Key != hdrHistory && kv.Key != hdrHistoryGap && kv.Key != "last-value" {
+		if kv.Key != hdrTimestampT && !brokersOwn(kv.Key) {
 			h = append(h, kv)
 		}
 	}
 	t.f.Headers = append(h, stomp.Header{Key: hdrTimestampT, Value: strconv.FormatInt(now, 10)})
 	return t
+}
+
+// brokersOwn reports whether key is a MESSAGE header only the broker sets
+// (per subscription or per delivery): a publisher's would fake or hide
+// drops, history or a last value, so it is never passed on.
+func brokersOwn(key string) bool {
+	switch key {
+	case "dropped-before", hdrHistory, hdrHistoryGap, "last-value":
+		return true
+	}
+	return false
 }
 
 // setID sets the message's id, before any subscriber sees it.
@@ -438,8 +449,7 @@ func topicFrame(sub *subscription, dest, id string, headers stomp.Headers, body 
 	}
 	f.Headers = append(f.Headers, extra...)
 	for _, h := range headers {
-		// The broker's own: a publisher's would fake (or hide) drops.
-		if h.Key != "dropped-before" && h.Key != hdrHistory && h.Key != hdrHistoryGap && h.Key != "last-value" {
+		if !brokersOwn(h.Key) {
 			f.Headers = append(f.Headers, h)
 		}
 	}

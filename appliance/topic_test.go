@@ -301,12 +301,19 @@ func TestTopic_PublisherCannotFakeDrops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SendReceipt(ctxT(t), "/topic/fake", []byte("x"), hdr("dropped-before", "5"), hdr("kept", "yes")); err != nil {
+	if _, err := c.SendReceipt(ctxT(t), "/topic/fake", []byte("x"), hdr("dropped-before", "5"), hdr("kept", "yes"),
+		hdr("history", "true"), hdr("history-gap", "true"), hdr("last-value", "true"), hdr("timestamp", "1")); err != nil {
 		t.Fatal(err)
 	}
 	m := recv(t, sub)
-	if v, ok := m.Headers.Lookup("dropped-before"); ok {
-		t.Fatalf("subscriber got dropped-before:%s from the publisher", v)
+	// The same for the other headers only the broker sets.
+	for _, k := range []string{"dropped-before", "history", "history-gap", "last-value"} {
+		if v, ok := m.Headers.Lookup(k); ok {
+			t.Fatalf("subscriber got %s:%s from the publisher", k, v)
+		}
+	}
+	if ts, err := strconv.ParseInt(m.Get("timestamp"), 10, 64); err != nil || time.Since(time.UnixMilli(ts)).Abs() > time.Minute {
+		t.Fatalf("timestamp %q, want the broker's (ms since the epoch, now), not the publisher's", m.Get("timestamp"))
 	}
 	if m.Get("kept") != "yes" {
 		t.Fatalf("other headers lost: %v", m.Headers)

@@ -22,11 +22,11 @@ import (
 // environment turns this off.
 //
 // GOGC is at most gcPercentMax (400): Go's goal counts goroutine stacks
-// too, multiplied by GOGC, and with thousands (a 1 MiB live heap and a
-// 36 MiB floor) 200 connections' stacks lifted a flood's peak resident set
-// from about 210 to 280 MiB in a 384 MiB cgroup; at 400 it stays at
-// 204-218 MiB, and a 4 x 50k fan-out gets the same benefit as with the
-// floor alone.
+// too, multiplied by GOGC. Uncapped (GOGC in the thousands for a 1 MiB live
+// heap and a 36 MiB floor), 200 connections' stacks lifted a flood's peak
+// resident set from about 210 to 280 MiB in a 384 MiB cgroup; capped at
+// 400 it stays at 204-218 MiB, and a 4 x 50k fan-out kept most of the
+// gain.
 const (
 	gcHeapFloorMax = 64 << 20
 	gcPercentMax   = 400
