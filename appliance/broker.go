@@ -113,6 +113,7 @@ type brokerStats struct {
 	// topic frames written by a publisher's goroutine (topic_direct.go),
 	// and those of them whose rest went to the subscriber's writer
 	directWrites, directHandovers atomic.Uint64
+	receiptsNow, receiptsHanded   atomic.Uint64 // sendNow: written at once, rest handed to the writer
 }
 
 // New returns a Broker with defaults applied; Open recovers the journal.

@@ -9,3 +9,9 @@ func (b *Broker) PublishForTest(name string, body []byte) { b.publish(name, nil,
 func (b *Broker) DirectWritesForTest() (writes, handovers uint64) {
 	return b.stats.directWrites.Load(), b.stats.directHandovers.Load()
 }
+
+// ReceiptsNowForTest reports how many RECEIPTs a journal completion wrote
+// itself (sendNow), and how many of them left a rest to the writer.
+func (b *Broker) ReceiptsNowForTest() (written, handed uint64) {
+	return b.stats.receiptsNow.Load(), b.stats.receiptsHanded.Load()
+}

@@ -1,6 +1,9 @@
 package appliance
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // intake hands the connections' journal batches to the journal round-robin
 // between connections, keeping at most inflightMax bytes of them handed to
@@ -20,14 +23,17 @@ import "sync"
 // queue cores go to the journal directly (the pump): they are bounded by
 // the queues' windows.
 type intake struct {
-	j           Journal
+	j           submitter
 	inflightMax int64
 
 	mu       sync.Mutex
 	ring     []*intakeQ // connections with batches waiting, in turn order
 	inflight int64
+	handing  int  // batches next gave run that run has not yet handed to the journal
 	closed   bool // run has returned: add submits directly
 	wake     chan struct{}
+
+	direct atomic.Uint64 // batches add handed to the journal itself
 }
 
 type intakeQ struct {
@@ -44,11 +50,21 @@ type intakeQ struct {
 // TestBudget_JournalIntakeIsFair).
 var intakeInflight int64 = 256 << 10
 
-func newIntake(j Journal, inflightMax int64) *intake {
+// submitter is the part of Journal the intake uses.
+type submitter interface{ Submit(*Batch) }
+
+func newIntake(j submitter, inflightMax int64) *intake {
 	return &intake{j: j, inflightMax: inflightMax, wake: make(chan struct{}, 1)}
 }
 
 // add queues b (weighing w) on q. It never blocks.
+//
+// When nothing waits (no connection's batch queued, none between next and
+// the journal) and the journal holds less than inflightMax, add hands b to
+// the journal itself: the dispatcher's turn would change nothing but cost
+// a lone SEND a goroutine hand-over (a wake-up) on its way to the commit.
+// This connection's earlier batches are all in the journal's hands then,
+// so its order is kept.
 func (in *intake) add(q *intakeQ, b *Batch, w int64) {
 	done := b.Done
 	b.Done = func(b *Batch, err error) {
@@ -63,6 +79,13 @@ func (in *intake) add(q *intakeQ, b *Batch, w int64) {
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
+		in.j.Submit(b)
+		return
+	}
+	if len(in.ring) == 0 && in.handing == 0 && (in.inflight == 0 || in.inflight < in.inflightMax) {
+		in.inflight += w
+		in.mu.Unlock()
+		in.direct.Add(1)
 		in.j.Submit(b)
 		return
 	}
@@ -105,7 +128,15 @@ func (in *intake) next() *Batch {
 		q.batches, q.weights = nil, nil
 	}
 	in.inflight += w
+	in.handing++
 	return b
+}
+
+// handed: run has handed a batch from next to the journal.
+func (in *intake) handed() {
+	in.mu.Lock()
+	in.handing--
+	in.mu.Unlock()
 }
 
 // run dispatches until stop is closed, then hands over everything still
@@ -116,6 +147,7 @@ func (in *intake) run(stop <-chan struct{}) {
 	for {
 		for b := in.next(); b != nil; b = in.next() {
 			in.j.Submit(b)
+			in.handed()
 		}
 		select {
 		case <-in.wake:
@@ -129,6 +161,7 @@ func (in *intake) run(stop <-chan struct{}) {
 					break
 				}
 				in.j.Submit(b)
+				in.handed()
 			}
 			in.mu.Lock()
 			rest := in.ring

@@ -113,6 +113,7 @@ type session struct {
 	// WebSocket, whose writes are whole messages).
 	direct    bool
 	raw       *rawWriter   // conn's raw socket for direct writes; under wmu
+	rbuf      []byte       // sendNow's encoding buffer; under wmu
 	lastWrite atomic.Int64 // UnixNano of the last write to conn, for heart-beats
 	// flushq: sessions whose output this session's reader filled after
 	// their writer was idle, to write to at its next flush (reader
@@ -929,5 +930,5 @@ func (s *session) receipt(f *stomp.Frame, extra ...stomp.Header) {
 		s.send(r)
 		return
 	}
-	s.submit(&Batch{Ops: []Op{{Kind: OpBarrier}}, Done: func(_ *Batch, err error) { s.send(r) }})
+	s.submit(&Batch{Ops: []Op{{Kind: OpBarrier}}, Done: func(_ *Batch, err error) { s.receiptDone(r) }})
 }

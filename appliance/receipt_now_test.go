@@ -1,0 +1,98 @@
+package appliance_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// Tests of the RECEIPTs a journal completion writes itself (sendNow in
+// topic_direct.go): the receipt of a connection's last outstanding batch.
+
+// One durable SEND at a time: each RECEIPT is written by the completion
+// (not handed to the connection's writer), and a burst of SENDs gets its
+// receipts in order, whichever way each went.
+func TestReceiptNow_LoneSendAnsweredByCompletion(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := dialRaw(t, tb)
+	c.connect("1.2")
+	w0, _ := tb.B.ReceiptsNowForTest()
+	const lone = 20
+	for i := range lone {
+		c.write(fmt.Sprintf("SEND\ndestination:/queue/now\nreceipt:r%d\n\nbody %d\x00", i, i))
+		if f := c.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != fmt.Sprint("r", i) || f.Get("message-id") == "" {
+			t.Fatalf("SEND %d: got %s %v, want its RECEIPT with a message-id", i, f.Command, f.Headers)
+		}
+	}
+	if w, _ := tb.B.ReceiptsNowForTest(); w-w0 != lone {
+		t.Fatalf("%d of %d lone receipts written by the journal's completion, want all", w-w0, lone)
+	}
+	// A burst: most receipts go through the writer; all arrive in order.
+	var burst bytes.Buffer
+	const n = 500
+	for i := range n {
+		fmt.Fprintf(&burst, "SEND\ndestination:/queue/now\nreceipt:b%d\n\nbody %d\x00", i, i)
+	}
+	c.write(burst.String())
+	for i := range n {
+		if f := c.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != fmt.Sprint("b", i) {
+			t.Fatalf("burst: got %s %v, want the RECEIPT of SEND b%d", f.Command, f.Headers, i)
+		}
+	}
+}
+
+// A client whose socket is full (a tiny receive buffer, not reading):
+// a lone RECEIPT's write is cut short and its rest goes to the writer,
+// the completion does not wait, and once the client reads, every RECEIPT
+// arrives whole and in order.
+func TestReceiptNow_PartialWriteHandedOver(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.WriteTimeout = appliance.Duration{Duration: 60 * time.Second}
+	})
+	c := dialRawSmall(t, tb)
+	c.connect("1.2")
+	id := func(i int) string { return fmt.Sprintf("p%d-%s", i, strings.Repeat(string(rune('a'+i%26)), 1500)) }
+	sent := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, handed := tb.B.ReceiptsNowForTest()
+		if handed > 0 {
+			break
+		}
+		if time.Now().After(deadline) || sent == 5000 {
+			t.Fatalf("no receipt handed over after %d SENDs: the client's socket never filled", sent)
+		}
+		// One at a time (the previous one answered or handed over), so
+		// that each is the connection's last outstanding batch.
+		w0, h0 := tb.B.ReceiptsNowForTest()
+		c.write("SEND\ndestination:/queue/full\nreceipt:" + id(sent) + "\n\nx\x00")
+		sent++
+		for {
+			w, h := tb.B.ReceiptsNowForTest()
+			if w > w0 || h > h0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	// The journal is not held by the full socket: another connection's
+	// durable SEND is answered at once.
+	other := dialRaw(t, tb)
+	other.connect("1.2")
+	other.write("SEND\ndestination:/queue/other\nreceipt:o\n\nx\x00")
+	if f := other.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != "o" {
+		t.Fatalf("other connection: got %s %v, want its RECEIPT", f.Command, f.Headers)
+	}
+	c.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for i := range sent {
+		f := c.frame()
+		if f.Command != stomp.CmdReceipt || f.Get("receipt-id") != id(i) {
+			t.Fatalf("got %s with receipt-id %.12q..., want the RECEIPT of SEND %d whole", f.Command, f.Get("receipt-id"), i)
+		}
+	}
+}
