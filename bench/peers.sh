@@ -4,7 +4,9 @@
 # machine, alternating, median of RUNS runs each, and print a table with the
 # ratios Herald/peer. The durable SEND cases also get a bare SQLite writer of
 # the same shape (target sqlite: the device's floor, see
-# BenchmarkRawSQLiteTail in journal/bench_test.go).
+# BenchmarkRawSQLiteTail in journal/bench_test.go); one SEND at a time also
+# the same writer behind a TCP round trip (sqlite-served,
+# BenchmarkRawSQLiteServed).
 #
 #   bench/peers.sh                 # install the peers if needed, run, stop them
 #   make bench-peers               # the same
@@ -156,7 +158,7 @@ target() {
 # gets a queue of its own.
 CASES=(
 	"durable-4x64|herald rabbitmq nats sqlite|send --producers 4 --window 64 --size $SIZE --persistent"
-	"durable-1x1|herald rabbitmq nats sqlite|send --producers 1 --window 1 --size $SIZE --persistent"
+	"durable-1x1|herald rabbitmq nats sqlite sqlite-served|send --producers 1 --window 1 --size $SIZE --persistent"
 	"drain|herald rabbitmq nats|drain --messages $DRAIN_MESSAGES --consumers 4 --prefetch 1000 --size $SIZE"
 	"topic-1k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 1000 --size $SIZE"
 	"topic-10k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 10000 --size $SIZE"
@@ -182,12 +184,15 @@ args() {
 # sqlite_run ARGS -> one JSON line like bench send's, from BenchmarkRawSQLiteTail
 # (a bare SQLite writer, 256 rows per commit for 4x64, 1 for 1x1).
 (cd "$ROOT" && go test -c -o "$WORK/bin/journal.test" ./journal)
+# sqlite_run ARGS served: BenchmarkRawSQLiteServed instead (one row per
+# request over a loopback TCP round trip; 1x1 only).
 sqlite_run() {
-	local batch=256 secs
+	local batch=256 secs bench=RawSQLiteTail
 	[[ "$1" == *"--window 1 "* ]] && batch=1
+	[ "${2:-}" = served ] && bench=RawSQLiteServed
 	secs=$(($(echo "$DURATION" | sed 's/s$//')))
 	HERALD_BENCH_SECONDS=$secs HERALD_BENCH_BATCH=$batch "$WORK/bin/journal.test" -test.run '^$' \
-		-test.bench RawSQLiteTail -test.benchtime 1x 2>&1 | awk -v batch="$batch" '/^BenchmarkRawSQLiteTail/ {
+		-test.bench "$bench\$" -test.benchtime 1x 2>&1 | awk -v batch="$batch" '/^BenchmarkRawSQLite/ {
 			for (i = 3; i < NF; i++) v[$(i+1)] = $i
 			printf "{\"mode\":\"send\",\"transport\":\"sqlite\",\"window\":%d,\"msgs_per_s\":%s,\"errors\":0,\"receipt_latency\":{\"p50_us\":%s,\"p99_us\":%s,\"p999_us\":%s,\"max_us\":%s},\"wal_mib\":%s}\n",
 				batch, v["rows/s"], v["p50-ms"]*1000, v["p99-ms"]*1000, v["p999-ms"]*1000, v["max-ms"]*1000, v["wal-MiB"]
@@ -208,12 +213,12 @@ for c in "${CASES[@]}"; do
 			case $t in
 			rabbitmq) [ -n "$RABBIT_OK" ] || continue ;;
 			nats) [ -n "$NATS_OK" ] || continue ;;
-			sqlite) want sqlite || continue ;;
+			sqlite | sqlite-served) want sqlite || continue ;;
 			esac
 			dest=/queue/$QPREFIX-$idx-$run-$t
-			if [ "$t" = sqlite ]; then
-				line=$(sqlite_run "$cargs ")
-				[ -n "$line" ] || { log "$name sqlite run $run failed"; continue; }
+			if [ "$t" = sqlite ] || [ "$t" = sqlite-served ]; then
+				line=$(sqlite_run "$cargs " "${t#sqlite-}")
+				[ -n "$line" ] || { log "$name $t run $run failed"; continue; }
 			# shellcheck disable=SC2046,SC2086
 			elif line=$("$HERALD" $(target "$t") bench $cargs $(args "$t" "$cargs" "$dest") --duration "$DURATION" --warmup "$WARMUP" --json 2>"$WORK/err"); then
 				:
@@ -277,7 +282,9 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "pub msg/s: the topic publisher's achieved rate (a server can slow it by TCP flow control)."
 	echo "Targets: nats is NATS core for the topic cases and JetStream (file stream; a publish ack for the receipt; a durable"
 	echo "pull consumer with explicit acks for the drain) for the others; sqlite is a bare SQLite writer (WAL, synchronous=FULL,"
-	echo "256 rows per commit for 4x64, 1 for 1x1), its latencies the commit times: the device's floor."
+	echo "256 rows per commit for 4x64, 1 for 1x1), its latencies the commit times: the device's floor; sqlite-served (1x1) is"
+	echo "the same writer committing each 1 KiB request of a client on a loopback TCP connection before a 1-byte answer,"
+	echo "latency at the client: the floor of any server that commits a request before it answers."
 	echo "msg/s: confirmed SENDs per second (send cases); messages drained per second, from the first SUBSCRIBE to the last"
 	echo "ACK processed (drain, after a fill of $DRAIN_MESSAGES); the slowest subscriber's delivered rate (topic cases)."
 	echo "p50/p99/p999: receipt latency (send); publisher-to-subscriber latency over all subscribers (topic)."

@@ -2,6 +2,8 @@ package journal
 
 import (
 	"database/sql"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,27 +46,7 @@ func BenchmarkRawSQLiteTail(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_BATCH")); err == nil && v > 0 {
 		batch = v
 	}
-	path := filepath.Join(b.TempDir(), "raw.db")
-	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=FULL")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	for _, q := range []string{
-		`CREATE TABLE messages(id INTEGER PRIMARY KEY AUTOINCREMENT, qid INTEGER NOT NULL, enqueued INTEGER NOT NULL,
-			deliveries INTEGER NOT NULL DEFAULT 0, not_before INTEGER NOT NULL DEFAULT 0, expires INTEGER NOT NULL DEFAULT 0,
-			grp TEXT NOT NULL DEFAULT '', flags INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL, headers BLOB NOT NULL, body BLOB NOT NULL)`,
-		`CREATE INDEX messages_qid ON messages(qid, id)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ins, err := db.Prepare(`INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) VALUES(?,?,?,?,?,?,?,?,?,?)`)
-	if err != nil {
-		b.Fatal(err)
-	}
+	path, db, ins := openRawSQLite(b)
 	body, hdrs := make([]byte, 1024), []byte{0}
 	var lat []time.Duration
 	rows := 0
@@ -91,6 +73,38 @@ func BenchmarkRawSQLiteTail(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	reportRaw(b, path, rows, lat)
+}
+
+// openRawSQLite opens the bare writer's database (the journal's messages
+// table shape, WAL, synchronous=FULL) and its insert.
+func openRawSQLite(b *testing.B) (string, *sql.DB, *sql.Stmt) {
+	path := filepath.Join(b.TempDir(), "raw.db")
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=FULL")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	for _, q := range []string{
+		`CREATE TABLE messages(id INTEGER PRIMARY KEY AUTOINCREMENT, qid INTEGER NOT NULL, enqueued INTEGER NOT NULL,
+			deliveries INTEGER NOT NULL DEFAULT 0, not_before INTEGER NOT NULL DEFAULT 0, expires INTEGER NOT NULL DEFAULT 0,
+			grp TEXT NOT NULL DEFAULT '', flags INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL, headers BLOB NOT NULL, body BLOB NOT NULL)`,
+		`CREATE INDEX messages_qid ON messages(qid, id)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ins, err := db.Prepare(`INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) VALUES(?,?,?,?,?,?,?,?,?,?)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return path, db, ins
+}
+
+// reportRaw reports rows per second and the latency percentiles of lat.
+func reportRaw(b *testing.B, path string, rows int, lat []time.Duration) {
 	slices.Sort(lat)
 	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
 	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
@@ -102,4 +116,86 @@ func BenchmarkRawSQLiteTail(b *testing.B) {
 	if fi != nil {
 		b.ReportMetric(float64(fi.Size())/(1<<20), "wal-MiB")
 	}
+}
+
+// BenchmarkRawSQLiteServed is the bare single-row commit behind a TCP
+// round trip, the shape of one durable SEND at a time: a client on
+// 127.0.0.1 writes a 1 KiB request and waits for a 1-byte answer; the
+// server goroutine reads it, commits it as one row (the same writer as
+// BenchmarkRawSQLiteTail with a batch of 1) and answers. No broker, no
+// protocol: the floor for any server that commits each request before it
+// answers. On a virtual disk a commit after an idle pause (here the round
+// trip) takes longer than one right after another (docs/benchmarks.md), so
+// this, not the back-to-back commit, is the like-for-like floor. Latency
+// is the client's, request written to answer read. HERALD_BENCH_SECONDS
+// as above; run with -benchtime 1x.
+func BenchmarkRawSQLiteServed(b *testing.B) {
+	secs := 10
+	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	path, db, ins := openRawSQLite(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	const size = 1024
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		req, hdrs := make([]byte, size), []byte{0}
+		for {
+			if _, err := io.ReadFull(c, req); err != nil {
+				served <- nil // the client is done
+				return
+			}
+			tx, err := db.Begin()
+			if err == nil {
+				_, err = tx.Stmt(ins).Exec(1, time.Now().UnixMilli(), 0, 0, 0, "", 0, size+64, hdrs, req)
+				if err == nil {
+					err = tx.Commit()
+				}
+			}
+			if err != nil {
+				served <- err
+				return
+			}
+			if _, err := c.Write([]byte{1}); err != nil {
+				served <- err
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	req, ans := make([]byte, size), make([]byte, 1)
+	var lat []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		end := time.Now().Add(time.Duration(secs) * time.Second)
+		for time.Now().Before(end) {
+			start := time.Now()
+			if _, err := c.Write(req); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, ans); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+	}
+	b.StopTimer()
+	c.Close()
+	if err := <-served; err != nil {
+		b.Fatal(err)
+	}
+	reportRaw(b, path, len(lat), lat)
 }
