@@ -588,5 +588,22 @@ func conformanceCases() []confCase {
 		send("NCF gone 97", g.ncf(101, 90, NCFGone, Range{97, 97})).
 		send("RDATA 99, px.eu 52, trailing edge 99", g.rdata(99, 99, pxeu(52, "52"))).
 		end(20000, S1, "gap px.eu 50-51 gone", "msg px.eu 52 52", "msg px.eu 53 53"))
+	// Revision 5: repairs that keep coming keep the holes open (section 4.4, give-up).
+	add(newVec("repairs-keep-coming", "datagrams 3 and 5 lost; RDATA 3 at 150 ms, RDATA 5 at 320 ms (past 200 ms from the first NAK, but within 200 ms of the last repair): both delivered, no gap").
+		send("CATALOG", catAB).
+		send("DATA", g.data(2, 1, pxeu(1, "a"))).
+		send("DATA 4", g.data(4, 1, pxeu(3, "c"))).
+		send("DATA 6", g.data(6, 1, pxeu(5, "e"))).
+		at(150000).send("RDATA 3", g.rdata(3, 1, pxeu(2, "b"))).
+		at(320000).send("RDATA 5", g.rdata(5, 1, pxeu(4, "d"))).
+		end(1000000, S1, "msg px.eu 1 a", "msg px.eu 2 b", "msg px.eu 3 c", "msg px.eu 4 d", "msg px.eu 5 e"))
+	add(newVec("repairs-stop", "datagrams 3 and 5 lost; RDATA 3 at 150 ms, then nothing: 5 is given up about 200 ms after that last repair, a gap, then 5").
+		send("CATALOG", catAB).
+		send("DATA", g.data(2, 1, pxeu(1, "a"))).
+		send("DATA 4", g.data(4, 1, pxeu(3, "c"))).
+		send("DATA 6", g.data(6, 1, pxeu(5, "e"))).
+		at(150000).send("RDATA 3", g.rdata(3, 1, pxeu(2, "b"))).
+		at(600000).send("RDATA 5, too late", g.rdata(5, 1, pxeu(4, "d"))).
+		end(1000000, S1, "msg px.eu 1 a", "msg px.eu 2 b", "msg px.eu 3 c", "gap px.eu 4-4 expired", "msg px.eu 5 e"))
 	return cases
 }

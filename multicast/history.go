@@ -282,6 +282,9 @@ func (r *ReceiverCore) historyData(p *Packet) {
 	seq := p.Seq
 	delete(r.lj.hist, seq)
 	r.c.HistoryRepairs++
+	if p.Flags&FlagRepair != 0 {
+		r.lastRepair = r.now
+	}
 	repaired := p.Flags&FlagRepair != 0
 	if p.Type == TypeCatalog {
 		r.catalog(p.Catalog)

@@ -96,3 +96,39 @@ func TestNetns_HostileNAKer(t *testing.T) {
 		t.Errorf("the hostile host got %d repair bytes in %v, want at most %.0f (its source budget)", hostile.RepairBytes, elapsed, bound)
 	}
 }
+
+// TestNetns_RepairsOverSourceBudget: a receiver behind 10% loss whose repairs take far longer
+// than the budget to come, because its host's repair share is small: the sender answers in
+// order what the share allows and leaves the rest unanswered, the receiver asks again, and it
+// gives up on nothing while repairs keep coming (revision 5, section 4.4). With the give-up
+// counted only from the first NAK, the later holes expired while the sender still held them.
+func TestNetns_RepairsOverSourceBudget(t *testing.T) {
+	tp := newTopo(t, "s", "r1")
+	const group, port, n = "239.255.7.10:7410", 7410, 20000
+	const share = 100 << 10 // bytes/s of repairs for the receiver's host
+	tp.dropShare("r1", port)
+	r := tp.startReceiver("r1", helperConfig{Group: group, Count: n})
+	s := tp.startSender("s", SenderConfig{Group: group, SourceRepairRate: share})
+	start := time.Now()
+	count := publishN(t, s, nil, n, 40000, 64)
+	st := r.wait(t, 60*time.Second)
+	elapsed := time.Since(start)
+	msgs, gaps := r.check(t, []map[string]uint64{count})
+	ss := s.Stats()
+	var refused, repairBytes uint64
+	for _, src := range ss.TopSources {
+		refused += src.Refused
+		repairBytes += src.RepairBytes
+	}
+	t.Logf("receiver: %d messages, %d gaps, %d NAKs, %d repairs in %v; sender: %d repair bytes, %d sequences refused over the %d B/s share",
+		msgs, gaps, st.NAKs, st.Repairs, elapsed.Round(time.Millisecond), repairBytes, refused, share)
+	if msgs != n || gaps != 0 {
+		t.Errorf("receiver: %d messages and %d gaps, want %d and 0: a hole was given up while the sender was still repairing", msgs, gaps, n)
+	}
+	if refused == 0 {
+		t.Errorf("the sender refused no sequence: the source share did not bind, the test proved nothing")
+	}
+	if elapsed < 2*ProfileLowLatency.timing().budget {
+		t.Errorf("done in %v: the repairs took less than twice the budget, the test proved nothing", elapsed)
+	}
+}

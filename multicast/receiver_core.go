@@ -206,6 +206,9 @@ type ReceiverCore struct {
 	heard     time.Time      // when the current session last sent a datagram we believed
 	firstLost uint64         // lowest datagram of the session given up (0: none)
 	behind    bool
+	// lastRepair: when a repair last filled a datagram this receiver was missing (see
+	// repairing).
+	lastRepair time.Time
 
 	cand struct { // the latest other session heard while the current one was live
 		session uint64
@@ -343,6 +346,15 @@ func (r *ReceiverCore) State() ReceiverState {
 // SetBehind tells the core whether datagrams wait unread in the socket. While behind, a missing
 // sequence is not given up for its budget: its repair may be among the unread datagrams.
 func (r *ReceiverCore) SetBehind(b bool) { r.behind = b }
+
+// repairing reports whether repairs keep coming: one filled a datagram this receiver was
+// missing within the last budget. The sender is then working through this receiver's NAKs
+// (a sender over a NAK source's byte budget leaves unanswered what it cannot repair yet, and
+// the receiver asks again), so a missing datagram is not given up for its budget meanwhile;
+// the sender's trailing edge (gone) and MaxHole still bound the wait.
+func (r *ReceiverCore) repairing(now time.Time) bool {
+	return !r.lastRepair.IsZero() && now.Sub(r.lastRepair) < r.t.budget
+}
 
 // Ready returns the events for the application, in order, and the datagrams to send. Both slices
 // are valid until the next call on the core.
@@ -493,6 +505,7 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			delete(r.miss, seq)
 			if p.Flags&FlagRepair != 0 {
 				r.c.Repairs++
+				r.lastRepair = now
 			}
 		}
 		if seq == r.next && len(r.done) == 0 {
@@ -1342,7 +1355,7 @@ func (r *ReceiverCore) Tick(now time.Time) {
 				continue
 			}
 			if !m.giveUp.IsZero() && !now.Before(m.giveUp) {
-				if !r.behind {
+				if !r.behind && !r.repairing(now) {
 					r.histLose(q, ReasonExpired)
 					continue
 				}
@@ -1367,11 +1380,13 @@ func (r *ReceiverCore) Tick(now time.Time) {
 			continue
 		}
 		if !m.giveUp.IsZero() && !now.Before(m.giveUp) {
-			if !r.behind {
+			if !r.behind && !r.repairing(now) {
 				r.lose(q, ReasonExpired)
 				continue
 			}
-			m.giveUp = now.Add(4 * r.t.nakRetry) // the repair may wait unread in the socket
+			// The repair may wait unread in the socket, or come once the sender has
+			// repaired what it was asked before.
+			m.giveUp = now.Add(4 * r.t.nakRetry)
 		}
 		ask = append(ask, q)
 		if m.giveUp.IsZero() {
