@@ -340,7 +340,7 @@ func (s *session) authorize(f *stomp.Frame) bool {
 		return true
 	}
 	subscribing := f.Command == stomp.CmdSubscribe
-	kind, name, err := parseDest(d, subscribing)
+	kind, name, err := s.parseDest(d, subscribing)
 	if err != nil {
 		return true
 	}

@@ -60,6 +60,9 @@ type Broker struct {
 	log     *slog.Logger
 	version string
 	now     func() time.Time
+	// realClock: now is time.Now (Options.Now unset), so a session's
+	// read time may stand for it (publish).
+	realClock bool
 
 	reloadMu  sync.Mutex // serialises Reload (reload.go)
 	mu        sync.Mutex
@@ -114,6 +117,7 @@ type brokerStats struct {
 	// and those of them whose rest went to the subscriber's writer
 	directWrites, directHandovers atomic.Uint64
 	receiptsNow, receiptsHanded   atomic.Uint64 // sendNow: written at once, rest handed to the writer
+	readDeadlines                 atomic.Uint64 // sessions' read deadlines set
 }
 
 // New returns a Broker with defaults applied; Open recovers the journal.
@@ -121,7 +125,8 @@ func New(o Options) *Broker {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Now == nil {
+	realClock := o.Now == nil
+	if realClock {
 		o.Now = time.Now
 	}
 	if o.Version == "" {
@@ -130,18 +135,19 @@ func New(o Options) *Broker {
 	c := o.Config
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
-		j:        o.Journal,
-		log:      o.Logger,
-		version:  o.Version,
-		now:      o.Now,
-		queues:   map[string]*queue{},
-		sessions: map[uint64]*session{},
-		perAddr:  map[string]int{},
-		topics:   newTopicRegistry(),
-		stop:     make(chan struct{}),
-		bgOpen:   true,
-		ctx:      ctx,
-		cancel:   cancel,
+		j:         o.Journal,
+		log:       o.Logger,
+		version:   o.Version,
+		now:       o.Now,
+		realClock: realClock,
+		queues:    map[string]*queue{},
+		sessions:  map[uint64]*session{},
+		perAddr:   map[string]int{},
+		topics:    newTopicRegistry(),
+		stop:      make(chan struct{}),
+		bgOpen:    true,
+		ctx:       ctx,
+		cancel:    cancel,
 	}
 	b.conf.Store(&c)
 	b.seed.Store(uint64(o.Now().UnixNano()))

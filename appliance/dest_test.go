@@ -43,3 +43,31 @@ func TestParseDest(t *testing.T) {
 		t.Errorf("parseDest of a topic SEND allocates %v times, want 0 (it runs for every SEND)", n)
 	}
 }
+
+// A session's remembered destination answers only SENDs to the same one,
+// and a SUBSCRIBE's parse (wildcards allowed) never stands in for a SEND's.
+func TestSessionParseDest_RemembersOnlySends(t *testing.T) {
+	s := &session{}
+	for _, c := range []struct {
+		d           string
+		subscribing bool
+		name        string // "" = an error
+	}{
+		{"/topic/a.b", false, "a.b"},
+		{"/topic/a.b", false, "a.b"},
+		{"/topic/a.*", true, "a.*"},
+		{"/topic/a.*", false, ""},
+		{"/topic/a.*", true, "a.*"},
+		{"/topic/a.*", false, ""},
+		{"/queue/q", false, "q"},
+		{"/topic/a..b", false, ""},
+		{"/queue/q", false, "q"},
+		{"/topic/a.b", false, "a.b"},
+	} {
+		kind, name, err := s.parseDest(c.d, c.subscribing)
+		wk, wn, werr := parseDest(c.d, c.subscribing)
+		if name != c.name || (err == nil) != (c.name != "") || kind != wk || name != wn || (err == nil) != (werr == nil) {
+			t.Fatalf("parseDest(%q, subscribing %v): got %v %q %v, want %q (parseDest: %v %q %v)", c.d, c.subscribing, kind, name, err, c.name, wk, wn, werr)
+		}
+	}
+}

@@ -15,3 +15,6 @@ func (b *Broker) DirectWritesForTest() (writes, handovers uint64) {
 func (b *Broker) ReceiptsNowForTest() (written, handed uint64) {
 	return b.stats.receiptsNow.Load(), b.stats.receiptsHanded.Load()
 }
+
+// ReadDeadlinesForTest reports how many read deadlines the sessions set.
+func (b *Broker) ReadDeadlinesForTest() uint64 { return b.stats.readDeadlines.Load() }

@@ -1,6 +1,7 @@
 package appliance_test
 
 import (
+	"fmt"
 	"net"
 	"runtime"
 	"strconv"
@@ -238,4 +239,40 @@ func trickle(c net.Conn, every time.Duration, b string) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-done }
+}
+
+// The frames of one socket read share their frame_timeout deadline: a
+// burst of SENDs written at once sets a read deadline per read, not per
+// frame (each was a clock read and a poller update), and every message of
+// it is delivered.
+func TestSession_BurstSharesFrameDeadline(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	sub := dialRaw(t, tb)
+	sub.connect("1.2")
+	sub.subscribe("1", "/topic/burst")
+	p := dialRaw(t, tb)
+	p.connect("1.2")
+	const n = 4000
+	var burst strings.Builder
+	for i := range n {
+		fmt.Fprintf(&burst, "SEND\ndestination:/topic/burst\n\n%d\x00", i)
+	}
+	burst.WriteString("SEND\ndestination:/topic/burst\nreceipt:end\n\nend\x00")
+	before := tb.B.ReadDeadlinesForTest()
+	p.write(burst.String())
+	if f := p.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != "end" {
+		t.Fatalf("got %s %v, want the burst's receipt", f.Command, f.Headers)
+	}
+	set := tb.B.ReadDeadlinesForTest() - before
+	for i := range n {
+		if f := sub.frame(); string(f.Body) != strconv.Itoa(i) {
+			t.Fatalf("message %d: got %s %q", i, f.Command, f.Body)
+		}
+	}
+	// The publisher's reads of ~60 KiB carry hundreds of frames each; the
+	// subscriber's session sets none (it reads nothing).
+	if set > n/10 {
+		t.Fatalf("%d read deadlines set for a burst of %d frames, want far fewer than one per frame", set, n+1)
+	}
+	t.Logf("%d read deadlines for %d frames", set, n+1)
 }

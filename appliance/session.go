@@ -160,6 +160,14 @@ type session struct {
 	msgsOut, slowDrops                   atomic.Uint64
 	closeOnce                            sync.Once
 	limitsOf                             *Config // the config whose frame limits r has (reader goroutine)
+	// readAt is when the last read from conn returned data, and frameDL
+	// the frame deadline last set from it (reader goroutine): see
+	// frameStarted.
+	readAt  time.Time
+	frameDL time.Time
+	// lastDest: the last destination sent to, parsed (reader goroutine;
+	// see session.parseDest).
+	lastDest parsedDest
 }
 
 func newSession(b *Broker, c net.Conn) *session {
@@ -169,7 +177,7 @@ func newSession(b *Broker, c net.Conn) *session {
 		id:      id,
 		conn:    c,
 		peer:    c.RemoteAddr().String(),
-		r:       stomp.NewReader(countingReader{c, nil}, b.readerLimits()),
+		r:       stomp.NewReader(countingReader{c, nil, nil}, b.readerLimits()),
 		wake:    make(chan struct{}, 1),
 		drained: make(chan struct{}),
 		jroom:   make(chan struct{}),
@@ -180,20 +188,26 @@ func newSession(b *Broker, c net.Conn) *session {
 		started: b.now(),
 	}
 	_, s.direct = c.(*net.TCPConn)
-	s.r = stomp.NewReader(countingReader{c, &s.bytesIn}, b.readerLimits())
+	s.r = stomp.NewReader(countingReader{c, &s.bytesIn, &s.readAt}, b.readerLimits())
 	s.log = b.log.With("session", id, "peer", s.peer)
 	return s
 }
 
+// countingReader counts what it reads into n and notes in at when a read
+// last returned data.
 type countingReader struct {
-	r io.Reader
-	n *atomic.Uint64
+	r  io.Reader
+	n  *atomic.Uint64
+	at *time.Time
 }
 
 func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	if c.n != nil {
 		c.n.Add(uint64(n))
+	}
+	if n > 0 && c.at != nil {
+		*c.at = time.Now()
 	}
 	return n, err
 }
@@ -301,7 +315,7 @@ func (s *session) waitMemory() {
 		s.flushClients() // what they hold is released as they are written
 	}
 	if s.b.mem.wait(s.memHeld, s.isEnding) {
-		s.frameStarted()
+		s.frameStartedAt(time.Now())
 	}
 }
 
@@ -329,26 +343,37 @@ func (s *session) awaitNext() {
 	}
 }
 
-// frameStarted runs when the first octet of a frame has arrived: the rest
-// must follow within frame_timeout (and CONNECT still within its own
-// deadline).
-func (s *session) frameStarted() {
+// frameStarted runs when the first octet of a frame has been read: the
+// rest must follow within frame_timeout of the read that brought it (and
+// CONNECT still within its own deadline). The frames of one read share
+// that deadline, so a burst read at once sets it once, not per frame
+// (time.Now and the poller's deadline update were a tenth of a flooded
+// session's time).
+func (s *session) frameStarted() { s.frameStartedAt(s.readAt) }
+
+// frameStartedAt is frameStarted for a frame whose time starts at t0.
+func (s *session) frameStartedAt(t0 time.Time) {
 	s.syncLimits() // a reload may have changed them (reload.go)
 	ft := s.b.cfg().Stomp.FrameTimeout.Duration
 	if ft <= 0 {
 		return
 	}
-	d := time.Now().Add(ft)
+	d := t0.Add(ft)
 	if !s.connected.Load() && s.connectBy.Before(d) {
 		s.setReadDeadline(waitConnect, s.connectBy)
 		return
 	}
+	if s.waiting == waitFrame && d.Equal(s.frameDL) {
+		return // in force already
+	}
+	s.frameDL = d
 	s.setReadDeadline(waitFrame, d)
 }
 
 // setReadDeadline sets the read deadline (zero: none) for w, unless the
 // session is ending and must stop reading sooner.
 func (s *session) setReadDeadline(w readWait, t time.Time) {
+	s.b.stats.readDeadlines.Add(1)
 	s.waiting = w
 	s.conn.SetReadDeadline(t)
 	// endReads stores before it sets the deadline: if it ran after the

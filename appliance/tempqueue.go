@@ -39,7 +39,7 @@ func (s *session) dest(d string, subscribing bool) (destKind, string, error) {
 		s.b.claimTemp(full, s)
 		return kind, full, nil
 	}
-	kind, name, err := parseDest(d, subscribing)
+	kind, name, err := s.parseDest(d, subscribing)
 	if err == nil && kind == destQueue && strings.HasPrefix(name, tempPrefix) && subscribing && s.b.tempOwner(name) != s {
 		return 0, "", fmt.Errorf("%w %q: a temporary queue is read only by the connection that made it", ErrBadDest, d)
 	}

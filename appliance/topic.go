@@ -263,7 +263,14 @@ func (r *topicRegistry) statsFor(name string, now int64) *topicStats {
 // frames it has read are handled (flushClients, topic_direct.go) instead
 // of waking their writers now.
 func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, from *session) {
-	now := b.now().UnixMilli()
+	// A publisher's message is stamped with the time its frame was read
+	// (one clock read per socket read rather than one per message).
+	var now int64
+	if from != nil && b.realClock && !from.readAt.IsZero() {
+		now = from.readAt.UnixMilli()
+	} else {
+		now = b.now().UnixMilli()
+	}
 	st := b.topics.statsFor(name, now)
 	// The MESSAGE as every subscriber gets it, built once: its headers
 	// (less message-id, set below) are also what history and the last
