@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -241,10 +242,9 @@ func trickle(c net.Conn, every time.Duration, b string) (stop func()) {
 	return func() { close(quit); <-done }
 }
 
-// The frames of one socket read share their frame_timeout deadline: a
-// burst of SENDs written at once sets a read deadline per read, not per
-// frame (each was a clock read and a poller update), and every message of
-// it is delivered.
+// A burst of SENDs written at once keeps one frame_timeout deadline (set
+// with a sixteenth of slack) instead of setting one per frame (each was a
+// poller update), and every message of it is delivered.
 func TestSession_BurstSharesFrameDeadline(t *testing.T) {
 	tb := mustStartBroker(t, nil)
 	sub := dialRaw(t, tb)
@@ -269,10 +269,72 @@ func TestSession_BurstSharesFrameDeadline(t *testing.T) {
 			t.Fatalf("message %d: got %s %q", i, f.Command, f.Body)
 		}
 	}
-	// The publisher's reads of ~60 KiB carry hundreds of frames each; the
-	// subscriber's session sets none (it reads nothing).
+	// The burst takes far less than a sixteenth of frame_timeout (30 s by
+	// default); the subscriber's session sets none (it reads nothing).
 	if set > n/10 {
 		t.Fatalf("%d read deadlines set for a burst of %d frames, want far fewer than one per frame", set, n+1)
 	}
 	t.Logf("%d read deadlines for %d frames", set, n+1)
+}
+
+// gateJournal holds the batches submitted while its gate is closed and
+// passes them on when it opens.
+type gateJournal struct {
+	appliance.Journal
+	mu     sync.Mutex
+	closed bool
+	held   []*appliance.Batch
+}
+
+func (j *gateJournal) Submit(b *appliance.Batch) {
+	j.mu.Lock()
+	if j.closed {
+		j.held = append(j.held, b)
+		j.mu.Unlock()
+		return
+	}
+	j.mu.Unlock()
+	j.Journal.Submit(b)
+}
+
+func (j *gateJournal) open() {
+	j.mu.Lock()
+	held := j.held
+	j.closed, j.held = false, nil
+	j.mu.Unlock()
+	for _, b := range held {
+		j.Journal.Submit(b)
+	}
+}
+
+// A frame whose first octets were read before the reader waited (here for
+// the journal: stomp.max_journal_pending_bytes) longer than frame_timeout
+// gets its whole frame_timeout from when the reader comes to it, not from
+// the read: the client is not cut off for the server's own wait.
+func TestSession_FrameTimeoutAfterReaderWaited(t *testing.T) {
+	const ft = 300 * time.Millisecond
+	gj := &gateJournal{closed: true}
+	tb := startWrapped(t, func(c *appliance.Config) {
+		c.Stomp.FrameTimeout = appliance.Duration{Duration: ft}
+		c.Stomp.MaxJournalPendingBytes = 1 // one batch in the journal's hands at a time
+	}, func(j appliance.Journal) appliance.Journal {
+		gj.Journal = j
+		return gj
+	})
+	r := dialRaw(t, tb)
+	r.connect("1.2")
+	// One write: two durable SENDs, and the start of a third. The second
+	// waits for the first, which the closed gate holds.
+	r.write("SEND\ndestination:/queue/w\nreceipt:1\n\none\x00" +
+		"SEND\ndestination:/queue/w\nreceipt:2\n\ntwo\x00" +
+		"SEND\ndestination:/queue/w\nreceipt:3\n")
+	time.Sleep(2 * ft) // not synchronisation: the reader's wait, longer than frame_timeout
+	gj.open()
+	time.Sleep(ft / 3) // the reader goes on to the third frame meanwhile
+	r.write("\nthree\x00")
+	for _, id := range []string{"1", "2", "3"} {
+		if f := r.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != id {
+			t.Fatalf("got %s %v (%s), want RECEIPT %s: the third frame's time ran from the read, not from when the reader came to it", f.Command, f.Headers, f.Body, id)
+		}
+	}
 }

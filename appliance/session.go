@@ -160,10 +160,10 @@ type session struct {
 	msgsOut, slowDrops                   atomic.Uint64
 	closeOnce                            sync.Once
 	limitsOf                             *Config // the config whose frame limits r has (reader goroutine)
-	// readAt is when the last read from conn returned data, and frameDL
-	// the frame deadline last set from it (reader goroutine): see
+	// frameAt is when the reader came to the current frame's first octet,
+	// frameDL the frame deadline last set (reader goroutine): see
 	// frameStarted.
-	readAt  time.Time
+	frameAt time.Time
 	frameDL time.Time
 	// lastDest: the last destination sent to, parsed (reader goroutine;
 	// see session.parseDest).
@@ -177,7 +177,7 @@ func newSession(b *Broker, c net.Conn) *session {
 		id:      id,
 		conn:    c,
 		peer:    c.RemoteAddr().String(),
-		r:       stomp.NewReader(countingReader{c, nil, nil}, b.readerLimits()),
+		r:       stomp.NewReader(countingReader{c, nil}, b.readerLimits()),
 		wake:    make(chan struct{}, 1),
 		drained: make(chan struct{}),
 		jroom:   make(chan struct{}),
@@ -188,26 +188,20 @@ func newSession(b *Broker, c net.Conn) *session {
 		started: b.now(),
 	}
 	_, s.direct = c.(*net.TCPConn)
-	s.r = stomp.NewReader(countingReader{c, &s.bytesIn, &s.readAt}, b.readerLimits())
+	s.r = stomp.NewReader(countingReader{c, &s.bytesIn}, b.readerLimits())
 	s.log = b.log.With("session", id, "peer", s.peer)
 	return s
 }
 
-// countingReader counts what it reads into n and notes in at when a read
-// last returned data.
 type countingReader struct {
-	r  io.Reader
-	n  *atomic.Uint64
-	at *time.Time
+	r io.Reader
+	n *atomic.Uint64
 }
 
 func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	if c.n != nil {
 		c.n.Add(uint64(n))
-	}
-	if n > 0 && c.at != nil {
-		*c.at = time.Now()
 	}
 	return n, err
 }
@@ -343,31 +337,38 @@ func (s *session) awaitNext() {
 	}
 }
 
-// frameStarted runs when the first octet of a frame has been read: the
-// rest must follow within frame_timeout of the read that brought it (and
-// CONNECT still within its own deadline). The frames of one read share
-// that deadline, so a burst read at once sets it once, not per frame
-// (time.Now and the poller's deadline update were a tenth of a flooded
-// session's time).
-func (s *session) frameStarted() { s.frameStartedAt(s.readAt) }
+// frameStarted runs when the reader comes to the first octet of a frame:
+// the rest must follow within frame_timeout (and CONNECT still within its
+// own deadline). Its time runs from now, not from the read that brought
+// the octet: the reader may have waited since (memory, journal or output
+// room), which is not the client's time.
+//
+// The deadline set is frame_timeout and a sixteenth from now, and a frame
+// that starts while the one in force still gives it frame_timeout keeps
+// it: a burst of frames sets it about once per sixteenth of frame_timeout
+// rather than per frame (the poller's deadline update was a tenth of a
+// flooded session's time). A stalled frame is therefore closed between
+// frame_timeout and 17/16 of it after it started.
+func (s *session) frameStarted() { s.frameStartedAt(time.Now()) }
 
-// frameStartedAt is frameStarted for a frame whose time starts at t0.
-func (s *session) frameStartedAt(t0 time.Time) {
+// frameStartedAt is frameStarted at now.
+func (s *session) frameStartedAt(now time.Time) {
+	s.frameAt = now
 	s.syncLimits() // a reload may have changed them (reload.go)
 	ft := s.b.cfg().Stomp.FrameTimeout.Duration
 	if ft <= 0 {
 		return
 	}
-	d := t0.Add(ft)
+	d := now.Add(ft)
 	if !s.connected.Load() && s.connectBy.Before(d) {
 		s.setReadDeadline(waitConnect, s.connectBy)
 		return
 	}
-	if s.waiting == waitFrame && d.Equal(s.frameDL) {
-		return // in force already
+	if s.waiting == waitFrame && !s.frameDL.Before(d) && s.frameDL.Sub(d) <= ft/16 {
+		return // the deadline in force gives the frame its frame_timeout
 	}
-	s.frameDL = d
-	s.setReadDeadline(waitFrame, d)
+	s.frameDL = d.Add(ft / 16)
+	s.setReadDeadline(waitFrame, s.frameDL)
 }
 
 // setReadDeadline sets the read deadline (zero: none) for w, unless the

@@ -263,11 +263,11 @@ func (r *topicRegistry) statsFor(name string, now int64) *topicStats {
 // frames it has read are handled (flushClients, topic_direct.go) instead
 // of waking their writers now.
 func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, from *session) {
-	// A publisher's message is stamped with the time its frame was read
-	// (one clock read per socket read rather than one per message).
+	// A publisher's message is stamped with the time the reader came to
+	// its frame (frameStarted's clock read, not another).
 	var now int64
-	if from != nil && b.realClock && !from.readAt.IsZero() {
-		now = from.readAt.UnixMilli()
+	if from != nil && b.realClock && !from.frameAt.IsZero() {
+		now = from.frameAt.UnixMilli()
 	} else {
 		now = b.now().UnixMilli()
 	}

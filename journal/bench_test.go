@@ -36,7 +36,10 @@ func BenchmarkStore_OneAtATime(b *testing.B) {
 // durable SEND at a time. It reports rows per second
 // and the commit time percentiles: a row's receipt can come no sooner
 // than its commit, so the p999 here is the floor for Herald's p999 in the
-// same run. Run with -benchtime 1x.
+// same run. HERALD_BENCH_PAUSE_US=N busy-waits N microseconds after each
+// commit (not counted): the device's commit after a pause of other work,
+// as between the SENDs of a client that waits for each receipt. Run with
+// -benchtime 1x.
 func BenchmarkRawSQLiteTail(b *testing.B) {
 	secs := 10
 	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_SECONDS")); err == nil && v > 0 {
@@ -46,6 +49,7 @@ func BenchmarkRawSQLiteTail(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_BATCH")); err == nil && v > 0 {
 		batch = v
 	}
+	pause, _ := strconv.Atoi(os.Getenv("HERALD_BENCH_PAUSE_US"))
 	path, db, ins := openRawSQLite(b)
 	body, hdrs := make([]byte, 1024), []byte{0}
 	var lat []time.Duration
@@ -70,6 +74,8 @@ func BenchmarkRawSQLiteTail(b *testing.B) {
 			}
 			lat = append(lat, time.Since(start))
 			rows += batch
+			for until := time.Now().Add(time.Duration(pause) * time.Microsecond); pause > 0 && time.Now().Before(until); {
+			}
 		}
 	}
 	b.StopTimer()
