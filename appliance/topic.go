@@ -274,25 +274,40 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 	st := b.topics.statsFor(name, now)
 	// The MESSAGE as every subscriber gets it, built once: its headers
 	// (less message-id, set below) are also what history and the last
-	// value keep.
-	shared := newTopicShared(prefixTopic+name, userHeaders, body, now)
-	headers := shared.f.Headers[2:]
+	// value keep. Without history, last value or a subscriber (a topic
+	// only a multicast channel carries) it is not built at all.
+	var shared *topicShared
+	var headers stomp.Headers
+	var id string
+	build := func() {
+		shared = newTopicShared(prefixTopic+name, userHeaders, body, now)
+		headers = shared.f.Headers[2:]
+	}
+	setID := func(seq uint64) {
+		shared.setID(topicMessageID(seq))
+		id = shared.id
+	}
 	rule, kept := b.historyRule(name)
+	keepLast := b.cfg().Topics.LastValue
+	if kept || keepLast {
+		build()
+	}
 	if kept {
 		// The sequence, the ring and the hand-out to the subscriptions
 		// in one critical section: see topic_history.go.
 		b.hist.mu.Lock()
 	}
 	seq := b.topics.seq.Add(1)
-	shared.setID(topicMessageID(seq))
-	id := shared.id
+	if shared != nil {
+		setID(seq)
+	}
 	var msg *histMsg
 	if kept {
 		msg = &histMsg{id: id, headers: headers, body: body}
 		b.appendHistory(name, rule, seq, now, msg)
 	}
 	var exact, wild []*subscription
-	if b.cfg().Topics.LastValue {
+	if keepLast {
 		b.topics.mu.Lock()
 		if v, ok := b.topics.stats.Load(name); !ok || v.(*topicStats) != st {
 			st = b.topics.statsFor(name, now) // forgotten meanwhile
@@ -302,6 +317,10 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 		b.topics.mu.Unlock()
 	} else {
 		exact, wild = b.topics.exactSubs(name), b.topics.wildSubs()
+		if shared == nil && (len(exact) > 0 || anyMatches(wild, name)) {
+			build()
+			setID(seq)
+		}
 	}
 	st.in.Add(1)
 	b.stats.topicIn.Add(1)
@@ -341,6 +360,16 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 			}
 		}
 	}
+}
+
+// anyMatches reports whether a wildcard subscription of subs matches topic.
+func anyMatches(subs []*subscription, topic string) bool {
+	for _, sub := range subs {
+		if MatchTopic(sub.name, topic) {
+			return true
+		}
+	}
+	return false
 }
 
 // topicMessageID is the message-id of topic message seq: "t" and seq, in

@@ -372,3 +372,35 @@ func TestTopicDirect_HeartBeats(t *testing.T) {
 		beats++
 	}
 }
+
+// A topic message nobody takes over STOMP (no subscriber, history or last
+// value: a topic only a multicast channel carries) costs no MESSAGE frame;
+// one with a wildcard subscriber is still delivered, with message ids that
+// counted the others.
+func TestPublish_NoSubscriberBuildsNoFrame(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	body := []byte("x")
+	tb.B.PublishForTest("quiet.a", body) // the topic's statistics exist
+	if n := testing.AllocsPerRun(200, func() { tb.B.PublishForTest("quiet.a", body) }); n > 0 {
+		t.Fatalf("%v allocations per message to a topic without subscribers, want none", n)
+	}
+	sub := dialRaw(t, tb)
+	sub.connect("1.2")
+	sub.subscribe("1", "/topic/quiet.*")
+	tb.B.PublishForTest("quiet.a", []byte("seen"))
+	f := sub.frame()
+	if f.Command != stomp.CmdMessage || string(f.Body) != "seen" || f.Get("destination") != "/topic/quiet.a" {
+		t.Fatalf("got %s %v %q, want the MESSAGE to the wildcard subscriber", f.Command, f.Headers, f.Body)
+	}
+	if id := f.Get("message-id"); !strings.HasPrefix(id, "t") || atoiOr0(id[1:]) < 202 {
+		t.Fatalf("message-id %q, want t and a sequence counting the 201 messages nobody took", id)
+	}
+}
+
+func atoiOr0(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
+}
