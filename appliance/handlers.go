@@ -216,7 +216,7 @@ func (s *session) onSend(f *stomp.Frame) bool {
 		}
 		q.committed(m, true)
 		if receipt != "" {
-			s.receiptDone(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "message-id", strconv.FormatUint(m.ID, 10)))
+			s.receiptDone(b, stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt, "message-id", strconv.FormatUint(m.ID, 10)))
 		}
 	}})
 	return true

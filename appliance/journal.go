@@ -73,6 +73,11 @@ type Batch struct {
 	// as a whole (nothing of it applied). It runs on the journal's completion
 	// goroutine in submission order and must not block.
 	Done func(b *Batch, err error)
+	// Lone is set by the journal before Done when the batch was committed
+	// alone and its completion runs where nothing waits behind it (the
+	// writer had nothing else to commit): Done may then write a lone
+	// RECEIPT itself (session.receiptDone) instead of only signalling.
+	Lone bool
 }
 
 // QueueState is what the journal knows of a queue at startup.

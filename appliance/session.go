@@ -956,5 +956,5 @@ func (s *session) receipt(f *stomp.Frame, extra ...stomp.Header) {
 		s.send(r)
 		return
 	}
-	s.submit(&Batch{Ops: []Op{{Kind: OpBarrier}}, Done: func(_ *Batch, err error) { s.receiptDone(r) }})
+	s.submit(&Batch{Ops: []Op{{Kind: OpBarrier}}, Done: func(b *Batch, err error) { s.receiptDone(b, r) }})
 }

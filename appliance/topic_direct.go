@@ -244,13 +244,16 @@ func (s *session) sendNow(f *stomp.Frame) {
 	s.signal()
 }
 
-// receiptDone sends a RECEIPT from a journal completion (Batch.Done): at
-// once from the completing goroutine when it answers the connection's
-// last outstanding batch (the client waits for it and nothing of this
-// connection's follows soon), else through the writer as before, which
-// writes the receipts of a busy connection's many batches together.
-func (s *session) receiptDone(r *stomp.Frame) {
-	if s.jpending.Load() == 1 {
+// receiptDone sends a RECEIPT from the completion of journal batch b: at
+// once from the completing goroutine when b was committed alone with
+// nothing waiting behind it (Batch.Lone: the journal's writer runs this
+// completion itself) and it is the connection's last outstanding batch
+// (the client waits for it); else through the writer as before, which
+// writes the receipts of a busy connection's many batches together. So a
+// completion writes at most one RECEIPT itself: the completions of a group
+// commit only signal.
+func (s *session) receiptDone(b *Batch, r *stomp.Frame) {
+	if b.Lone && s.jpending.Load() == 1 {
 		s.sendNow(r)
 		return
 	}

@@ -435,6 +435,9 @@ func (s *Store) writer() {
 		// the completion goroutine (completions never block; order is
 		// kept, since none is pending).
 		if len(s.in) == 0 && s.pendingDone.Load() == 0 {
+			if len(batches) == 1 {
+				batches[0].Lone = true
+			}
 			s.complete(completed{batches: batches, errs: errs})
 			continue
 		}

@@ -320,3 +320,48 @@ func TestStore_PageGroup(t *testing.T) {
 		t.Fatalf("query plan %q does not use index messages_grp", plan.String())
 	}
 }
+
+// Batch.Lone is set only for a batch committed alone whose completion the
+// writer runs itself with nothing waiting behind it: not for a batch that
+// others queued behind, nor for the batches of a group commit.
+func TestStore_LoneOnlyForABatchAlone(t *testing.T) {
+	s := mustOpen(t, Config{})
+	hold, entered := make(chan struct{}), make(chan struct{})
+	first := true
+	s.SetCommitHook(func(int, time.Duration) {
+		if first {
+			first = false
+			close(entered)
+			<-hold // the next batches queue behind this commit
+		}
+	})
+	type result struct {
+		name string
+		lone bool
+	}
+	done := make(chan result, 4)
+	mk := func(name string) *appliance.Batch {
+		return &appliance.Batch{Ops: []appliance.Op{enq("q", name)}, Done: func(b *appliance.Batch, err error) {
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			done <- result{name, b.Lone}
+		}}
+	}
+	s.Submit(mk("held"))
+	<-entered // "held" is committed alone; the writer waits in the hook
+	s.Submit(mk("b"))
+	s.Submit(mk("c"))
+	close(hold)
+	got := map[string]bool{}
+	for range 3 {
+		r := <-done
+		got[r.name] = r.lone
+	}
+	if got["held"] || got["b"] || got["c"] {
+		t.Fatalf("Lone %v: want none (held had batches waiting behind it; b and c were committed together)", got)
+	}
+	if b, err := apply(t, s, enq("q", "alone")); err != nil || !b.Lone {
+		t.Fatalf("a batch alone: Lone %v (%v), want true", b != nil && b.Lone, err)
+	}
+}
