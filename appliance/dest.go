@@ -31,28 +31,6 @@ const (
 // the name: non-empty, at most 255 bytes, no control characters; topics may
 // use the wildcards * and > only as whole dot-separated segments (and only
 // when subscribing).
-// parseDest is parseDest for s's frames (reader goroutine): the last
-// destination sent to is remembered, since a publisher sends to the same
-// one again and again and every SEND is parsed twice (authorize, then its
-// handler).
-func (s *session) parseDest(d string, subscribing bool) (destKind, string, error) {
-	if !subscribing && d != "" && d == s.lastDest.d {
-		return s.lastDest.kind, s.lastDest.name, nil
-	}
-	kind, name, err := parseDest(d, subscribing)
-	if err == nil && !subscribing {
-		s.lastDest = parsedDest{d, kind, name}
-	}
-	return kind, name, err
-}
-
-// parsedDest is a destination and what parseDest made of it.
-type parsedDest struct {
-	d    string
-	kind destKind
-	name string
-}
-
 func parseDest(d string, subscribing bool) (destKind, string, error) {
 	var kind destKind
 	var name string
@@ -114,6 +92,28 @@ func parseDest(d string, subscribing bool) (destKind, string, error) {
 		}
 	}
 	return kind, name, nil
+}
+
+// parseDest is parseDest for s's frames (reader goroutine): the last
+// destination sent to is remembered, since a publisher sends to the same
+// one again and again and every SEND is parsed twice (authorize, then its
+// handler).
+func (s *session) parseDest(d string, subscribing bool) (destKind, string, error) {
+	if !subscribing && d != "" && d == s.lastDest.d {
+		return s.lastDest.kind, s.lastDest.name, nil
+	}
+	kind, name, err := parseDest(d, subscribing)
+	if err == nil && !subscribing {
+		s.lastDest = parsedDest{d, kind, name}
+	}
+	return kind, name, err
+}
+
+// parsedDest is a destination and what parseDest made of it.
+type parsedDest struct {
+	d    string
+	kind destKind
+	name string
 }
 
 // MatchTopic reports whether topic name matches pattern: * matches one
