@@ -136,8 +136,10 @@ type rstream struct {
 	known    bool // named by a CATALOG
 	wanted   bool
 	started  bool
-	expected uint64 // next stream sequence to deliver
-	held     map[uint64]held
+	expected uint64          // next stream sequence to deliver
+	held     map[uint64]held // change only through put and del, which keep hmin
+	hmin     uint64          // the least key of held, while hminOK
+	hminOK   bool
 	tail     uint64              // last stream sequence announced by a HEARTBEAT...
 	tailAt   uint64              // ...whose leading edge was this
 	base     uint64              // stream sequences up to base were sent before the join point (HEARTBEAT)
@@ -145,6 +147,48 @@ type rstream struct {
 	queued   bool                // in ReceiverCore.gapq
 	frags    map[uint64]*partial // messages being reassembled, by stream sequence
 	ljStart  uint64              // a HISTORY answer says the stream starts here (0: none)
+}
+
+// put holds h as stream sequence seq.
+func (st *rstream) put(seq uint64, h held) {
+	st.held[seq] = h
+	switch {
+	case len(st.held) == 1:
+		st.hmin, st.hminOK = seq, true
+	case st.hminOK && seq < st.hmin:
+		st.hmin = seq
+	}
+}
+
+// del drops held stream sequence seq. When it was the least (as in drain), the next least is
+// looked for among the following sequences first: held records come in runs between holes.
+func (st *rstream) del(seq uint64) {
+	delete(st.held, seq)
+	if seq != st.hmin || !st.hminOK {
+		return
+	}
+	st.hminOK = false
+	for k := seq + 1; k <= seq+minProbe && len(st.held) > 0; k++ {
+		if _, ok := st.held[k]; ok {
+			st.hmin, st.hminOK = k, true
+			return
+		}
+	}
+}
+
+// minProbe is how many sequences after a dropped least one del tries before leaving the next
+// least to a scan.
+const minProbe = 256
+
+// minHeld is the least stream sequence held (held not empty). It is kept as records come and
+// go, and found by a scan only after del's probe missed: the receiver asks for it each time a
+// hole is filled, and scanning every held record each time made a lossy receiver that fell
+// behind fall further (two thirds of its CPU at 10% loss and 280k messages a second).
+func (st *rstream) minHeld() uint64 {
+	if !st.hminOK {
+		st.hmin, st.hminOK = minKey(st.held), true
+	}
+	return st.hmin
 }
 
 // partial is a message being reassembled from its fragments.
@@ -698,14 +742,14 @@ func (r *ReceiverCore) flushSession() {
 			}
 			// Its start was never decided: what it held comes with a gap before it when a
 			// datagram between the join and its first record was lost.
-			m := minKey(st.held)
+			m := st.minHeld()
 			st.started, st.expected = true, m
 			if r.firstLost != 0 && r.firstLost < st.held[m].dg {
 				st.expected = min(st.base+1, m)
 			}
 		}
 		for len(st.held) > 0 {
-			m := minKey(st.held)
+			m := st.minHeld()
 			if m > st.expected {
 				r.gap(st, st.expected, m-1, ReasonSessionRestart)
 				st.expected = m
@@ -869,7 +913,7 @@ func (r *ReceiverCore) tryStart(st *rstream) bool {
 		for q, h := range st.held {
 			if q < st.ljStart {
 				r.bytes -= len(h.payload) + heldOverhead
-				delete(st.held, q)
+				st.del(q)
 			}
 		}
 		st.started, st.expected = true, st.ljStart
@@ -892,7 +936,7 @@ func (r *ReceiverCore) tryStart(st *rstream) bool {
 	m := st.dropMin
 	var dg uint64
 	if len(st.held) > 0 {
-		k := minKey(st.held)
+		k := st.minHeld()
 		dg = st.held[k].dg
 		if m == 0 || k < m {
 			m = k
@@ -920,7 +964,7 @@ func (r *ReceiverCore) resolve(st *rstream) {
 		reason = ReasonExpired // records dropped for room: the only loss without a lost datagram
 	}
 	for len(st.held) > 0 {
-		m := minKey(st.held)
+		m := st.minHeld()
 		h := st.held[m]
 		if m <= st.expected || h.dg >= r.next {
 			break
@@ -1004,6 +1048,7 @@ func (r *ReceiverCore) unhold(st *rstream) {
 		r.bytes -= len(h.payload) + heldOverhead
 	}
 	clear(st.held)
+	st.hminOK = false
 	r.dropPartials(st, math.MaxUint64)
 }
 
@@ -1239,7 +1284,7 @@ func (r *ReceiverCore) hold(st *rstream, seq uint64, h held) {
 		return
 	}
 	r.bytes += cost
-	st.held[seq] = h
+	st.put(seq, h)
 }
 
 // record handles one record of datagram dg. owned: payload is the core's own (a reassembled
@@ -1297,7 +1342,7 @@ func (r *ReceiverCore) drain(st *rstream) {
 		if !ok {
 			return
 		}
-		delete(st.held, st.expected)
+		st.del(st.expected)
 		r.bytes -= len(h.payload) + heldOverhead
 		if !h.delivered {
 			r.deliver(st, st.expected, h.payload, h.repaired, true) // held payloads are copies
