@@ -7,7 +7,8 @@ import (
 )
 
 // The least held stream sequence, kept as records are held and dropped,
-// is always what a scan of the held records finds.
+// is always what a scan of the held records finds, and holds answers as
+// the map does.
 func TestRStream_MinHeldFollowsChanges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
 	st := &rstream{held: map[uint64]held{}}
@@ -28,6 +29,10 @@ func TestRStream_MinHeldFollowsChanges(t *testing.T) {
 		case op == 9 && rng.IntN(50) == 0:
 			clear(st.held)
 			st.hminOK = false
+		}
+		q := rng.Uint64N(520)
+		if _, ok := st.held[q]; st.holds(q) != ok {
+			t.Fatalf("step %d: holds(%d) %v, the map says %v", i, q, st.holds(q), ok)
 		}
 		if len(st.held) > 0 && st.minHeld() != minKey(st.held) {
 			t.Fatalf("step %d: minHeld %d, a scan finds %d", i, st.minHeld(), minKey(st.held))

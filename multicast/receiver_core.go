@@ -176,6 +176,16 @@ func (st *rstream) del(seq uint64) {
 	}
 }
 
+// holds reports whether st holds stream sequence seq: without a map lookup when seq is below
+// the least one held (the common case of a record in order while others wait behind a hole).
+func (st *rstream) holds(seq uint64) bool {
+	if len(st.held) == 0 || st.hminOK && seq < st.hmin {
+		return false
+	}
+	_, ok := st.held[seq]
+	return ok
+}
+
 // minProbe is how many sequences after a dropped least one del tries before leaving the next
 // least to a scan.
 const minProbe = 256
@@ -1311,7 +1321,7 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 		r.c.Duplicates++
 		return
 	}
-	if _, ok := st.held[seq]; ok {
+	if st.holds(seq) {
 		r.c.Duplicates++
 		return
 	}
@@ -1337,11 +1347,8 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 
 // drain delivers held records from st.expected on.
 func (r *ReceiverCore) drain(st *rstream) {
-	for len(st.held) > 0 {
-		h, ok := st.held[st.expected]
-		if !ok {
-			return
-		}
+	for st.holds(st.expected) {
+		h := st.held[st.expected]
 		st.del(st.expected)
 		r.bytes -= len(h.payload) + heldOverhead
 		if !h.delivered {
