@@ -137,7 +137,7 @@ type rstream struct {
 	wanted   bool
 	started  bool
 	expected uint64          // next stream sequence to deliver
-	held     map[uint64]held // change only through put and del, which keep hmin
+	held     map[uint64]held // changed only by put, del and unhold, which keep hmin
 	hmin     uint64          // the least key of held, while hminOK
 	hminOK   bool
 	tail     uint64              // last stream sequence announced by a HEARTBEAT...
