@@ -61,7 +61,7 @@ type Broker struct {
 	version string
 	now     func() time.Time
 	// realClock: now is time.Now (Options.Now unset), so a session's
-	// read time may stand for it (publish).
+	// clock read at a frame's start (frameAt) may stand for it (publish).
 	realClock bool
 
 	reloadMu  sync.Mutex // serialises Reload (reload.go)
