@@ -24,6 +24,16 @@ type TopicSink interface {
 	Publish(topic string, headers stomp.Headers, body []byte) error
 }
 
+// TopicSinkBatcher is a TopicSink that can hold a message for the
+// publisher's next one (a multicast channel packs both into one datagram):
+// the broker uses PublishMore while the publisher's reader has another whole
+// frame buffered, and calls Flush before that reader waits for anything or
+// runs out of buffered frames (session.flushClients).
+type TopicSinkBatcher interface {
+	PublishMore(topic string, headers stomp.Headers, body []byte) error
+	Flush()
+}
+
 // TopicSinkChecker is a TopicSink that refuses some messages outright (a
 // multicast channel: a message larger than one datagram). The broker asks
 // every matching one before a message reaches anyone; the publisher gets an

@@ -118,8 +118,11 @@ type session struct {
 	// flushq: sessions whose output this session's reader filled after
 	// their writer was idle, to write to at its next flush (reader
 	// goroutine only; flushClients); dbuf is that flush's buffer.
-	flushq   []*session
-	flushAge int // frames read since flushq was last flushed
+	flushq []*session
+	// corked: topic sinks this session's reader left a message open in
+	// (TopicSinkBatcher.PublishMore), flushed with flushq.
+	corked   []TopicSinkBatcher
+	flushAge int // frames read since flushq and corked were last flushed
 	dbuf     []byte
 	wake     chan struct{}
 	writerWG sync.WaitGroup
@@ -188,7 +191,13 @@ func newSession(b *Broker, c net.Conn) *session {
 		started: b.now(),
 	}
 	_, s.direct = c.(*net.TCPConn)
-	s.r = stomp.NewReader(countingReader{c, &s.bytesIn}, b.readerLimits())
+	var in io.Reader = c
+	if tc, ok := c.(*net.TCPConn); ok {
+		if rr := newRawConnReader(tc); rr != nil {
+			in = rr
+		}
+	}
+	s.r = stomp.NewReader(countingReader{in, &s.bytesIn}, b.readerLimits())
 	s.log = b.log.With("session", id, "peer", s.peer)
 	return s
 }
@@ -236,7 +245,7 @@ func (s *session) run() {
 		// The topic messages the frames handled so far queued for idle
 		// subscribers are written once no whole frame is left to handle
 		// (so that a burst goes out in one write per subscriber).
-		if len(s.flushq) > 0 {
+		if s.deferred() {
 			if s.flushAge++; !s.r.FrameBuffered() || s.flushAge >= directMaxDefer {
 				s.flushClients()
 			}
@@ -275,7 +284,7 @@ func (s *session) run() {
 		if len(s.acks) > 0 && !s.onAckGroup() {
 			return
 		}
-		if len(s.flushq) > 0 && !isTopicSend(f) {
+		if s.deferred() && !isTopicSend(f) {
 			// Only a topic SEND may leave them waiting: anything else
 			// may wait itself.
 			s.flushClients()
@@ -305,7 +314,7 @@ func (s *session) bodyGrows(n int) {
 // deliveries and acknowledgements free it. The frame in progress gets its
 // frame_timeout again afterwards.
 func (s *session) waitMemory() {
-	if len(s.flushq) > 0 && s.b.mem.over(s.memHeld()) {
+	if s.deferred() && s.b.mem.over(s.memHeld()) {
 		s.flushClients() // what they hold is released as they are written
 	}
 	if s.b.mem.wait(s.memHeld, s.isEnding) {
@@ -448,7 +457,7 @@ func (s *session) cleanup() {
 	// Stop the writer first: once it has flushed, every MESSAGE it wrote has
 	// had its auto-ack applied, so ending the subscriptions below returns
 	// exactly the messages that never reached the socket.
-	if len(s.flushq) > 0 {
+	if s.deferred() {
 		s.flushClients()
 	}
 	s.outMu.Lock()
@@ -848,7 +857,7 @@ func (s *session) waitOutput() {
 			counted = true
 			s.b.stats.outputWaits.Add(1)
 		}
-		if len(s.flushq) > 0 {
+		if s.deferred() {
 			s.flushClients() // the reader waits
 		}
 		<-ch
@@ -906,7 +915,7 @@ func (s *session) submit(b *Batch) {
 				counted = true
 				s.b.stats.journalWaits.Add(1)
 			}
-			if len(s.flushq) > 0 {
+			if s.deferred() {
 				s.flushClients() // the reader waits
 			}
 			<-ch

@@ -355,7 +355,14 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 	}
 	for _, sink := range b.sinks {
 		if sink.Matches(name) {
-			if err := sink.Publish(name, userHeaders, body); err != nil {
+			var err error
+			if bs, ok := sink.(TopicSinkBatcher); ok && from != nil && from.holdsNext() {
+				err = bs.PublishMore(name, userHeaders, body)
+				from.corkedSink(bs)
+			} else {
+				err = sink.Publish(name, userHeaders, body)
+			}
+			if err != nil {
 				b.log.Warn("topic sink publish failed", "sink", sink.Name(), "topic", name, "err", err)
 			}
 		}

@@ -2,11 +2,13 @@ package appliance
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/herald-mq/herald/appliance/stomp"
 )
@@ -80,13 +82,89 @@ type rawWriter struct {
 	n  int
 }
 
+// write is a raw write(2) on the non-blocking socket: the runtime's
+// syscall entry would wake its monitor thread after every idle spell
+// (rawConnReader says why that matters).
 func (r *rawWriter) write(fd uintptr) bool {
-	n, err := syscall.Write(int(fd), r.b)
-	if err != nil || n < 0 {
-		n = 0
+	r.n = 0
+	if len(r.b) == 0 {
+		return true
 	}
-	r.n = n
-	return true // never wait for the socket
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&r.b[0])), uintptr(len(r.b)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e == 0 {
+			r.n = int(n)
+		}
+		return true // never wait for the socket
+	}
+}
+
+// rawConnReader reads a TCP connection with raw read(2) calls on its
+// non-blocking socket, waiting for input through the runtime's poller
+// (syscall.RawConn.Read, which keeps the connection's read deadline), as
+// net.TCPConn.Read does but for the system call entry: the runtime's
+// syscall entry wakes its monitor thread (sysmon) whenever that thread
+// sleeps because every P was idle. A client sending a frame every 100 us
+// leaves every P idle between frames, so each frame cost another thread's
+// wake-up and context switches, on a 2-core host taken from the processes
+// on the latency path. A read on a non-blocking socket never blocks, so it
+// needs none of what that entry does for a call that may. docs/design.md,
+// "Raw socket calls on the latency path".
+type rawConnReader struct {
+	rc    syscall.RawConn
+	fn    func(fd uintptr) bool
+	p     []byte
+	n     int
+	errno syscall.Errno
+}
+
+func newRawConnReader(c *net.TCPConn) *rawConnReader {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	r := &rawConnReader{rc: rc}
+	r.fn = r.read
+	return r
+}
+
+func (r *rawConnReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.p = p
+	err := r.rc.Read(r.fn)
+	r.p = nil
+	switch {
+	case err != nil:
+		return 0, err // a deadline (a net.Error with Timeout) or the connection closed (net.ErrClosed)
+	case r.errno != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", r.errno)}
+	case r.n == 0:
+		return 0, io.EOF
+	}
+	return r.n, nil
+}
+
+func (r *rawConnReader) read(fd uintptr) bool {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		switch e {
+		case 0:
+			r.n, r.errno = int(n), 0
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // wait for the poller
+		default:
+			r.n, r.errno = 0, e
+			return true
+		}
+	}
 }
 
 // directFlushBudget bounds the direct writes of one flush, over all its
@@ -119,9 +197,36 @@ func isTopicSend(f *stomp.Frame) bool {
 	return strings.HasPrefix(f.Get("destination"), prefixTopic)
 }
 
-// flushClients writes the output of the sessions on s's flush list, or
-// wakes their writers. Reader goroutine.
+// deferred reports whether the frames s's reader handled left output
+// waiting for flushClients.
+func (s *session) deferred() bool { return len(s.flushq) > 0 || len(s.corked) > 0 }
+
+// holdsNext reports whether s's reader has another whole frame buffered
+// and may handle it before flushClients: a topic sink may then hold this
+// frame's message for the next one (TopicSinkBatcher).
+func (s *session) holdsNext() bool {
+	return s.flushAge+1 < directMaxDefer && s.r.FrameBuffered()
+}
+
+// corkedSink notes that sink holds a message of s's reader until Flush.
+func (s *session) corkedSink(sink TopicSinkBatcher) {
+	for _, c := range s.corked {
+		if c == sink {
+			return
+		}
+	}
+	s.corked = append(s.corked, sink)
+}
+
+// flushClients sends what the topic sinks hold for s's reader, then writes
+// the output of the sessions on s's flush list, or wakes their writers.
+// Reader goroutine.
 func (s *session) flushClients() {
+	for i, c := range s.corked {
+		c.Flush()
+		s.corked[i] = nil
+	}
+	s.corked = s.corked[:0]
 	start := time.Now()
 	now := start
 	for i, t := range s.flushq {

@@ -207,10 +207,11 @@ func (r *Receiver) Open(ctx context.Context) error {
 		return fmt.Errorf("join %s on %s: %w", r.group.Addr(), ifi.Name, err)
 	}
 	raw, err := conn.SyscallConn()
-	rcvBuf := 0
-	if err == nil {
-		rcvBuf, err = setRcvBuf(raw, r.cfg.RcvBuf)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("multicast socket: %w", err)
 	}
+	rcvBuf, err := setRcvBuf(raw, r.cfg.RcvBuf)
 	if err != nil {
 		r.log.Warn("multicast receive buffer", logErr, err)
 	} else if rcvBuf < r.cfg.RcvBuf {
@@ -253,6 +254,7 @@ func (r *Receiver) readLoop(ctx context.Context) {
 		ms[i].Buffers = [][]byte{make([]byte, MaxDatagram)}
 		ms[i].OOB = make([]byte, 64)
 	}
+	dio := newDatagramIO(r.pc, r.raw, len(ms))
 	for {
 		for i := range ms {
 			ms[i].OOB = ms[i].OOB[:cap(ms[i].OOB)]
@@ -260,7 +262,7 @@ func (r *Receiver) readLoop(ctx context.Context) {
 		if d := r.stallRead.Swap(0); d > 0 {
 			time.Sleep(time.Duration(d)) // tests: a receiver process that gets no CPU for a while
 		}
-		n, err := r.pc.ReadBatch(ms, 0)
+		n, err := dio.readBatch(ms)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return

@@ -99,6 +99,7 @@ type SenderStats struct {
 	HistoryAnswers   uint64 // HISTORY answers sent
 	HistoryRefused   uint64 // history requests not answered (too soon, or over the byte budget)
 	Inline           uint64 // messages packed by Publish itself (SenderConfig.LoneInline)
+	Corked           uint64 // of those, messages PublishMore packed into a datagram left open for the next
 }
 
 type pubMsg struct {
@@ -125,9 +126,10 @@ type Sender struct {
 
 	conn *net.UDPConn
 	pc   *ipv4.PacketConn
-	dst  *net.UDPAddr
-	msgs []ipv4.Message
-	pubq chan pubMsg
+	// wio writes for the goroutine sending (sendLocked), rio the NAK reader's repairs written
+	// while another write runs, nio reads NAKs (rawio_linux.go).
+	wio, rio, nio *datagramIO
+	pubq          chan pubMsg
 	// inflight counts messages in pubq or taken from it and not yet packed: a Publish packs
 	// and sends its message itself (no goroutine hand-off on the latency path) only when it is 0,
 	// so a publisher's messages keep their order.
@@ -140,26 +142,31 @@ type Sender struct {
 	sendqB   int // bytes (capacity) in sendq: at most maxSendq, so no window buffer in it is reused
 	spare    [][]byte
 	sending  bool
-	draining bool       // writeLoop is packing queued messages: it flushes the datagram itself
-	room     *sync.Cond // on mu: a write ended
-	maxSendq int
-	rmsgs    []ipv4.Message // the NAK reader's, for repairs written while another write runs
-	kick     chan struct{}  // an inline Publish moved the core's deadline: writeLoop re-arms its timer
-	armed    time.Time      // guarded by mu: the deadline writeLoop's timer is set for
-	lmu      sync.Mutex
-	lone     loneRule      // guarded by lmu: which messages are lone (the rest go through pubq)
-	qtok     chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
-	qacq     sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	open     atomic.Bool // Open was called
-	running  atomic.Bool // Open succeeded: Publish may use what it set up
-	closed   chan struct{}
-	once     sync.Once
+	draining bool // writeLoop is packing queued messages: it flushes the datagram itself
+	// corked: an inline PublishMore left the datagram being packed open for its caller's next
+	// message; sendLocked does not flush it (Flush, the next Publish or writeLoop does).
+	// corkedHint mirrors it for a look without mu.
+	corked     bool
+	corkedHint atomic.Bool
+	room       *sync.Cond // on mu: a write ended
+	maxSendq   int
+	kick       chan struct{} // an inline Publish moved the core's deadline: writeLoop re-arms its timer
+	armed      time.Time     // guarded by mu: the deadline writeLoop's timer is set for
+	lmu        sync.Mutex
+	lone       loneRule      // guarded by lmu: which messages are lone (the rest go through pubq)
+	qtok       chan struct{} // QueueBytes in QueueUnit tokens, held by queued large messages
+	qacq       sync.Mutex    // one Publish acquires tokens at a time: no two wait holding some
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	open       atomic.Bool // Open was called
+	running    atomic.Bool // Open succeeded: Publish may use what it set up
+	closed     chan struct{}
+	once       sync.Once
 
 	sendErrors atomic.Uint64
 	inline     atomic.Uint64 // messages packed by Publish itself (LoneInline)
 	kicks      atomic.Uint64 // writer wake-ups asked by inline Publishes (tests)
+	corkedMsgs atomic.Uint64 // messages an inline PublishMore left in an open datagram (tests)
 	stall      atomic.Int64  // tests: the next write of sendq first sleeps this many ns
 }
 
@@ -240,8 +247,9 @@ func (s *Sender) Open(ctx context.Context) error {
 		return fmt.Errorf("sender socket on %s: %w", ifi.Name, err)
 	}
 	pc := ipv4.NewPacketConn(conn)
+	rc, rerr := conn.SyscallConn()
 	if err := errors.Join(pc.SetMulticastInterface(ifi), pc.SetMulticastTTL(s.cfg.TTL),
-		pc.SetMulticastLoopback(true)); err != nil {
+		pc.SetMulticastLoopback(true), rerr); err != nil {
 		conn.Close()
 		return fmt.Errorf("sender socket options on %s: %w", ifi.Name, err)
 	}
@@ -257,7 +265,7 @@ func (s *Sender) Open(ctx context.Context) error {
 	}
 	core.HoldBuffers(true) // datagrams are written outside mu (sendLocked)
 	s.core, s.conn, s.pc = core, conn, pc
-	s.dst = net.UDPAddrFromAddrPort(s.group)
+	s.wio, s.rio, s.nio = newDatagramIO(pc, rc, 64), newDatagramIO(pc, rc, 64), newDatagramIO(pc, rc, 16)
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.log = s.log.With(logInterface, ifi.Name, logSession, FormatSession(core.Session()))
 	s.wg.Add(2)
@@ -305,6 +313,43 @@ func (s *Sender) MaxMessageSize() int { return MaxMessage }
 // Publish queues one message. It blocks only when the queue is full (the rate limit or a slow
 // network holds it back) and returns ErrClosed after Close.
 func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
+	return s.publish(topic, headers, body, false)
+}
+
+// PublishMore is Publish for a caller that already holds its next message (a STOMP reader with
+// another SEND frame buffered): a message Publish would pack and send at once is packed, and its
+// datagram left open for that next message, so that both leave in one datagram without a
+// goroutine hand-off. The caller must call Flush once it has published what it held, and before
+// it waits for anything: the open datagram leaves only then (or with another publisher's).
+func (s *Sender) PublishMore(topic string, headers []Header, body []byte) error {
+	return s.publish(topic, headers, body, true)
+}
+
+// Flush sends the datagram a PublishMore left open, if it is still open.
+func (s *Sender) Flush() {
+	if !s.corkedHint.Load() {
+		return
+	}
+	s.mu.Lock()
+	s.corked = false
+	s.corkedHint.Store(false)
+	if !s.sending && !s.draining && s.core.Packing() {
+		now := time.Now()
+		s.core.Flush(now)
+		s.sendLocked()
+	} // else: the goroutine writing flushes it when its write ends, or writeLoop when it drains
+	kick := s.core.Deadline().Before(s.armed)
+	s.mu.Unlock()
+	if kick {
+		s.kicks.Add(1)
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Sender) publish(topic string, headers []Header, body []byte, more bool) error {
 	if !s.running.Load() {
 		select {
 		case <-s.closed:
@@ -333,12 +378,15 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 	// free): pack and send it here, at once. The writer goroutine would cost a wake-up (tens of
 	// microseconds on a busy host) before the datagram leaves. Messages of a burst go to the
 	// writer, which packs what piles up into full datagrams.
+	//
+	// A message that follows one PublishMore left in an open datagram goes the same way (into
+	// that datagram), lone or not: the writer goroutine would only flush it later.
 	now := time.Now()
 	s.lmu.Lock()
 	lone := s.lone.publish(now.UnixNano())
 	s.lmu.Unlock()
-	if lone && s.cfg.LoneInline && s.inflight.Load() == 0 && s.mu.TryLock() {
-		if s.inflight.Load() == 0 && s.core.Backlog() <= maxBacklog {
+	if (lone || s.corkedHint.Load()) && s.cfg.LoneInline && s.inflight.Load() == 0 && s.mu.TryLock() {
+		if s.inflight.Load() == 0 && s.core.Backlog() <= maxBacklog && (lone || s.corked && s.core.Packing()) {
 			select {
 			case <-s.closed:
 				s.mu.Unlock()
@@ -346,8 +394,14 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 			default:
 			}
 			s.inline.Add(1)
+			// Packed open (corked): sendLocked writes only the datagrams this one filled.
+			s.corked = true
 			s.publishLocked(now, m)
-			if !s.sending && !s.draining {
+			s.corked = more && s.core.Packing()
+			s.corkedHint.Store(s.corked)
+			if s.corked {
+				s.corkedMsgs.Add(1)
+			} else if !s.sending && !s.draining {
 				s.core.Flush(now)
 				s.sendLocked()
 			} // else: another goroutine is writing; it flushes this datagram when its write ends
@@ -544,7 +598,7 @@ func (s *Sender) sendLocked() {
 	}
 	s.sending = true
 	for {
-		if !s.draining && s.core.Packing() {
+		if !s.draining && !s.corked && s.core.Packing() {
 			s.core.Flush(time.Now())
 			s.takeLocked()
 		}
@@ -557,7 +611,7 @@ func (s *Sender) sendLocked() {
 		if d := s.stall.Swap(0); d > 0 {
 			time.Sleep(time.Duration(d)) // tests: a write that waits in the kernel
 		}
-		s.msgs = s.write(s.msgs, batch)
+		s.write(s.wio, batch)
 		s.mu.Lock()
 		clear(batch)
 		s.spare = batch[:0]
@@ -568,29 +622,20 @@ func (s *Sender) sendLocked() {
 	s.room.Broadcast()
 }
 
-// write multicasts out in order, reusing msgs, and returns msgs for reuse.
-func (s *Sender) write(msgs []ipv4.Message, out [][]byte) []ipv4.Message {
+// write multicasts out in order through io (the writing goroutine's).
+func (s *Sender) write(io *datagramIO, out [][]byte) {
 	for len(out) > 0 {
-		n := min(len(out), 64)
-		msgs = msgs[:0]
-		for _, b := range out[:n] {
-			msgs = append(msgs, ipv4.Message{Buffers: [][]byte{b}, Addr: s.dst})
+		k, err := io.writeBatch(out, s.group)
+		if err == nil {
+			return
 		}
-		sent := 0
-		for sent < n {
-			k, err := s.pc.WriteBatch(msgs[sent:n], 0)
-			if err != nil {
-				s.sendErrors.Add(uint64(n - sent))
-				if s.sendErrors.Load()%1000 == 1 {
-					s.log.Warn("multicast send failed", logErr, err)
-				}
-				break
-			}
-			sent += k
+		// The datagram at out[k] failed: count it, and go on with the rest.
+		s.sendErrors.Add(1)
+		if s.sendErrors.Load()%1000 == 1 {
+			s.log.Warn("multicast send failed", logErr, err)
 		}
-		out = out[n:]
+		out = out[k+1:]
 	}
-	return msgs
 }
 
 // readLoop receives NAKs on the sender's socket.
@@ -601,7 +646,7 @@ func (s *Sender) readLoop(ctx context.Context) {
 		ms[i].Buffers = [][]byte{make([]byte, MaxDatagram)}
 	}
 	for {
-		n, err := s.pc.ReadBatch(ms, 0)
+		n, err := s.nio.readBatch(ms)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
@@ -638,7 +683,7 @@ func (s *Sender) readLoop(ctx context.Context) {
 				}
 			}
 			s.mu.Unlock()
-			s.rmsgs = s.write(s.rmsgs, rdata)
+			s.write(s.rio, rdata)
 		}
 		// Repairs held back by the repair budget are due at a deadline the writer may not know.
 		select {
@@ -663,7 +708,7 @@ func (s *Sender) Stats() SenderStats {
 		Lost: c.Lost, NAKsRefused: c.NAKsRefused, NAKSources: c.NAKSources, TopSources: s.core.TopSources(TopSourcesShown),
 		Streams: c.Streams, Fragmented: c.Fragmented, Fragments: c.Fragments,
 		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRefused: c.HistoryRefused,
-		Inline: s.inline.Load()}
+		Inline: s.inline.Load(), Corked: s.corkedMsgs.Load()}
 }
 
 // Close stops the goroutines, sends what is queued and closes the socket. It is idempotent.

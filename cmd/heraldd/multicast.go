@@ -21,6 +21,7 @@ type channel struct {
 var (
 	_ appliance.TopicSink        = (*channel)(nil)
 	_ appliance.TopicSinkChecker = (*channel)(nil)
+	_ appliance.TopicSinkBatcher = (*channel)(nil)
 	_ appliance.StreamSink       = (*channel)(nil)
 	_ appliance.KVSink           = (*channel)(nil)
 )
@@ -77,6 +78,14 @@ func (c *channel) Check(topic string, headers stomp.Headers, body []byte) error 
 func (c *channel) Publish(topic string, headers stomp.Headers, body []byte) error {
 	return c.sender.Publish(topic, mcastHeaders(headers), body)
 }
+
+// PublishMore and Flush: a publisher with its next SEND already read gets both
+// into one datagram (appliance.TopicSinkBatcher).
+func (c *channel) PublishMore(topic string, headers stomp.Headers, body []byte) error {
+	return c.sender.PublishMore(topic, mcastHeaders(headers), body)
+}
+
+func (c *channel) Flush() { c.sender.Flush() }
 
 // The two header types are the same struct (the conversion below does not
 // compile otherwise), so a SEND's headers are passed as they are: Publish
