@@ -139,9 +139,22 @@ func (d *datagramIO) writeBatch(bufs [][]byte, dst netip.AddrPort) (int, error) 
 	return sent, nil
 }
 
+// rawSendMax: a sendmmsg of more datagrams than this goes through the runtime's syscall entry.
+// Each datagram's delivery (to local receivers, over a veth) can run inside the call, so a full
+// batch may take milliseconds; through the entry, the runtime hands this goroutine's P to other
+// goroutines meanwhile (a raw call would hold it). Batches that large come from a busy writer,
+// when the monitor thread is awake anyway; the latency path sends one or two.
+const rawSendMax = 4
+
 func (d *datagramIO) send(fd uintptr) bool {
 	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&d.hdrs[0])), uintptr(d.k), unix.MSG_DONTWAIT, 0, 0)
+		var n uintptr
+		var e syscall.Errno
+		if d.k > rawSendMax {
+			n, _, e = unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&d.hdrs[0])), uintptr(d.k), unix.MSG_DONTWAIT, 0, 0)
+		} else {
+			n, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&d.hdrs[0])), uintptr(d.k), unix.MSG_DONTWAIT, 0, 0)
+		}
 		switch e {
 		case 0:
 			d.n, d.errno = int(n), 0
