@@ -181,7 +181,7 @@ func runListen(cCtx *cli.Context) error {
 		return fmt.Errorf("listen on %s: %w (try --interface, and check that the group is routed there)", cfg.Group, err)
 	}
 	defer r.Close()
-	p := &listenPrinter{out: bufio.NewWriterSize(cCtx.App.Writer, 64<<10), json: cCtx.Bool("json"), stamp: cCtx.Bool("timestamps")}
+	p := &listenPrinter{out: bufio.NewWriterSize(listenOutput(cCtx.App.Writer), 64<<10), json: cCtx.Bool("json"), stamp: cCtx.Bool("timestamps")}
 
 	if a := cCtx.String("serve"); a != "" {
 		if p.serve, err = listenServe(cCtx, a, cfg.Group); err != nil {
