@@ -26,11 +26,15 @@ type TopicSink interface {
 
 // TopicSinkBatcher is a TopicSink that can hold a message for the
 // publisher's next one (a multicast channel packs both into one datagram):
-// the broker uses PublishMore while the publisher's reader has another whole
-// frame buffered, and calls Flush before that reader waits for anything or
+// the broker lets it hold a message while the publisher's reader has another
+// whole frame buffered, and calls Flush before that reader waits for anything or
 // runs out of buffered frames (session.flushClients).
 type TopicSinkBatcher interface {
-	PublishMore(topic string, headers stomp.Headers, body []byte) error
+	// PublishFrom is Publish for a message a session's reader handles: now
+	// is when the reader came to its frame (a clock read spared), and with
+	// more the reader holds another whole frame, so the sink may hold this
+	// message for it until Flush.
+	PublishFrom(now time.Time, topic string, headers stomp.Headers, body []byte, more bool) error
 	Flush()
 }
 

@@ -105,6 +105,9 @@ func (m *memBudget) over(held int64) bool {
 // wait blocks while over(held()), until ending reports true (checked at
 // least every 100 ms). It reports whether it waited.
 func (m *memBudget) wait(held func() int64, ending func() bool) bool {
+	if used := m.used.Load(); used < m.limit && used-m.queued.Load() < m.half {
+		return false // not over whatever held is: spare the caller's count (a lock)
+	}
 	if !m.over(held()) {
 		return false
 	}

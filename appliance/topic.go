@@ -356,9 +356,16 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 	for _, sink := range b.sinks {
 		if sink.Matches(name) {
 			var err error
-			if bs, ok := sink.(TopicSinkBatcher); ok && from != nil && from.holdsNext() {
-				err = bs.PublishMore(name, userHeaders, body)
-				from.corkedSink(bs)
+			if bs, ok := sink.(TopicSinkBatcher); ok && from != nil {
+				at := from.frameAt
+				if !b.realClock || at.IsZero() {
+					at = time.Now()
+				}
+				more := from.holdsNext()
+				err = bs.PublishFrom(at, name, userHeaders, body, more)
+				if more {
+					from.corkedSink(bs)
+				}
 			} else {
 				err = sink.Publish(name, userHeaders, body)
 			}

@@ -27,8 +27,15 @@ func (s *batchSink) Publish(_ string, _ stomp.Headers, body []byte) error {
 	s.note("publish " + string(body))
 	return nil
 }
-func (s *batchSink) PublishMore(_ string, _ stomp.Headers, body []byte) error {
-	s.note("more " + string(body))
+func (s *batchSink) PublishFrom(now time.Time, _ string, _ stomp.Headers, body []byte, more bool) error {
+	if d := time.Since(now); d < 0 || d > time.Second {
+		s.note("a frame time " + d.String() + " ago")
+	}
+	if more {
+		s.note("more " + string(body))
+	} else {
+		s.note("publish " + string(body))
+	}
 	return nil
 }
 func (s *batchSink) Flush() { s.note("flush") }
@@ -41,7 +48,7 @@ func (s *batchSink) take() []string {
 }
 
 // TestTopicSinkBatcher: while the publisher's next frame is already read, a batching sink gets
-// the message with PublishMore (to hold it for the next: one datagram for both), and Flush
+// the message with more set (to hold it for the next: one datagram for both), and Flush
 // before that reader waits for the network or handles a frame that may wait; the last message
 // of what was read goes with Publish. A lone SEND goes with Publish, nothing held.
 func TestTopicSinkBatcher(t *testing.T) {

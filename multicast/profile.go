@@ -29,10 +29,14 @@ const (
 
 // Defaults.
 const (
-	DefaultGroup           = "239.255.0.1:7400"
-	DefaultTTL             = 1
-	DefaultMTU             = 1400
-	DefaultWindow          = 16 << 20
+	DefaultGroup = "239.255.0.1:7400"
+	DefaultTTL   = 1
+	DefaultMTU   = 1400
+	// DefaultWindow: 64 MiB holds about 2 s of a channel sending 360,000 64-byte messages a
+	// second (about 29 MB/s of datagrams), and more than the largest message (MaxMessage).
+	// 16 MiB (0.55 s of that) lost messages ("gone") to a receiver behind 10% loss that fell
+	// further behind than that on a loaded host (docs/benchmarks.md).
+	DefaultWindow          = 64 << 20
 	DefaultRepairRate      = 32 << 20 // bytes/s of repairs
 	DefaultRcvBuf          = 16 << 20
 	DefaultCatalogInterval = time.Second

@@ -313,7 +313,13 @@ func (s *Sender) MaxMessageSize() int { return MaxMessage }
 // Publish queues one message. It blocks only when the queue is full (the rate limit or a slow
 // network holds it back) and returns ErrClosed after Close.
 func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
-	return s.publish(topic, headers, body, false)
+	return s.publish(time.Now(), topic, headers, body, false)
+}
+
+// PublishAt is Publish for a caller that has just read the clock (now), and PublishMore when
+// more is set.
+func (s *Sender) PublishAt(now time.Time, topic string, headers []Header, body []byte, more bool) error {
+	return s.publish(now, topic, headers, body, more)
 }
 
 // PublishMore is Publish for a caller that already holds its next message (a STOMP reader with
@@ -322,7 +328,7 @@ func (s *Sender) Publish(topic string, headers []Header, body []byte) error {
 // goroutine hand-off. The caller must call Flush once it has published what it held, and before
 // it waits for anything: the open datagram leaves only then (or with another publisher's).
 func (s *Sender) PublishMore(topic string, headers []Header, body []byte) error {
-	return s.publish(topic, headers, body, true)
+	return s.publish(time.Now(), topic, headers, body, true)
 }
 
 // Flush sends the datagram a PublishMore left open, if it is still open.
@@ -349,7 +355,7 @@ func (s *Sender) Flush() {
 	}
 }
 
-func (s *Sender) publish(topic string, headers []Header, body []byte, more bool) error {
+func (s *Sender) publish(now time.Time, topic string, headers []Header, body []byte, more bool) error {
 	if !s.running.Load() {
 		select {
 		case <-s.closed:
@@ -381,7 +387,6 @@ func (s *Sender) publish(topic string, headers []Header, body []byte, more bool)
 	//
 	// A message that follows one PublishMore left in an open datagram goes the same way (into
 	// that datagram), lone or not: the writer goroutine would only flush it later.
-	now := time.Now()
 	s.lmu.Lock()
 	lone := s.lone.publish(now.UnixNano())
 	s.lmu.Unlock()

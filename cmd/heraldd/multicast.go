@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/herald-mq/herald/admin"
@@ -79,10 +80,10 @@ func (c *channel) Publish(topic string, headers stomp.Headers, body []byte) erro
 	return c.sender.Publish(topic, mcastHeaders(headers), body)
 }
 
-// PublishMore and Flush: a publisher with its next SEND already read gets both
+// PublishFrom and Flush: a publisher with its next SEND already read gets both
 // into one datagram (appliance.TopicSinkBatcher).
-func (c *channel) PublishMore(topic string, headers stomp.Headers, body []byte) error {
-	return c.sender.PublishMore(topic, mcastHeaders(headers), body)
+func (c *channel) PublishFrom(now time.Time, topic string, headers stomp.Headers, body []byte, more bool) error {
+	return c.sender.PublishAt(now, topic, mcastHeaders(headers), body, more)
 }
 
 func (c *channel) Flush() { c.sender.Flush() }
