@@ -120,7 +120,7 @@ type session struct {
 	// goroutine only; flushClients); dbuf is that flush's buffer.
 	flushq []*session
 	// corked: topic sinks this session's reader left a message open in
-	// (TopicSinkBatcher.PublishMore), flushed with flushq.
+	// (TopicSinkBatcher.PublishFrom with more), flushed with flushq.
 	corked   []TopicSinkBatcher
 	flushAge int // frames read since flushq and corked were last flushed
 	dbuf     []byte

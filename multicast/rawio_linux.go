@@ -94,18 +94,25 @@ func (d *datagramIO) readBatch(ms []ipv4.Message) (int, error) {
 func (d *datagramIO) recv(fd uintptr) bool {
 	for {
 		n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&d.hdrs[0])), uintptr(d.k), unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-			d.n, d.errno = int(n), 0
-			return true
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false // wait for the poller
-		default:
-			d.n, d.errno = 0, e
-			return true
+		if done, again := d.result(n, e); !again {
+			return done
 		}
+	}
+}
+
+// result takes a call's outcome: done (false: wait for the poller, EAGAIN) and again (EINTR).
+func (d *datagramIO) result(n uintptr, e syscall.Errno) (done, again bool) {
+	switch e {
+	case 0:
+		d.n, d.errno = int(n), 0
+		return true, false
+	case unix.EINTR:
+		return false, true
+	case unix.EAGAIN:
+		return false, false
+	default:
+		d.n, d.errno = 0, e
+		return true, false
 	}
 }
 
@@ -155,17 +162,8 @@ func (d *datagramIO) send(fd uintptr) bool {
 		} else {
 			n, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&d.hdrs[0])), uintptr(d.k), unix.MSG_DONTWAIT, 0, 0)
 		}
-		switch e {
-		case 0:
-			d.n, d.errno = int(n), 0
-			return true
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false // wait for room
-		default:
-			d.n, d.errno = 0, e
-			return true
+		if done, again := d.result(n, e); !again {
+			return done
 		}
 	}
 }

@@ -344,6 +344,13 @@ func (s *Sender) Flush() {
 		s.core.Flush(now)
 		s.sendLocked()
 	} // else: the goroutine writing flushes it when its write ends, or writeLoop when it drains
+	s.unlockKick()
+}
+
+// unlockKick releases mu after an inline send and wakes the writer only if its timer is now
+// late (a datagram sent moves the heartbeat later): a wake-up per message costs another
+// thread's time, tens of µs on a busy host, beside the one sending.
+func (s *Sender) unlockKick() {
 	kick := s.core.Deadline().Before(s.armed)
 	s.mu.Unlock()
 	if kick {
@@ -410,18 +417,7 @@ func (s *Sender) publish(now time.Time, topic string, headers []Header, body []b
 				s.core.Flush(now)
 				s.sendLocked()
 			} // else: another goroutine is writing; it flushes this datagram when its write ends
-			// Wake the writer only if its timer is now late (a datagram sent moves the
-			// heartbeat later): a wake-up per message costs another thread's time, tens of µs
-			// on a busy host, beside the one sending.
-			kick := s.core.Deadline().Before(s.armed)
-			s.mu.Unlock()
-			if kick {
-				s.kicks.Add(1)
-				select {
-				case s.kick <- struct{}{}:
-				default:
-				}
-			}
+			s.unlockKick()
 			return nil
 		}
 		s.mu.Unlock()
