@@ -79,6 +79,8 @@ type ReceiverStats struct {
 	ForeignSource     uint64 // datagrams of the current session from another address
 	OtherSession      uint64 // datagrams of another session while the current one was live
 	Overflow          uint64 // records dropped for MaxBytes or MaxStreams (reported as gaps)
+	WindowExpired     uint64 // missing datagrams given up: the leading edge ran MaxHole past them
+	BudgetExpired     uint64 // missing datagrams given up: the repair budget passed, no repair coming
 	SlowConsumerDrops uint64 // messages dropped because Events was full
 	Sealed            uint64 // sealed datagrams dropped: no key to open them
 	Fragments         uint64 // fragment records taken into a reassembly
@@ -485,7 +487,7 @@ func (r *Receiver) Stats() ReceiverStats {
 		NAKs: c.NAKs, NAKedSeqs: c.NAKedSeqs, Repairs: c.Repairs, Gaps: c.Gaps, GapMessages: c.GapMessages,
 		Duplicates: c.Duplicates, KernelDrops: r.kernelDrops.Load(), AuthFailures: c.AuthFailures,
 		Malformed: c.Malformed, Replays: c.Replays, Ahead: c.Ahead, ForeignSource: c.ForeignSource,
-		OtherSession: c.OtherSession, Overflow: c.Overflow, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
+		OtherSession: c.OtherSession, Overflow: c.Overflow, WindowExpired: c.WindowExpired, BudgetExpired: c.BudgetExpired, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
 		Sealed: c.Sealed, Reassembled: c.Reassembled, ForgedFragments: c.ForgedFragments, ReassemblyDrops: c.ReassemblyDrops,
 		Fragments: c.Fragments, Incomplete: r.core.State().Partials,
 		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRepairs: c.HistoryRepairs,

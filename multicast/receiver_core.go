@@ -87,34 +87,37 @@ type ReceiverCoreConfig struct {
 
 // ReceiverCounters are the ReceiverCore's counts.
 type ReceiverCounters struct {
-	Datagrams, Bytes  uint64
-	Duplicates        uint64
-	Malformed         uint64
-	AuthFailures      uint64
-	Replays           uint64 // out-of-window sequences and datagrams of retired or older sessions
-	Ahead             uint64 // datagrams further than MaxHole ahead of the window: not believed
-	ForeignSource     uint64 // datagrams of the current session from another address than its sender's
-	OtherSession      uint64 // datagrams of another session while the current one was live
-	Overflow          uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
-	Sealed            uint64 // sealed datagrams dropped: no key to open them
-	Fragments         uint64 // fragment records taken into a reassembly
-	Reassembled       uint64 // messages completed from fragments
-	ForgedFragments   uint64 // fragments dropped: total above MaxMessage, out of range, overlapping, another total
-	ReassemblyDrops   uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
-	NAKs              uint64 // NAK datagrams sent
-	HistoryRequests   uint64 // history requests sent (late join)
-	HistoryAnswers    uint64 // HISTORY answers taken
-	HistoryRepairs    uint64 // datagrams before the join point received for the history
-	HistoryUnanswered uint64 // sessions whose history request got no answer in time: joined without history
-	NAKedSeqs         uint64 // sequences asked for (counting repeats)
-	CatalogRequests   uint64 // NAKs for sequence 0: records of an unknown stream arrived
-	NCFs              uint64
-	Repairs           uint64 // RDATA datagrams that filled a hole
-	Messages          uint64
-	Gaps              uint64
-	GapMessages       uint64 // messages covered by gaps
-	LostDatagrams     uint64
-	Sessions          uint64
+	Datagrams, Bytes uint64
+	Duplicates       uint64
+	Malformed        uint64
+	AuthFailures     uint64
+	Replays          uint64 // out-of-window sequences and datagrams of retired or older sessions
+	Ahead            uint64 // datagrams further than MaxHole ahead of the window: not believed
+	ForeignSource    uint64 // datagrams of the current session from another address than its sender's
+	OtherSession     uint64 // datagrams of another session while the current one was live
+	Overflow         uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
+	// Missing datagrams given up (reason expired): WindowExpired because the leading edge ran
+	// MaxHole past them, BudgetExpired because the repair budget passed with no repair coming.
+	WindowExpired, BudgetExpired uint64
+	Sealed                       uint64 // sealed datagrams dropped: no key to open them
+	Fragments                    uint64 // fragment records taken into a reassembly
+	Reassembled                  uint64 // messages completed from fragments
+	ForgedFragments              uint64 // fragments dropped: total above MaxMessage, out of range, overlapping, another total
+	ReassemblyDrops              uint64 // messages dropped (reported as gaps) to stay within MaxReassembly
+	NAKs                         uint64 // NAK datagrams sent
+	HistoryRequests              uint64 // history requests sent (late join)
+	HistoryAnswers               uint64 // HISTORY answers taken
+	HistoryRepairs               uint64 // datagrams before the join point received for the history
+	HistoryUnanswered            uint64 // sessions whose history request got no answer in time: joined without history
+	NAKedSeqs                    uint64 // sequences asked for (counting repeats)
+	CatalogRequests              uint64 // NAKs for sequence 0: records of an unknown stream arrived
+	NCFs                         uint64
+	Repairs                      uint64 // RDATA datagrams that filled a hole
+	Messages                     uint64
+	Gaps                         uint64
+	GapMessages                  uint64 // messages covered by gaps
+	LostDatagrams                uint64
+	Sessions                     uint64
 }
 
 // Outgoing is a datagram the caller must send by unicast UDP to To (a NAK to the sender).
@@ -552,7 +555,7 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 		if seq > r.leading {
 			r.learn(now, seq-1)
 			if seq-r.next >= MaxHole {
-				r.trail(seq-MaxHole+1, ReasonExpired)
+				r.windowTrail(seq - MaxHole + 1)
 			}
 			r.leading = seq
 		} else if r.miss[seq] != nil {
@@ -774,6 +777,14 @@ func (r *ReceiverCore) flushSession() {
 }
 
 // trail moves the frontier to t: anything older that is still missing is lost for reason.
+// windowTrail moves the receive window's bottom to t (MaxHole below the leading edge): what is
+// still missing below it is given up, reason expired.
+func (r *ReceiverCore) windowTrail(t uint64) {
+	before := r.c.LostDatagrams
+	r.trail(t, ReasonExpired)
+	r.c.WindowExpired += r.c.LostDatagrams - before
+}
+
 func (r *ReceiverCore) trail(t uint64, reason Reason) {
 	if t <= r.next {
 		return
@@ -824,7 +835,7 @@ func (r *ReceiverCore) learn(now time.Time, l uint64) {
 		return
 	}
 	if l-r.next >= MaxHole {
-		r.trail(l-MaxHole+1, ReasonExpired)
+		r.windowTrail(l - MaxHole + 1)
 	}
 	from := r.leading + 1
 	r.leading = l
@@ -1409,6 +1420,7 @@ func (r *ReceiverCore) Tick(now time.Time) {
 			if !m.giveUp.IsZero() && !now.Before(m.giveUp) {
 				if !r.behind && !r.repairing(now) {
 					r.histLose(q, ReasonExpired)
+					r.c.BudgetExpired++
 					continue
 				}
 				m.giveUp = now.Add(4 * r.t.nakRetry)
@@ -1434,6 +1446,7 @@ func (r *ReceiverCore) Tick(now time.Time) {
 		if !m.giveUp.IsZero() && !now.Before(m.giveUp) {
 			if !r.behind && !r.repairing(now) {
 				r.lose(q, ReasonExpired)
+				r.c.BudgetExpired++
 				continue
 			}
 			// The repair may wait unread in the socket, or come once the sender has

@@ -553,6 +553,26 @@ func TestReceiverCore_GiveUpFromFirstNAKNotWhileBehind(t *testing.T) {
 		t.Errorf("detected at 0, first NAK at %v, given up at %v; want given up %v after the first NAK",
 			firstNAK.Sub(detected), lostAt.Sub(detected), budget)
 	}
+	if c := r.Counters(); c.BudgetExpired != 1 || c.WindowExpired != 0 {
+		t.Errorf("budget-expired %d window-expired %d, want 1 and 0", c.BudgetExpired, c.WindowExpired)
+	}
+}
+
+// A hole the leading edge runs MaxHole past is given up (expired) and counted apart from the
+// budget's give-ups (herald listen --stats: window-expired, budget-expired).
+func TestReceiverCore_WindowExpiredCounted(t *testing.T) {
+	g := dgb{session: tsess}
+	r := mustReceiverCore(t, ReceiverCoreConfig{})
+	now := t0
+	live(t, r, g, &now)
+	evs := script(r, &now, 0, g.data(6, 1, rec(1, 5, "5"))) // datagram 5 (message 4) is missing
+	evs = append(evs, script(r, &now, 0, g.data(5+MaxHole, 1, rec(1, 6, "6")))...)
+	if len(evs) == 0 || evs[0] != "gap a 4-4 expired" {
+		t.Fatalf("got %q, want message 4 given up first (expired)", evs)
+	}
+	if c := r.Counters(); c.WindowExpired != 1 || c.BudgetExpired != 0 {
+		t.Errorf("window-expired %d budget-expired %d, want 1 and 0", c.WindowExpired, c.BudgetExpired)
+	}
 }
 
 // The window rule for control datagrams (issue 11, found 10: an off-by-one): their seq is the
