@@ -120,3 +120,50 @@ func TestReceiptNow_PartialWriteHandedOver(t *testing.T) {
 		}
 	}
 }
+
+// A frame the reader answers itself (here a topic SEND; nothing of the
+// connection in the journal): one at a time, its RECEIPT is written by the
+// reader (sendOwn), after the MESSAGE the SEND queued for the connection's
+// own subscription; a pipelined burst still gets every RECEIPT, in order,
+// each after its MESSAGE.
+func TestReceiptNow_ReaderAnswersLoneFrame(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := dialRaw(t, tb)
+	c.connect("1.2")
+	c.write("SUBSCRIBE\nid:0\ndestination:/topic/own\nreceipt:sub\n\n\x00")
+	if f := c.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != "sub" {
+		t.Fatalf("SUBSCRIBE: got %s %v, want its RECEIPT", f.Command, f.Headers)
+	}
+	w0, _ := tb.B.ReceiptsNowForTest()
+	const lone = 20
+	for i := range lone {
+		c.write(fmt.Sprintf("SEND\ndestination:/topic/own\nreceipt:r%d\n\nbody %d\x00", i, i))
+		if f := c.frame(); f.Command != stomp.CmdMessage || string(f.Body) != fmt.Sprint("body ", i) {
+			t.Fatalf("SEND %d: got %s %v %q, want its MESSAGE first", i, f.Command, f.Headers, f.Body)
+		}
+		if f := c.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != fmt.Sprint("r", i) {
+			t.Fatalf("SEND %d: got %s %v, want its RECEIPT after the MESSAGE", i, f.Command, f.Headers)
+		}
+	}
+	// Opportunistic as above (the writer may hold the socket, writing the
+	// MESSAGE): none at all means the reader never answers itself.
+	if w, _ := tb.B.ReceiptsNowForTest(); w == w0 {
+		t.Fatalf("none of %d lone topic SEND receipts written by the reader, want most", lone)
+	} else {
+		t.Logf("%d of %d lone receipts written by the reader", w-w0, lone)
+	}
+	var burst bytes.Buffer
+	const n = 300
+	for i := range n {
+		fmt.Fprintf(&burst, "SEND\ndestination:/topic/own\nreceipt:b%d\n\nburst %d\x00", i, i)
+	}
+	c.write(burst.String())
+	for i := range n {
+		if f := c.frame(); f.Command != stomp.CmdMessage || string(f.Body) != fmt.Sprint("burst ", i) {
+			t.Fatalf("burst %d: got %s %v %q, want its MESSAGE", i, f.Command, f.Headers, f.Body)
+		}
+		if f := c.frame(); f.Command != stomp.CmdReceipt || f.Get("receipt-id") != fmt.Sprint("b", i) {
+			t.Fatalf("burst %d: got %s %v, want its RECEIPT", i, f.Command, f.Headers)
+		}
+	}
+}

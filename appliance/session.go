@@ -962,7 +962,7 @@ func (s *session) receipt(f *stomp.Frame, extra ...stomp.Header) {
 	r := stomp.NewFrame(stomp.CmdReceipt, "receipt-id", id)
 	r.Headers = append(r.Headers, extra...)
 	if s.jpending.Load() == 0 {
-		s.send(r)
+		s.sendOwn(r)
 		return
 	}
 	s.submit(&Batch{Ops: []Op{{Kind: OpBarrier}}, Done: func(b *Batch, err error) { s.receiptDone(b, r) }})

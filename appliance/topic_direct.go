@@ -306,9 +306,10 @@ func (s *session) writeDirect(buf *[]byte, now time.Time) bool {
 
 // sendNow queues f (a RECEIPT) like send, but writes it from the calling
 // goroutine when the writer is idle: the journal's completion of a
-// connection's last outstanding batch (see receiptDone) would otherwise
-// wake the connection's writer goroutine for one small frame, tens of
-// microseconds on a lone durable SEND's path. The same conditions as
+// connection's last outstanding batch (see receiptDone), or the reader
+// answering a frame it handled (sendOwn), would otherwise wake the
+// connection's writer goroutine for one small frame, tens of
+// microseconds on a lone request's path. The same conditions as
 // writeDirect: a plain TCP socket not in use by the writer (TryLock),
 // nothing queued or left of an earlier direct write, one non-blocking
 // write; what does not go becomes head for the writer, weighing in
@@ -347,6 +348,27 @@ func (s *session) sendNow(f *stomp.Frame) {
 	s.outMu.Unlock()
 	s.wmu.Unlock()
 	s.signal()
+}
+
+// sendOwn sends a RECEIPT that s's reader made for a frame it handled
+// (nothing of the connection's waits in the journal). With another whole
+// frame buffered it goes through the writer, which writes the receipts of
+// a pipelining client together while the reader goes on. Else the client
+// most likely waits for it: the reader first writes what the frames it
+// handled left for idle subscribers (flushClients: they were sent first),
+// then writes the RECEIPT itself (sendNow) instead of waking the writer
+// goroutine for one small frame, whose wake-up (another thread started
+// to look for the runnable goroutine) was most of heraldd's CPU per
+// request and tens of microseconds of the round trip. Reader goroutine.
+func (s *session) sendOwn(r *stomp.Frame) {
+	if s.r.FrameBuffered() {
+		s.send(r)
+		return
+	}
+	if s.deferred() {
+		s.flushClients()
+	}
+	s.sendNow(r)
 }
 
 // receiptDone sends a RECEIPT from the completion of journal batch b: at
