@@ -2,7 +2,7 @@ package journal
 
 import (
 	"context"
-	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"math"
 
@@ -41,47 +41,51 @@ func (s *Store) Load(ctx context.Context, queue string, after uint64, limit int)
 func (s *Store) Page(ctx context.Context, r appliance.PageRequest) ([]*appliance.Message, error) {
 	// deliveries: see the claims table (schema.go).
 	const cols = `SELECT m.id, m.enqueued, max(m.deliveries, coalesce((SELECT c.deliveries FROM claims c WHERE c.id = m.id), 0)), m.not_before, m.expires, m.grp, m.flags, m.size, m.headers, m.body FROM messages m`
-	var rows *sql.Rows
-	var err error
+	query := cols + ` WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`
+	args := []driver.NamedValue{{Ordinal: 1, Value: r.Queue}, {Ordinal: 2, Value: int64(r.After)}, {Ordinal: 3, Value: int64(r.Limit)}}
 	if r.Group != "" {
-		rows, err = s.db.QueryContext(ctx, cols+` WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.grp = ? AND m.grp != '' AND m.id > ? ORDER BY m.id LIMIT ?`, r.Queue, r.Group, int64(r.After), r.Limit)
-	} else {
-		rows, err = s.db.QueryContext(ctx, cols+` WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`, r.Queue, int64(r.After), r.Limit)
+		query = cols + ` WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.grp = ? AND m.grp != '' AND m.id > ? ORDER BY m.id LIMIT ?`
+		args = []driver.NamedValue{{Ordinal: 1, Value: r.Queue}, {Ordinal: 2, Value: r.Group}, {Ordinal: 3, Value: int64(r.After)}, {Ordinal: 4, Value: int64(r.Limit)}}
 	}
 	queue := r.Queue
-	if err != nil {
-		return nil, fmt.Errorf("journal: load %s: %w", queue, err)
-	}
-	defer rows.Close()
 	var out []*appliance.Message
 	var total int64
-	for rows.Next() {
+	// The rows are read from the driver itself: database/sql's Scan would
+	// convert each value through reflection and copy each body and header
+	// block a second time (the driver's copy is already the caller's),
+	// about a fifth of a page-in's CPU in a deep queue's drain.
+	err := s.rawQuery(ctx, query, args, 10, func(row []driver.Value) error {
 		if r.MaxBytes > 0 && total >= r.MaxBytes {
-			break
+			return errStopRows
 		}
 		m := &appliance.Message{Queue: queue}
-		var id, size int64
-		var flags int
-		var hb []byte
-		if err := rows.Scan(&id, &m.Enqueued, &m.Deliveries, &m.NotBefore, &m.Expires, &m.Group, &flags, &size, &hb, &m.Body); err != nil {
-			return nil, fmt.Errorf("journal: load %s: %w", queue, err)
-		}
-		total += size
+		id, size := asInt(row[0]), asInt(row[7])
 		m.ID = uint64(id)
-		if m.Headers, err = decodeHeaders(hb); err != nil {
-			return nil, fmt.Errorf("journal: load %s message %d: %w", queue, id, err)
+		m.Enqueued, m.Deliveries = asInt(row[1]), int(asInt(row[2]))
+		m.NotBefore, m.Expires = asInt(row[3]), asInt(row[4])
+		m.Group = asString(row[5])
+		flags := asInt(row[6])
+		m.Body = asBytes(row[9])
+		total += size
+		var err error
+		if m.Headers, err = decodeHeaders(asBytes(row[8])); err != nil {
+			return fmt.Errorf("message %d: %w", id, err)
 		}
 		if flags&flagZstd != 0 {
 			if m.Body, err = decompress(m.Body); err != nil {
-				return nil, fmt.Errorf("journal: load %s message %d: %w", queue, id, err)
+				return fmt.Errorf("message %d: %w", id, err)
 			}
 		}
 		if v := m.Headers.Get("dedup-id"); v != "" {
 			m.DedupID = v
 		}
 		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: load %s: %w", queue, err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // LoadPrefix calls fn with up to limit messages of queue with ID > after, in
