@@ -31,7 +31,8 @@ func benchDrainCommand(common []cli.Flag) *cli.Command {
 (/queue/bench-drain.RUNID; 4 producers keeping 64 SENDs with receipts
 outstanding, persistent:true), then starts --consumers connections, each
 subscribed with ack --ack (default client-individual) and --prefetch
-messages in flight, that ACK every MESSAGE. Reports the drain rate: messages
+messages in flight, that ACK every MESSAGE (the ACKs of the MESSAGEs at hand
+written together, as NATS clients write their acks). Reports the drain rate: messages
 per second from the first consumer's SUBSCRIBE to the last consumer's
 UNSUBSCRIBE and DISCONNECT receipts (which come after its ACKs are
 processed), and the
@@ -302,11 +303,19 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 					last = f
 					unacked++
 					if res.Ack == "client-individual" || unacked >= every {
-						if err := c.Ack(f); err != nil {
+						// Buffered and flushed once no MESSAGE is at hand,
+						// as the JetStream consumer below flushes its acks.
+						if err := c.AckBuffered(f); err != nil {
 							fail(err)
 							return
 						}
 						unacked = 0
+					}
+					if len(sub.C()) == 0 {
+						if err := c.Flush(); err != nil {
+							fail(err)
+							return
+						}
 					}
 					if received.Add(1) >= res.Messages {
 						once.Do(func() { close(done) })

@@ -580,6 +580,36 @@ func TestConn_WriteAfterServerErrorReportsTheError(t *testing.T) {
 	}
 }
 
+// TestConn_AckBuffered: ACKs made with AckBuffered stay in the buffer until
+// a Flush writes them, in order, each naming its MESSAGE's ack header; a
+// MESSAGE without one is refused with ErrNoAck and nothing is buffered.
+func TestConn_AckBuffered(t *testing.T) {
+	s := mustStartFake(t)
+	c, _ := mustDial(t, s, stomp.V12, client.Options{})
+	for i := range 4 {
+		msg := stomp.NewFrame(stomp.CmdMessage, "ack", fmt.Sprint("a", i), "subscription", "0")
+		if err := c.AckBuffered(msg); err != nil {
+			t.Fatalf("AckBuffered: %v", err)
+		}
+	}
+	if err := c.AckBuffered(stomp.NewFrame(stomp.CmdMessage, "subscription", "0")); !errors.Is(err, client.ErrNoAck) {
+		t.Fatalf("AckBuffered of a MESSAGE without ack: %v, want ErrNoAck", err)
+	}
+	select {
+	case f := <-s.frames:
+		t.Fatalf("got %s %v before Flush, want nothing written yet", f.Command, f.Headers)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	for i := range 4 {
+		if f := s.next(t); f.Command != stomp.CmdAck || f.Get("id") != fmt.Sprint("a", i) {
+			t.Fatalf("frame %d: got %s %v, want ACK id:a%d", i, f.Command, f.Headers, i)
+		}
+	}
+}
+
 // TestConn_SendBuffered: frames sent with SendBuffered stay in the connection's buffer until a
 // Flush (or a Send) writes them, in order with what follows; a burst costs one write.
 func TestConn_SendBuffered(t *testing.T) {

@@ -140,7 +140,7 @@ func (c *Conn) SendBuffered(dest string, body []byte, hdrs ...stomp.Header) erro
 	return c.bufferFrame(sendFrame(dest, body, hdrs))
 }
 
-// Flush writes what SendBuffered left in the buffer.
+// Flush writes what SendBuffered and AckBuffered left in the buffer.
 func (c *Conn) Flush() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -238,18 +238,44 @@ func (c *Conn) Nack(msg *stomp.Frame, hdrs ...stomp.Header) error {
 	return c.ackFrame(stomp.CmdNack, msg, hdrs)
 }
 
+// AckBuffered is Ack for a consumer with more messages already at hand:
+// the ACK is left in the connection's write buffer, as SendBuffered leaves
+// a SEND, so that acknowledging a burst costs few system calls (and the
+// server reads the ACKs together). The caller must Flush once it has
+// nothing more at hand.
+func (c *Conn) AckBuffered(msg *stomp.Frame, hdrs ...stomp.Header) error {
+	f, err := c.ackFrameOf(stomp.CmdAck, msg, hdrs)
+	if err != nil {
+		return err
+	}
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("stomp client: write %s: %w", f.Command, err)
+	}
+	return c.bufferFrame(f)
+}
+
 func (c *Conn) ackFrame(cmd string, msg *stomp.Frame, hdrs []stomp.Header) error {
+	f, err := c.ackFrameOf(cmd, msg, hdrs)
+	if err != nil {
+		return err
+	}
+	return c.Write(f)
+}
+
+// ackFrameOf makes the ACK or NACK (cmd) of msg in the connection's STOMP
+// version.
+func (c *Conn) ackFrameOf(cmd string, msg *stomp.Frame, hdrs []stomp.Header) (*stomp.Frame, error) {
 	f := &stomp.Frame{Command: cmd, Headers: make(stomp.Headers, 0, len(hdrs)+2)}
 	if c.version == stomp.V12 {
 		id := msg.Get("ack")
 		if id == "" {
-			return fmt.Errorf("stomp client: %s: %w", cmd, ErrNoAck)
+			return nil, fmt.Errorf("stomp client: %s: %w", cmd, ErrNoAck)
 		}
 		f.Headers = append(f.Headers, stomp.Header{Key: "id", Value: id})
 	} else {
 		id := msg.Get("message-id")
 		if id == "" {
-			return fmt.Errorf("stomp client: %s: %w", cmd, ErrNoAck)
+			return nil, fmt.Errorf("stomp client: %s: %w", cmd, ErrNoAck)
 		}
 		f.Headers = append(f.Headers, stomp.Header{Key: "message-id", Value: id})
 		if sub, ok := msg.Headers.Lookup("subscription"); ok {
@@ -257,7 +283,7 @@ func (c *Conn) ackFrame(cmd string, msg *stomp.Frame, hdrs []stomp.Header) error
 		}
 	}
 	f.Headers = append(f.Headers, hdrs...)
-	return c.Write(f)
+	return f, nil
 }
 
 // Begin starts transaction tx.
