@@ -136,6 +136,7 @@ type JournalConf struct {
 	WALLimitBytes int64    `toml:"wal_limit_bytes" json:"wal_limit_bytes"`
 	Checkpoint    Duration `toml:"checkpoint_interval" json:"checkpoint_interval"`
 	MinFreeBytes  int64    `toml:"min_free_bytes" json:"min_free_bytes"`
+	MmapBytes     int64    `toml:"mmap_bytes" json:"mmap_bytes"`
 }
 
 // QueueConfig holds defaults for every queue.
@@ -348,6 +349,7 @@ func DefaultConfig() Config {
 			WALLimitBytes: 64 << 20,
 			Checkpoint:    Duration{time.Second},
 			MinFreeBytes:  64 << 20,
+			MmapBytes:     1 << 30,
 		},
 		Queues: QueueConfig{
 			Prefetch:          10,
@@ -636,6 +638,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Journal.WALLimitBytes < 0 {
 		bad("journal.wal_limit_bytes: must not be negative, got %d", c.Journal.WALLimitBytes)
+	}
+	if c.Journal.MmapBytes < 0 {
+		bad("journal.mmap_bytes: must not be negative, got %d (0 turns the memory map off)", c.Journal.MmapBytes)
 	}
 	if c.Queues.RedeliveryMax.Duration < c.Queues.RedeliveryMin.Duration {
 		bad("queues.redelivery_delay_max (%s) is below redelivery_delay_min (%s)", c.Queues.RedeliveryMax, c.Queues.RedeliveryMin)

@@ -49,6 +49,7 @@ func TestConfig_ValidateBounds(t *testing.T) {
 		{"max_body_bytes 512 MiB + 1", func(c *appliance.Config) { c.Stomp.MaxBodyBytes = 512<<20 + 1 }, "stomp.max_body_bytes: at most 536870912"},
 		{"checkpoint_interval negative", func(c *appliance.Config) { c.Journal.Checkpoint = d("-1s") }, "journal.checkpoint_interval: must not be negative"},
 		{"wal_limit_bytes negative", func(c *appliance.Config) { c.Journal.WALLimitBytes = -1 }, "journal.wal_limit_bytes: must not be negative"},
+		{"mmap_bytes negative", func(c *appliance.Config) { c.Journal.MmapBytes = -1 }, "journal.mmap_bytes: must not be negative"},
 		{"ack_timeout negative", func(c *appliance.Config) { c.Queues.AckTimeout = d("-1s") }, "queues.ack_timeout: must not be negative"},
 		{"block_timeout negative", func(c *appliance.Config) { c.Queues.BlockTimeout = d("-1s") }, "queues.block_timeout: must not be negative"},
 		{"dedup_window negative", func(c *appliance.Config) { c.Queues.DedupWindow = d("-1s") }, "queues.dedup_window: must not be negative"},

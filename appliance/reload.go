@@ -108,6 +108,7 @@ var reloadKeys = map[string]reloadClass{
 	"journal.wal_limit_bytes":     restartOnly,
 	"journal.checkpoint_interval": restartOnly,
 	"journal.min_free_bytes":      restartOnly,
+	"journal.mmap_bytes":          restartOnly,
 
 	"queues.prefetch":             reloadable,
 	"queues.auto_prefetch":        reloadable,

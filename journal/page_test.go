@@ -3,6 +3,7 @@ package journal
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 
@@ -81,5 +82,41 @@ func TestStore_PageFields(t *testing.T) {
 	}
 	if n, err := s.Page(ctx, appliance.PageRequest{Queue: "nosuch", Limit: 10}); err != nil || len(n) != 0 {
 		t.Fatalf("unknown queue: %d messages, %v; want none, no error", len(n), err)
+	}
+}
+
+// MmapSize maps the database for the reader connections only: each pooled
+// reader reports it (PRAGMA mmap_size), the writer 0; without it none maps.
+// Page-ins read the same through the map.
+func TestStore_MmapReaders(t *testing.T) {
+	ctx := context.Background()
+	for _, size := range []int64{0, 8 << 20} {
+		s := mustOpen(t, Config{MmapSize: size})
+		if _, err := apply(t, s, enq("mm", "through the map")); err != nil {
+			t.Fatal(err)
+		}
+		// Hold every reader at once, so that each pooled connection is seen.
+		var conns []*sql.Conn
+		for range 3 {
+			c, err := s.db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		for i, c := range conns {
+			var got int64
+			if err := c.QueryRowContext(ctx, "PRAGMA mmap_size").Scan(&got); err != nil || got != size {
+				t.Fatalf("MmapSize %d: reader %d has mmap_size %d (%v), want %d", size, i, got, err, size)
+			}
+			c.Close()
+		}
+		var w int64
+		if err := s.wc.QueryRowContext(ctx, "PRAGMA mmap_size").Scan(&w); err != nil || w != 0 {
+			t.Fatalf("MmapSize %d: the writer has mmap_size %d (%v), want 0", size, w, err)
+		}
+		if ms, err := s.Page(ctx, appliance.PageRequest{Queue: "mm", Limit: 10}); err != nil || len(ms) != 1 || string(ms[0].Body) != "through the map" {
+			t.Fatalf("MmapSize %d: Page got %d messages, %v", size, len(ms), err)
+		}
 	}
 }

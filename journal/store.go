@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,8 +41,14 @@ type Config struct {
 	WALLimit           int64         // the WAL's bound: it starts over past a quarter of it (checkpoint.go)
 	Compress           bool          // zstd-compress bodies of at least CompressMin bytes when it pays
 	CompressMin        int
-	Logger             *slog.Logger
-	Now                func() time.Time // clock, for tests
+	// MmapSize is how many bytes of the database file the reader
+	// connections (page-ins, recovery, backups) read through a memory map
+	// (PRAGMA mmap_size) instead of read(2) into their own page caches;
+	// 0: none. The writer never maps. A disk read error inside the map
+	// ends the process (SIGBUS) instead of failing one read.
+	MmapSize int64
+	Logger   *slog.Logger
+	Now      func() time.Time // clock, for tests
 }
 
 // Stats are the journal's counters, safe to read at any time.
@@ -170,10 +177,15 @@ func (s *Store) Open(ctx context.Context) error {
 		return fmt.Errorf("journal: sync %q: want \"full\" or \"normal\"", s.cfg.Sync)
 	}
 	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_synchronous=%s&_busy_timeout=10000&_foreign_keys=0&_cache_size=-16384", s.cfg.Path, sync)
-	db, err := sql.Open("sqlite3", dsn)
-	if err != nil {
-		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
+	drv := &sqlite3.SQLiteDriver{}
+	if n := s.cfg.MmapSize; n > 0 {
+		// Every pooled connection maps; the writer turns it off below.
+		drv.ConnectHook = func(c *sqlite3.SQLiteConn) error {
+			_, err := c.Exec(fmt.Sprintf("PRAGMA mmap_size=%d", n), nil)
+			return err
+		}
 	}
+	db := sql.OpenDB(connector{dsn: dsn, drv: drv})
 	db.SetMaxOpenConns(4)
 	db.SetMaxIdleConns(4)
 	db.SetConnMaxIdleTime(0)
@@ -192,6 +204,7 @@ func (s *Store) Open(ctx context.Context) error {
 	for _, q := range []string{
 		"PRAGMA wal_autocheckpoint=0", // checkpoints run in the background (checkpoint.go)
 		"PRAGMA temp_store=MEMORY",
+		"PRAGMA mmap_size=0",                                        // the writer reads with read(2): see Config.MmapSize
 		fmt.Sprintf("PRAGMA journal_size_limit=%d", s.cfg.WALLimit), // a reset WAL shrinks back
 	} {
 		if _, err := wc.ExecContext(ctx, q); err != nil {
@@ -251,6 +264,16 @@ func (s *Store) closeDB() {
 		s.db.Close()
 	}
 }
+
+// connector opens the journal's connections with its own driver value (and
+// so its own ConnectHook) instead of a globally registered driver name.
+type connector struct {
+	dsn string
+	drv *sqlite3.SQLiteDriver
+}
+
+func (c connector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c connector) Driver() driver.Driver                        { return c.drv }
 
 // Submit queues b for the next group commit.
 func (s *Store) Submit(b *appliance.Batch) {

@@ -148,6 +148,7 @@ func (d *daemon) run() int {
 		CheckpointInterval: d.cfg.Journal.Checkpoint.Duration,
 		WALLimit:           d.cfg.Journal.WALLimitBytes,
 		Compress:           d.cfg.Journal.Compress,
+		MmapSize:           d.cfg.Journal.MmapBytes,
 		Logger:             d.log.With("component", "journal"),
 	})
 	d.store.SetCommitHook(d.journalCommitHook())
