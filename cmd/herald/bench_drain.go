@@ -123,6 +123,7 @@ func cpuPerMsg(d time.Duration, n uint64) float64 {
 }
 
 func runBenchDrain(cCtx *cli.Context) error {
+	benchGC()
 	bf, err := readBenchFlags(cCtx)
 	if err != nil {
 		return err

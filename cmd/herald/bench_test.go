@@ -14,6 +14,7 @@ import (
 	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/admin/admintest"
 	"github.com/herald-mq/herald/appliance"
+	"runtime/debug"
 )
 
 func benchJSON(t *testing.T, stdout string, v any) {
@@ -282,5 +283,22 @@ func TestBench_SendCleansUp(t *testing.T) {
 	q = decode[appliance.QueueView](t, first(runAdmin(t, d.Socket, exitOK, "queue", "show", "--json", "mine")))
 	if uint64(q.Messages) < r.Messages || r.Cleanup.Drained != 0 {
 		t.Errorf("--dest: queue has %d messages, cleanup %+v; want the %d confirmed kept", q.Messages, r.Cleanup, r.Messages)
+	}
+}
+
+// The load generator runs with GOGC 400 unless GOGC is set in the
+// environment.
+func TestBenchGC(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	t.Setenv("GOGC", "")
+	benchGC()
+	if got := debug.SetGCPercent(100); got != benchGCPercent {
+		t.Fatalf("GOGC unset: the bench ran with GC percent %d, want %d", got, benchGCPercent)
+	}
+	t.Setenv("GOGC", "150")
+	benchGC()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GOGC=150 in the environment: benchGC set the GC percent to %d, want it left alone (100)", got)
 	}
 }
