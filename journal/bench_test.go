@@ -142,11 +142,7 @@ func reportRaw(b *testing.B, path string, rows int, lat []time.Duration) {
 func BenchmarkRawSQLiteServed(b *testing.B) {
 	secs := rawServedSeconds()
 	path, db, ins := openRawSQLite(b)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenRaw(b)
 	served := serveRaw(ln, db, ins)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -178,11 +174,7 @@ func BenchmarkRawSQLiteServed(b *testing.B) {
 func BenchmarkRawSQLiteServedProcess(b *testing.B) {
 	secs := rawServedSeconds()
 	path, db, ins := openRawSQLite(b)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenRaw(b)
 	var lat []time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -210,6 +202,16 @@ func BenchmarkRawSQLiteServedProcess(b *testing.B) {
 		b.Fatal("the client process measured nothing")
 	}
 	reportRaw(b, path, len(lat), lat)
+}
+
+// listenRaw listens on 127.0.0.1 for the served benchmarks' client.
+func listenRaw(b *testing.B) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // rawClientEnv names the address a run of this binary as the served
