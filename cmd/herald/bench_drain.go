@@ -281,67 +281,70 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	start = time.Now()
 	cpu0 = cpu.now()
 	for _, c := range conns {
-		sub, err := c.Subscribe(res.Dest, res.Ack, stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(res.Prefetch)})
+		// Each MESSAGE is handled on the connection's reading goroutine
+		// (SubscribeFunc), as the JetStream consumer below handles its
+		// messages on its own; the ACKs of the MESSAGEs at hand are
+		// buffered and written together once no other frame is buffered,
+		// as that consumer flushes its acks.
+		every := max(res.Prefetch/2, 1)
+		var mu sync.Mutex // unacked, last: the reading goroutine's, and the end's below
+		var unacked int
+		var last *stomp.Frame
+		sub, err := c.SubscribeFunc(res.Dest, res.Ack, func(f *stomp.Frame, more bool) {
+			if f.Get("redelivered") == "true" {
+				redelivered.Add(1)
+			}
+			mu.Lock()
+			last = f
+			unacked++
+			var err error
+			if res.Ack == "client-individual" || unacked >= every {
+				err = c.AckBuffered(f)
+				unacked = 0
+			}
+			if err == nil && !more {
+				err = c.Flush()
+			}
+			mu.Unlock()
+			if err != nil {
+				fail(err)
+				return
+			}
+			if received.Add(1) >= res.Messages {
+				once.Do(func() { close(done) })
+			}
+		}, stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(res.Prefetch)})
 		if err != nil {
 			return err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			every := max(res.Prefetch/2, 1)
-			var unacked int
-			var last *stomp.Frame
-			for {
-				select {
-				case f, ok := <-sub.C():
-					if !ok {
-						fail(fmt.Errorf("subscription ended: %v", c.Err()))
-						return
-					}
-					if f.Get("redelivered") == "true" {
-						redelivered.Add(1)
-					}
-					last = f
-					unacked++
-					if res.Ack == "client-individual" || unacked >= every {
-						// Buffered and flushed once no MESSAGE is at hand,
-						// as the JetStream consumer below flushes its acks.
-						if err := c.AckBuffered(f); err != nil {
-							fail(err)
-							return
-						}
-						unacked = 0
-					}
-					if len(sub.C()) == 0 {
-						if err := c.Flush(); err != nil {
-							fail(err)
-							return
-						}
-					}
-					if received.Add(1) >= res.Messages {
-						once.Do(func() { close(done) })
-					}
-				case <-done:
-					if unacked > 0 && last != nil {
-						if err := c.Ack(last); err != nil {
-							fail(err)
-						}
-					}
-					// The receipts come after the ACKs before them are
-					// processed (durable). UNSUBSCRIBE's first: once it is
-					// answered the consumer is gone and the queue can be
-					// deleted (a DISCONNECT's receipt comes before that).
-					dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					defer cancel()
-					if err := sub.Unsubscribe(dctx); err != nil {
-						fail(fmt.Errorf("unsubscribe: %w", err))
-						return
-					}
-					if err := c.Disconnect(dctx); err != nil {
-						fail(fmt.Errorf("disconnect: %w", err))
-					}
-					return
+			select {
+			case <-sub.C(): // closed: nothing is ever sent on it
+				fail(fmt.Errorf("subscription ended: %v", c.Err()))
+				return
+			case <-done:
+			}
+			mu.Lock()
+			if unacked > 0 && last != nil {
+				if err := c.Ack(last); err != nil {
+					fail(err)
 				}
+			}
+			mu.Unlock()
+			// The receipts come after the ACKs before them are
+			// processed (durable). UNSUBSCRIBE's first: once it is
+			// answered the consumer is gone and the queue can be
+			// deleted (a DISCONNECT's receipt comes before that).
+			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if err := sub.Unsubscribe(dctx); err != nil {
+				fail(fmt.Errorf("unsubscribe: %w", err))
+				return
+			}
+			if err := c.Disconnect(dctx); err != nil {
+				fail(fmt.Errorf("disconnect: %w", err))
 			}
 		}()
 	}

@@ -580,6 +580,77 @@ func TestConn_WriteAfterServerErrorReportsTheError(t *testing.T) {
 	}
 }
 
+// TestConn_SubscribeFunc: the function gets each MESSAGE of its
+// subscription in order on the reading goroutine, more telling whether
+// another whole frame is already buffered (three MESSAGEs in one write:
+// true, true, false); acknowledging with AckBuffered and flushing when more
+// is false sends every ACK; C is closed when the subscription ends.
+func TestConn_SubscribeFunc(t *testing.T) {
+	s := mustStartFake(t)
+	c, _ := mustDial(t, s, stomp.V12, client.Options{})
+	type got struct {
+		body string
+		more bool
+	}
+	gotc := make(chan got, 16)
+	sub, err := c.SubscribeFunc("/queue/f", "client-individual", func(f *stomp.Frame, more bool) {
+		gotc <- got{string(f.Body), more}
+		if err := c.AckBuffered(f); err != nil {
+			t.Errorf("AckBuffered: %v", err)
+		}
+		if !more {
+			if err := c.Flush(); err != nil {
+				t.Errorf("Flush: %v", err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := s.next(t); f.Command != stomp.CmdSubscribe || f.Get("id") != sub.ID() {
+		t.Fatalf("got %s %v, want the SUBSCRIBE", f.Command, f.Headers)
+	}
+	var burst []byte
+	for i := range 3 {
+		m := stomp.NewFrame(stomp.CmdMessage, "subscription", sub.ID(), "message-id", fmt.Sprint(i), "ack", fmt.Sprint("a", i), "destination", "/queue/f")
+		m.Body = []byte(fmt.Sprint("m", i))
+		burst = append(burst, stomp.Encode(m, stomp.V12)...)
+	}
+	<-s.ready
+	if _, err := s.nc.Write(burst); err != nil {
+		t.Fatal(err)
+	}
+	for i, more := range []bool{true, true, false} {
+		select {
+		case g := <-gotc:
+			if g.body != fmt.Sprint("m", i) || g.more != more {
+				t.Fatalf("call %d: got %q more=%v, want %q more=%v", i, g.body, g.more, fmt.Sprint("m", i), more)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("call %d: the function was not called in 5s", i)
+		}
+	}
+	for i := range 3 {
+		if f := s.next(t); f.Command != stomp.CmdAck || f.Get("id") != fmt.Sprint("a", i) {
+			t.Fatalf("ACK %d: got %s %v", i, f.Command, f.Headers)
+		}
+	}
+	select {
+	case f, ok := <-sub.C():
+		t.Fatalf("C gave %v (open %v) while the subscription runs, want nothing", f, ok)
+	default:
+	}
+	c.Close()
+	select {
+	case _, ok := <-sub.C():
+		if ok {
+			t.Fatal("C received a frame, want it closed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("C not closed 5s after the connection ended")
+	}
+}
+
 // TestConn_AckBuffered: ACKs made with AckBuffered stay in the buffer until
 // a Flush writes them, in order, each naming its MESSAGE's ack header; a
 // MESSAGE without one is refused with ErrNoAck and nothing is buffered.

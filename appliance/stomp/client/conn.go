@@ -344,7 +344,7 @@ func (c *Conn) dispatch(f *stomp.Frame) {
 		}
 		c.mu.Unlock()
 		if s != nil {
-			s.deliver(f, c.closing)
+			s.deliver(f, c.r.FrameBuffered(), c.closing)
 		}
 	case stomp.CmdReceipt:
 		c.complete(f.Get("receipt-id"), Result{Receipt: f})

@@ -21,7 +21,12 @@
 //     MUST drain it: when it is full the reader goroutine waits, which stops
 //     reading the socket (TCP backpressure) and delays receipts and ERROR
 //     frames of the whole connection. The channel is closed when the
-//     subscription or the connection ends.
+//     subscription or the connection ends. [Conn.SubscribeFunc] instead
+//     calls a function with each MESSAGE on the reader goroutine (no
+//     hand-over per message); it must return promptly, for the same reason.
+//   - [Conn.SendBuffered] and [Conn.AckBuffered] leave their frame in the
+//     write buffer for [Conn.Flush] (or the next write), so that a burst
+//     costs few system calls.
 //   - Heart-beats: the client offers Options.HeartBeat, sends EOLs when the
 //     negotiated interval passes without another write, and declares the
 //     server dead (ErrHeartbeatTimeout) when nothing arrives for twice the

@@ -14,6 +14,7 @@ type Subscription struct {
 	c  *Conn
 	id string
 	ch chan *stomp.Frame
+	fn func(f *stomp.Frame, more bool) // SubscribeFunc: called instead of sending on ch
 
 	stop     chan struct{} // closed first when the subscription ends: unblocks deliver
 	stopOnce sync.Once
@@ -33,7 +34,7 @@ func (s *Subscription) C() <-chan *stomp.Frame { return s.ch }
 // headers, without waiting for the server: messages may start arriving at
 // once, and a refusal arrives as an ERROR frame. The id is generated.
 func (c *Conn) Subscribe(dest, ack string, hdrs ...stomp.Header) (*Subscription, error) {
-	s, f, err := c.newSubscription(dest, ack, hdrs)
+	s, f, err := c.newSubscription(dest, ack, hdrs, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +49,7 @@ func (c *Conn) Subscribe(dest, ack string, hdrs ...stomp.Header) (*Subscription,
 // that the subscription is known to be in place (for topics, where messages
 // sent before it are not delivered).
 func (c *Conn) SubscribeReceipt(ctx context.Context, dest, ack string, hdrs ...stomp.Header) (*Subscription, error) {
-	s, f, err := c.newSubscription(dest, ack, hdrs)
+	s, f, err := c.newSubscription(dest, ack, hdrs, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +60,29 @@ func (c *Conn) SubscribeReceipt(ctx context.Context, dest, ack string, hdrs ...s
 	return s, nil
 }
 
-func (c *Conn) newSubscription(dest, ack string, hdrs []stomp.Header) (*Subscription, *stomp.Frame, error) {
+// SubscribeFunc is Subscribe with a function instead of a channel: fn is
+// called with each MESSAGE on the connection's reading goroutine, in order,
+// with more set when another whole frame is already buffered (a consumer
+// that acknowledges with AckBuffered flushes once more is false). No
+// goroutine hand-over per message, as nats.go's callback subscriptions.
+// fn must return promptly: while it runs the connection reads nothing (no
+// RECEIPT, no other subscription's MESSAGE). It may Ack, AckBuffered,
+// Flush, Send and Write, but must not wait for a RECEIPT or call
+// Unsubscribe or Close. C is closed when the subscription ends and
+// receives nothing.
+func (c *Conn) SubscribeFunc(dest, ack string, fn func(f *stomp.Frame, more bool), hdrs ...stomp.Header) (*Subscription, error) {
+	s, f, err := c.newSubscription(dest, ack, hdrs, fn)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Write(f); err != nil {
+		c.dropSubscription(s)
+		return nil, fmt.Errorf("stomp client: subscribe to %s: %w", dest, err)
+	}
+	return s, nil
+}
+
+func (c *Conn) newSubscription(dest, ack string, hdrs []stomp.Header, fn func(*stomp.Frame, bool)) (*Subscription, *stomp.Frame, error) {
 	if ack == "" {
 		ack = "auto"
 	}
@@ -67,7 +90,11 @@ func (c *Conn) newSubscription(dest, ack string, hdrs []stomp.Header) (*Subscrip
 		c:    c,
 		id:   "sub-" + strconv.FormatUint(c.seq.Add(1), 10),
 		ch:   make(chan *stomp.Frame, c.subBuf),
+		fn:   fn,
 		stop: make(chan struct{}),
+	}
+	if fn != nil {
+		s.ch = make(chan *stomp.Frame) // closed at the end, never sent on
 	}
 	f := &stomp.Frame{Command: stomp.CmdSubscribe, Headers: make(stomp.Headers, 0, len(hdrs)+3)}
 	f.Headers = append(f.Headers,
@@ -107,11 +134,16 @@ func (s *Subscription) Unsubscribe(ctx context.Context) error {
 }
 
 // deliver hands f to the consumer, waiting while C is full, unless the
-// subscription or the connection is closing.
-func (s *Subscription) deliver(f *stomp.Frame, closing <-chan struct{}) {
+// subscription or the connection is closing; or calls the SubscribeFunc
+// function (more: another whole frame is buffered).
+func (s *Subscription) deliver(f *stomp.Frame, more bool, closing <-chan struct{}) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if s.closed {
+		return
+	}
+	if s.fn != nil {
+		s.fn(f, more)
 		return
 	}
 	select {
