@@ -349,7 +349,6 @@ func DefaultConfig() Config {
 			WALLimitBytes: 64 << 20,
 			Checkpoint:    Duration{time.Second},
 			MinFreeBytes:  64 << 20,
-			MmapBytes:     1 << 30,
 		},
 		Queues: QueueConfig{
 			Prefetch:          10,

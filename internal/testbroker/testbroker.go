@@ -90,7 +90,7 @@ func (b *Broker) start() {
 		Sync:               b.Cfg.Journal.Sync,
 		DedupWindow:        b.Cfg.Queues.DedupWindow.Duration,
 		CheckpointInterval: 50 * time.Millisecond,
-		MmapSize:           b.Cfg.Journal.MmapBytes, // as heraldd: the shipped default maps
+		MmapSize:           b.Cfg.Journal.MmapBytes, // as heraldd
 	})
 	if b.hook != nil {
 		b.Store.SetCommitHook(b.hook)
