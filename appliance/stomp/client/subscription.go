@@ -34,7 +34,12 @@ func (s *Subscription) C() <-chan *stomp.Frame { return s.ch }
 // headers, without waiting for the server: messages may start arriving at
 // once, and a refusal arrives as an ERROR frame. The id is generated.
 func (c *Conn) Subscribe(dest, ack string, hdrs ...stomp.Header) (*Subscription, error) {
-	s, f, err := c.newSubscription(dest, ack, hdrs, nil)
+	return c.subscribe(dest, ack, hdrs, nil)
+}
+
+// subscribe writes the SUBSCRIBE of a new subscription (fn: SubscribeFunc's).
+func (c *Conn) subscribe(dest, ack string, hdrs []stomp.Header, fn func(*stomp.Frame, bool)) (*Subscription, error) {
+	s, f, err := c.newSubscription(dest, ack, hdrs, fn)
 	if err != nil {
 		return nil, err
 	}
@@ -71,15 +76,7 @@ func (c *Conn) SubscribeReceipt(ctx context.Context, dest, ack string, hdrs ...s
 // Unsubscribe or Close. C is closed when the subscription ends and
 // receives nothing.
 func (c *Conn) SubscribeFunc(dest, ack string, fn func(f *stomp.Frame, more bool), hdrs ...stomp.Header) (*Subscription, error) {
-	s, f, err := c.newSubscription(dest, ack, hdrs, fn)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Write(f); err != nil {
-		c.dropSubscription(s)
-		return nil, fmt.Errorf("stomp client: subscribe to %s: %w", dest, err)
-	}
-	return s, nil
+	return c.subscribe(dest, ack, hdrs, fn)
 }
 
 func (c *Conn) newSubscription(dest, ack string, hdrs []stomp.Header, fn func(*stomp.Frame, bool)) (*Subscription, *stomp.Frame, error) {
