@@ -152,7 +152,11 @@ func (b *Broker) Requeue(ctx context.Context, name string, maxN int) (int, error
 		if _, err := dlq.waitCore(ctx, cb); err != nil {
 			return moved, fmt.Errorf("requeue from %s: %w", dlq.name, err)
 		}
-		moved += len(cb.Ops)
+		for _, op := range cb.Ops {
+			if op.Kind == queuecore.OpMoveOut {
+				moved++ // (the batch may hold rows of count 0 too: queuecore.bare)
+			}
+		}
 	}
 	if moved > 0 {
 		b.log.Info("dead letters requeued", "queue", name, "messages", moved)

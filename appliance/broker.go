@@ -247,7 +247,7 @@ func (b *Broker) Open(ctx context.Context) error {
 	}
 	for _, st := range states {
 		q := b.queue(st.Name)
-		q.run(func(now int64) { q.core.Recover(st.Count, st.Bytes, st.MaxID, now) })
+		q.run(func(now int64) { q.core.Recover(st.Count, st.Bytes, st.MaxID, st.Mark, now) })
 		b.log.Info("queue recovered", "queue", st.Name, "messages", st.Count, "bytes", st.Bytes)
 	}
 	if err := b.openStreams(ctx); err != nil {

@@ -17,7 +17,11 @@ const (
 	OpEnqueue OpKind = iota + 1
 	// OpDelete removes message ID (acknowledged, expired and dropped, purged).
 	OpDelete
-	// OpClaim records a delivery attempt: deliveries = Deliveries for ID.
+	// OpClaim records a delivery attempt: deliveries = Deliveries for ID,
+	// in a claim row of its own. With Mark, it is a first delivery in
+	// queue order instead: the delivered mark of queue Queue is raised to
+	// ID. A message's delivery count is its claim row's if it has one,
+	// else at least 1 if its ID is at or below its queue's mark.
 	OpClaim
 	// OpRelease returns ID to its queue, not deliverable before NotBefore.
 	OpRelease
@@ -49,8 +53,10 @@ type Op struct {
 	Msg        *Message        // OpEnqueue
 	ID         uint64          // OpDelete, OpClaim, OpRelease, OpMove
 	Deliveries int             // OpClaim
+	Mark       bool            // OpClaim: raise Queue's delivered mark to ID (no claim row)
+	NoClaim    bool            // OpDelete: the message has no claim row (only its own row is deleted)
 	NotBefore  int64           // OpRelease
-	Queue      string          // OpMove: destination queue
+	Queue      string          // OpMove: destination queue; OpClaim with Mark: the message's queue
 	Headers    headers.Headers // OpMove: replacement headers (nil: keep)
 	Size       int             // OpMove: the moved message's Size with its new headers (0: keep)
 
@@ -87,6 +93,7 @@ type QueueState struct {
 	Bytes  int64
 	Oldest int64  // ms since epoch of the oldest message's enqueue, 0 if empty
 	MaxID  uint64 // highest message ID in the queue
+	Mark   uint64 // its delivered mark (OpClaim)
 }
 
 // PageRequest is one page-in of a queue.

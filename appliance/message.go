@@ -20,6 +20,10 @@ type Message struct {
 	// set it): the MESSAGE's timestamp header, journaled, kept by moves to
 	// a dead-letter queue and across restarts.
 	Enqueued int64
+	// ClaimRow (set by the journal's page-ins): the journal holds a claim
+	// row for the message, which its queue's delivered mark does not
+	// stand for (OpClaim).
+	ClaimRow bool
 }
 
 // Size is the message's weight for byte limits and memory accounting.

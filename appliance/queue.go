@@ -196,7 +196,7 @@ func (q *queue) handOver(moved []queuecore.Moved, completion bool) {
 // coreMsg is the core's view of m.
 func coreMsg(m *Message) *queuecore.Msg {
 	return &queuecore.Msg{ID: m.ID, Size: int64(m.Size()), Group: m.Group, NotBefore: m.NotBefore,
-		Expires: m.Expires, Enqueued: m.Enqueued, Deliveries: m.Deliveries, Ref: m}
+		Expires: m.Expires, Enqueued: m.Enqueued, Deliveries: m.Deliveries, ClaimRow: m.ClaimRow, Ref: m}
 }
 
 // --- journal work -------------------------------------------------------
@@ -267,9 +267,12 @@ func (q *queue) journalOps(cb *queuecore.Batch) []Op {
 		}
 		switch op.Kind {
 		case queuecore.OpDelete, queuecore.OpDrop:
-			ops[i] = Op{Kind: OpDelete, ID: id}
+			ops[i] = Op{Kind: OpDelete, ID: id, NoClaim: !op.Msg.ClaimRow}
 		case queuecore.OpClaim:
-			ops[i] = Op{Kind: OpClaim, ID: id, Deliveries: op.Deliveries}
+			ops[i] = Op{Kind: OpClaim, ID: id, Deliveries: op.Deliveries, Mark: op.Mark}
+			if op.Mark {
+				ops[i].Queue = q.name
+			}
 		case queuecore.OpRelease:
 			ops[i] = Op{Kind: OpRelease, ID: id, NotBefore: op.NotBefore}
 		case queuecore.OpDeadLetter:

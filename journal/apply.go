@@ -51,11 +51,22 @@ func (s *Store) applyOps(ctx context.Context, r *run, b *appliance.Batch, now in
 		op := &b.Ops[i]
 		switch op.Kind {
 		case appliance.OpDelete:
-			if err := r.add(ctx, runDelete, op.ID, 0); err != nil {
+			if err := r.del(ctx, op.ID, !op.NoClaim); err != nil {
 				return err
 			}
 			continue
 		case appliance.OpClaim:
+			if op.Mark {
+				if op.Queue == "" {
+					return fmt.Errorf("journal: claim of message %d raises the mark of no queue", op.ID)
+				}
+				q, err := s.qid(ctx, op.Queue)
+				if err != nil {
+					return err
+				}
+				r.mark(q, op.ID)
+				continue
+			}
 			if err := r.add(ctx, runClaim, op.ID, op.Deliveries); err != nil {
 				return err
 			}

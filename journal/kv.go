@@ -43,29 +43,7 @@ var kvSchema = []string{
 // migrateKV adds what data directories made by earlier versions lack: the
 // expiry time of a key's value (0: never).
 func migrateKV(ctx context.Context, c *sql.Conn) error {
-	rows, err := c.QueryContext(ctx, `SELECT name FROM pragma_table_info('kv')`)
-	if err != nil {
-		return fmt.Errorf("kv schema: %w", err)
-	}
-	has := false
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return fmt.Errorf("kv schema: %w", err)
-		}
-		has = has || n == "expires"
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("kv schema: %w", err)
-	}
-	if !has {
-		if _, err := c.ExecContext(ctx, `ALTER TABLE kv ADD COLUMN expires INTEGER NOT NULL DEFAULT 0`); err != nil {
-			return fmt.Errorf("kv schema: add expires: %w", err)
-		}
-	}
-	return nil
+	return addColumn(ctx, c, "kv", "expires", "INTEGER NOT NULL DEFAULT 0")
 }
 
 // applyLock stores a lock's new fencing token inside the current

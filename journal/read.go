@@ -11,7 +11,7 @@ import (
 
 // Queues lists every queue that holds messages.
 func (s *Store) Queues(ctx context.Context) ([]appliance.QueueState, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT q.name, count(*), coalesce(sum(m.size),0), coalesce(min(m.enqueued),0), max(m.id)
+	rows, err := s.db.QueryContext(ctx, `SELECT q.name, count(*), coalesce(sum(m.size),0), coalesce(min(m.enqueued),0), max(m.id), q.mark
 		FROM messages m JOIN queues q ON q.id = m.qid GROUP BY m.qid ORDER BY q.name`)
 	if err != nil {
 		return nil, fmt.Errorf("journal: list queues: %w", err)
@@ -20,15 +20,23 @@ func (s *Store) Queues(ctx context.Context) ([]appliance.QueueState, error) {
 	var out []appliance.QueueState
 	for rows.Next() {
 		var q appliance.QueueState
-		var maxID int64
-		if err := rows.Scan(&q.Name, &q.Count, &q.Bytes, &q.Oldest, &maxID); err != nil {
+		var maxID, mark int64
+		if err := rows.Scan(&q.Name, &q.Count, &q.Bytes, &q.Oldest, &maxID, &mark); err != nil {
 			return nil, fmt.Errorf("journal: list queues: %w", err)
 		}
-		q.MaxID = uint64(maxID)
+		q.MaxID, q.Mark = uint64(maxID), uint64(mark)
 		out = append(out, q)
 	}
 	return out, rows.Err()
 }
+
+// deliveriesCols are a message's delivery count (see the claims table and
+// queues.mark in schema.go) and whether it has a claims row, over
+// fromMessages.
+const (
+	deliveriesCols = `CASE WHEN c.id IS NULL THEN max(m.deliveries, m.id <= q.mark) ELSE max(m.deliveries, c.deliveries) END, c.id IS NOT NULL`
+	fromMessages   = `FROM messages m JOIN queues q ON q.id = m.qid LEFT JOIN claims c ON c.id = m.id`
+)
 
 // Load returns up to limit messages of queue with ID > after, in ID order.
 func (s *Store) Load(ctx context.Context, queue string, after uint64, limit int) ([]*appliance.Message, error) {
@@ -39,12 +47,11 @@ func (s *Store) Load(ctx context.Context, queue string, after uint64, limit int)
 // only when r.Group is set (index messages_grp), and bounded in bytes by
 // r.MaxBytes (by the size column: rows past the budget are never read).
 func (s *Store) Page(ctx context.Context, r appliance.PageRequest) ([]*appliance.Message, error) {
-	// deliveries: see the claims table (schema.go).
-	const cols = `SELECT m.id, m.enqueued, max(m.deliveries, coalesce((SELECT c.deliveries FROM claims c WHERE c.id = m.id), 0)), m.not_before, m.expires, m.grp, m.flags, m.size, m.headers, m.body FROM messages m`
-	query := cols + ` WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`
+	const cols = `SELECT m.id, m.enqueued, ` + deliveriesCols + `, m.not_before, m.expires, m.grp, m.flags, m.size, m.headers, m.body ` + fromMessages
+	query := cols + ` WHERE q.name = ? AND m.id > ? ORDER BY m.id LIMIT ?`
 	args := []driver.NamedValue{{Ordinal: 1, Value: r.Queue}, {Ordinal: 2, Value: int64(r.After)}, {Ordinal: 3, Value: int64(r.Limit)}}
 	if r.Group != "" {
-		query = cols + ` WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.grp = ? AND m.grp != '' AND m.id > ? ORDER BY m.id LIMIT ?`
+		query = cols + ` WHERE q.name = ? AND m.grp = ? AND m.grp != '' AND m.id > ? ORDER BY m.id LIMIT ?`
 		args = []driver.NamedValue{{Ordinal: 1, Value: r.Queue}, {Ordinal: 2, Value: r.Group}, {Ordinal: 3, Value: int64(r.After)}, {Ordinal: 4, Value: int64(r.Limit)}}
 	}
 	queue := r.Queue
@@ -54,21 +61,21 @@ func (s *Store) Page(ctx context.Context, r appliance.PageRequest) ([]*appliance
 	// convert each value through reflection and copy each body and header
 	// block a second time (the driver's copy is already the caller's),
 	// about a fifth of a page-in's CPU in a deep queue's drain.
-	err := s.rawQuery(ctx, query, args, 10, func(row []driver.Value) error {
+	err := s.rawQuery(ctx, query, args, 11, func(row []driver.Value) error {
 		if r.MaxBytes > 0 && total >= r.MaxBytes {
 			return errStopRows
 		}
 		m := &appliance.Message{Queue: queue}
-		id, size := asInt(row[0]), asInt(row[7])
+		id, size := asInt(row[0]), asInt(row[8])
 		m.ID = uint64(id)
-		m.Enqueued, m.Deliveries = asInt(row[1]), int(asInt(row[2]))
-		m.NotBefore, m.Expires = asInt(row[3]), asInt(row[4])
-		m.Group = asString(row[5])
-		flags := asInt(row[6])
-		m.Body = asBytes(row[9])
+		m.Enqueued, m.Deliveries, m.ClaimRow = asInt(row[1]), int(asInt(row[2])), asInt(row[3]) != 0
+		m.NotBefore, m.Expires = asInt(row[4]), asInt(row[5])
+		m.Group = asString(row[6])
+		flags := asInt(row[7])
+		m.Body = asBytes(row[10])
 		total += size
 		var err error
-		if m.Headers, err = decodeHeaders(asBytes(row[8])); err != nil {
+		if m.Headers, err = decodeHeaders(asBytes(row[9])); err != nil {
 			return fmt.Errorf("message %d: %w", id, err)
 		}
 		if flags&flagZstd != 0 {
@@ -100,9 +107,9 @@ func (s *Store) LoadPrefix(ctx context.Context, queue string, after uint64, limi
 	if maxBody < 0 {
 		maxBody = math.MaxInt32
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, max(m.deliveries, coalesce((SELECT c.deliveries FROM claims c WHERE c.id = m.id), 0)), m.not_before, m.expires, m.grp, m.flags, m.size, m.headers,
+	rows, err := s.db.QueryContext(ctx, `SELECT m.id, m.enqueued, `+deliveriesCols+`, m.not_before, m.expires, m.grp, m.flags, m.size, m.headers,
 			CASE WHEN m.flags & ? != 0 THEN m.body ELSE substr(m.body, 1, ?) END, length(m.body)
-		FROM messages m WHERE m.qid = (SELECT id FROM queues WHERE name=?) AND m.id > ? ORDER BY m.id LIMIT ?`,
+		`+fromMessages+` WHERE q.name = ? AND m.id > ? ORDER BY m.id LIMIT ?`,
 		flagZstd, maxBody, queue, int64(after), limit)
 	if err != nil {
 		return fmt.Errorf("journal: load %s: %w", queue, err)
@@ -113,7 +120,7 @@ func (s *Store) LoadPrefix(ctx context.Context, queue string, after uint64, limi
 		var id int64
 		var flags, size, stored int
 		var hb []byte
-		if err := rows.Scan(&id, &m.Enqueued, &m.Deliveries, &m.NotBefore, &m.Expires, &m.Group, &flags, &size, &hb, &m.Body, &stored); err != nil {
+		if err := rows.Scan(&id, &m.Enqueued, &m.Deliveries, &m.ClaimRow, &m.NotBefore, &m.Expires, &m.Group, &flags, &size, &hb, &m.Body, &stored); err != nil {
 			return fmt.Errorf("journal: load %s: %w", queue, err)
 		}
 		m.ID = uint64(id)

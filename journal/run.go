@@ -13,7 +13,10 @@ import (
 // claim and a delete per message, and the per-statement cost (binding,
 // cgo crossings, database/sql bookkeeping) was a third of the writer's
 // time. Only ops of one kind join a run, and any other op flushes it
-// first, so the order of effects on each message is kept.
+// first, so the order of effects on each message is kept. Raises of
+// delivered marks join the run too, whatever its kind: a mark only grows,
+// so their order does not matter; they are applied with the run, one
+// UPDATE per queue.
 type runKind uint8
 
 const (
@@ -33,8 +36,16 @@ type run struct {
 	kind runKind
 	ids  []int64
 	dels []int64 // claims: the deliveries of ids[i]
-	args []any
-	hbuf []byte
+	cids []int64 // deletes: the ids with a claims row (the others have none)
+	// claimAt: claims: the index in ids of each message's claim. A later
+	// claim of the same message replaces the earlier one in place, so the
+	// last count given wins (a revert after an abandoned delivery lowers
+	// it) whatever order the rows of one statement go in.
+	claimAt map[int64]int
+	// marks: queue ID -> the highest mark raise of the run.
+	marks map[int64]int64
+	args  []any
+	hbuf  []byte
 }
 
 func (s *Store) newRun() *run {
@@ -42,8 +53,29 @@ func (s *Store) newRun() *run {
 		s.run = &run{s: s}
 	}
 	r := s.run
-	r.kind, r.ids, r.dels = runNone, r.ids[:0], r.dels[:0]
+	r.kind, r.ids, r.dels, r.cids = runNone, r.ids[:0], r.dels[:0], r.cids[:0]
+	clear(r.marks)
+	clear(r.claimAt)
 	return r
+}
+
+// mark raises queue qid's delivered mark to id with the run.
+func (r *run) mark(qid int64, id uint64) {
+	if r.marks == nil {
+		r.marks = map[int64]int64{}
+	}
+	r.marks[qid] = max(r.marks[qid], int64(id))
+}
+
+// del adds the delete of message id; claim says it may have a claims row.
+func (r *run) del(ctx context.Context, id uint64, claim bool) error {
+	if err := r.add(ctx, runDelete, id, 0); err != nil {
+		return err
+	}
+	if claim {
+		r.cids = append(r.cids, int64(id))
+	}
+	return nil
 }
 
 func (r *run) add(ctx context.Context, k runKind, id uint64, deliveries int) error {
@@ -53,49 +85,53 @@ func (r *run) add(ctx context.Context, k runKind, id uint64, deliveries int) err
 		}
 		r.kind = k
 	}
-	r.ids = append(r.ids, int64(id))
 	if k == runClaim {
+		if i, ok := r.claimAt[int64(id)]; ok {
+			r.dels[i] = int64(deliveries)
+			return nil
+		}
+		if r.claimAt == nil {
+			r.claimAt = map[int64]int{}
+		}
+		r.claimAt[int64(id)] = len(r.ids)
 		r.dels = append(r.dels, int64(deliveries))
 	}
+	r.ids = append(r.ids, int64(id))
 	return nil
 }
 
 // flush applies the run and empties it.
 func (r *run) flush(ctx context.Context) error {
-	ids, dels, k := r.ids, r.dels, r.kind
-	r.ids, r.dels, r.kind = r.ids[:0], r.dels[:0], runNone
-	for len(ids) > 0 {
-		n := runChunks[len(runChunks)-1]
-		for _, c := range runChunks {
-			if c <= len(ids) {
-				n = c
-				break
-			}
+	for q, id := range r.marks {
+		if _, err := r.s.st.raiseMark.ExecContext(ctx, id, q); err != nil {
+			return err
 		}
+	}
+	clear(r.marks)
+	ids, dels, cids, k := r.ids, r.dels, r.cids, r.kind
+	r.ids, r.dels, r.cids, r.kind = r.ids[:0], r.dels[:0], r.cids[:0], runNone
+	clear(r.claimAt)
+	if k == runDelete {
+		if err := r.exec(ctx, "DELETE FROM claims WHERE id IN (", cids); err != nil {
+			return err
+		}
+		err := r.exec(ctx, "DELETE FROM messages WHERE id IN (", ids)
+		clear(r.args)
+		return err
+	}
+	for len(ids) > 0 {
+		n := chunk(len(ids))
 		r.args = r.args[:0]
 		switch k {
-		case runDelete:
-			for _, id := range ids[:n] {
-				r.args = append(r.args, id)
-			}
-			for _, t := range []string{"messages", "claims"} {
-				st, err := r.s.runStmt(ctx, "DELETE FROM "+t+" WHERE id IN (", "?", ",", ")", n)
-				if err != nil {
-					return err
-				}
-				if _, err := st.ExecContext(ctx, r.args...); err != nil {
-					return err
-				}
-			}
 		case runClaim:
 			for i, id := range ids[:n] {
 				r.args = append(r.args, id, dels[i])
 			}
 			// Only for messages still there (an UPDATE of a gone row did
-			// nothing, and ids are never reused); the higher count wins, in
-			// whatever order the rows of one statement go in.
+			// nothing, and ids are never reused); one row per message
+			// (claimAt), its count replacing the stored one.
 			st, err := r.s.runStmt(ctx, "INSERT INTO claims(id, deliveries) SELECT v.column1, v.column2 FROM (VALUES ", "(?,?)", ",",
-				") v JOIN messages m ON m.id = v.column1 WHERE true ON CONFLICT(id) DO UPDATE SET deliveries = max(deliveries, excluded.deliveries)", n)
+				") v JOIN messages m ON m.id = v.column1 WHERE true ON CONFLICT(id) DO UPDATE SET deliveries = excluded.deliveries", n)
 			if err != nil {
 				return err
 			}
@@ -110,6 +146,36 @@ func (r *run) flush(ctx context.Context) error {
 	}
 	clear(r.args)
 	return nil
+}
+
+// exec runs head + "?,...)" over ids, in chunks.
+func (r *run) exec(ctx context.Context, head string, ids []int64) error {
+	for len(ids) > 0 {
+		n := chunk(len(ids))
+		r.args = r.args[:0]
+		for _, id := range ids[:n] {
+			r.args = append(r.args, id)
+		}
+		st, err := r.s.runStmt(ctx, head, "?", ",", ")", n)
+		if err != nil {
+			return err
+		}
+		if _, err := st.ExecContext(ctx, r.args...); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// chunk is the largest of runChunks that is at most n (1 for n < 1).
+func chunk(n int) int {
+	for _, c := range runChunks {
+		if c <= n {
+			return c
+		}
+	}
+	return 1
 }
 
 // runStmt returns the statement head + n items + tail, prepared once on

@@ -9,12 +9,20 @@ import (
 // schemaVersion 2 added the stream tables (streams, stream_messages,
 // stream_cursors); a version 1 database gets them when opened. Version 3
 // added claims (delivery counts recorded apart from the message rows): an
-// older heraldd, which would not read it, refuses the database.
-const schemaVersion = 3
+// older heraldd, which would not read it, refuses the database. Version 4
+// added the delivered mark of each queue (queues.mark, below).
+const schemaVersion = 4
 
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
-	`CREATE TABLE IF NOT EXISTS queues(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)`,
+	// mark (version 4): the queue's delivered mark. A message of the
+	// queue with no claims row counts at least one delivery if its ID is
+	// at or below it: a first delivery in queue order raises the mark
+	// (one row per queue and commit) instead of writing a claims row
+	// before the MESSAGE and deleting it with the message. The queue's
+	// core raises it only past messages that are delivered, gone or have
+	// a claims row of their own (appliance/queuecore, Core.markHi).
+	`CREATE TABLE IF NOT EXISTS queues(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, mark INTEGER NOT NULL DEFAULT 0)`,
 	`CREATE TABLE IF NOT EXISTS messages(
 		id INTEGER PRIMARY KEY AUTOINCREMENT,
 		qid INTEGER NOT NULL,
@@ -35,7 +43,9 @@ var schema = []string{
 	// narrow row instead of rewriting the message's row (its body
 	// included), which halved the pages an acked drain writes. A message's
 	// delivery count is the larger of messages.deliveries (set by enqueue
-	// and move) and its claims row; a delete removes both.
+	// and move) and its claims row, or, without a claims row, the larger
+	// of messages.deliveries and 1 at or below its queue's mark; a delete
+	// removes both rows.
 	`CREATE TABLE IF NOT EXISTS claims(id INTEGER PRIMARY KEY, deliveries INTEGER NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS dedup(
 		qid INTEGER NOT NULL,
@@ -74,6 +84,9 @@ func migrate(ctx context.Context, c *sql.Conn) error {
 	if err := migrateKV(ctx, c); err != nil {
 		return err
 	}
+	if err := addColumn(ctx, c, "queues", "mark", "INTEGER NOT NULL DEFAULT 0"); err != nil {
+		return err
+	}
 	var v int
 	err := c.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM meta WHERE key='schema_version'`).Scan(&v)
 	switch {
@@ -92,10 +105,38 @@ func migrate(ctx context.Context, c *sql.Conn) error {
 	return nil
 }
 
+// addColumn adds column col (of type typ) to table unless it has it: for
+// data directories made by earlier versions.
+func addColumn(ctx context.Context, c *sql.Conn, table, col, typ string) error {
+	rows, err := c.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
+	if err != nil {
+		return fmt.Errorf("%s schema: %w", table, err)
+	}
+	has := false
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return fmt.Errorf("%s schema: %w", table, err)
+		}
+		has = has || n == col
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s schema: %w", table, err)
+	}
+	if !has {
+		if _, err := c.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+col+` `+typ); err != nil {
+			return fmt.Errorf("%s schema: add %s: %w", table, col, err)
+		}
+	}
+	return nil
+}
+
 type stmts struct {
 	insertQueue, selectQueue      *sql.Stmt
 	insert, delete, release, move *sql.Stmt
-	unclaim                       *sql.Stmt
+	unclaim, raiseMark            *sql.Stmt
 	dedupGet, dedupPut            *sql.Stmt
 }
 
@@ -110,6 +151,7 @@ func prepare(ctx context.Context, c *sql.Conn) (*stmts, error) {
 		{&st.insert, `INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) VALUES(?,?,?,?,?,?,?,?,?,?)`},
 		{&st.delete, `DELETE FROM messages WHERE id=?`},
 		{&st.unclaim, `DELETE FROM claims WHERE id=?`},
+		{&st.raiseMark, `UPDATE queues SET mark = max(mark, ?) WHERE id=?`},
 		{&st.release, `UPDATE messages SET not_before=? WHERE id=?`},
 		{&st.move, `INSERT INTO messages(qid, enqueued, deliveries, not_before, expires, grp, flags, size, headers, body) SELECT ?, enqueued, ?, 0, 0, grp, flags, coalesce(?, size), coalesce(?, headers), body FROM messages WHERE id=?`},
 		{&st.dedupGet, `SELECT msg_id, at FROM dedup WHERE qid=? AND key=?`},
@@ -126,7 +168,7 @@ func prepare(ctx context.Context, c *sql.Conn) (*stmts, error) {
 }
 
 func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.insertQueue, st.selectQueue, st.insert, st.delete, st.unclaim, st.release, st.move, st.dedupGet, st.dedupPut} {
+	for _, s := range []*sql.Stmt{st.insertQueue, st.selectQueue, st.insert, st.delete, st.unclaim, st.raiseMark, st.release, st.move, st.dedupGet, st.dedupPut} {
 		if s != nil {
 			s.Close()
 		}

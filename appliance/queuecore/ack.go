@@ -246,7 +246,17 @@ func (c *Core) Done(seq uint64, res Result, err error, now int64) {
 		switch op.Kind {
 		case OpClaim:
 			if d == nil {
-				continue // a revert of an abandoned claim
+				// A row of count 0 (place) or a revert of an abandoned
+				// claim. One of count 0 that failed is written again:
+				// without it the mark may count a delivery.
+				if op.Deliveries == 0 {
+					c.pinsOut--
+					if err != nil {
+						c.repin = append(c.repin, m)
+						c.repinAt = retryAt
+					}
+				}
+				continue
 			}
 			c.claimDone(d, err, retryAt, now)
 		case OpDelete, OpDrop, OpDeadLetter, OpMoveOut:
@@ -309,7 +319,7 @@ func (c *Core) claimDone(d *Delivery, err error, retryAt, now int64) {
 		d.ended = true
 		c.dropDeadline(d)
 		delete(c.flight, m.ID)
-		c.addWork(Op{Kind: OpClaim, Msg: m, Deliveries: m.Deliveries}, nil)
+		c.claimRow(m, m.Deliveries, nil)
 		c.place(m, now)
 	default:
 		d.claimed = true

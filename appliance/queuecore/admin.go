@@ -152,7 +152,15 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 			c.ready.hold(m.Group)
 		}
 		m.state = stLeaving
+		if bare(m) {
+			// See bare: in the batch of the move, in front of it.
+			m.ClaimRow, m.pinned = true, true
+			c.pinsOut++
+			p.ops = append(p.ops, Op{Kind: OpClaim, Msg: m})
+			p.ds = append(p.ds, nil)
+		}
 		p.ops = append(p.ops, Op{Kind: OpMoveOut, Msg: m, Target: target})
+		p.ds = append(p.ds, nil)
 	}
 	if len(p.ops) == 0 {
 		return nil

@@ -80,6 +80,30 @@ type Core struct {
 	failStreak   int    // consecutive failed rounds of journal work
 	streakSeq    uint64 // nextSeq when failStreak last grew
 
+	// markHi is the highest delivered mark the core has emitted (its
+	// journal value after Recover). The journal counts one delivery for
+	// every message with ID <= mark and no claim row of its own, so a first
+	// delivery in queue order costs one raise of the mark per batch
+	// instead of a claim row (written before the MESSAGE) and its delete
+	// (with the message). The core keeps the mark true: it raises it to a
+	// message's ID only when no message with a lower ID can still be
+	// undelivered without a row (canMark), and gives a row of its own
+	// (count 0) to every undelivered message it places at or below the
+	// mark (place: a failed claim, delete or move put back) or in the
+	// delay heap, where the mark could pass it.
+	markHi uint64
+	// repin: messages whose row of count 0 (place, or a revert) failed,
+	// written again with the next batch the core emits (so with any raise
+	// of the mark: one transaction) or at repinAt.
+	repin   []*Msg
+	repinAt int64
+	// pinsOut: rows of count 0 emitted whose outcome is not known yet. The
+	// mark is raised only with none outstanding and none to write again:
+	// a raise that committed while such a row failed would count a
+	// delivery of a message never delivered until the row is written
+	// again (and a crash in between would keep it).
+	pinsOut int
+
 	purgeUpTo uint64            // the pending purge deletes every message <= purgeUpTo
 	purgeKeep map[uint64]string // except these (with their group)
 
@@ -182,6 +206,9 @@ func (c *Core) wake() int64 {
 	if (c.spilled || len(c.parked) > 0) && !c.paging && c.pageRetryAt > 0 {
 		at(c.pageRetryAt)
 	}
+	if len(c.repin) > 0 {
+		at(c.repinAt)
+	}
 	return w
 }
 
@@ -210,10 +237,11 @@ func (c *Core) Unreserve(size int64) {
 	c.out.Space = true
 }
 
-// Recover sets what the journal holds for the queue at startup; the
-// messages themselves are paged in.
-func (c *Core) Recover(count int, bytes int64, maxID uint64, now int64) {
+// Recover sets what the journal holds for the queue at startup (mark: its
+// delivered mark, see Op.Mark); the messages themselves are paged in.
+func (c *Core) Recover(count int, bytes int64, maxID, mark uint64, now int64) {
 	c.count, c.bytes, c.lastID = count, bytes, maxID
+	c.markHi = mark
 	c.spilled = count > 0
 	c.dispatch(now)
 }
@@ -312,6 +340,12 @@ func (c *Core) windowFull() bool {
 // place puts a message that is in memory and not held where it belongs.
 func (c *Core) place(m *Msg, now int64) {
 	c.hold(m)
+	if bare(m) && (m.ID <= c.markHi || m.NotBefore > now) {
+		// Undelivered at or below the mark (its claim, delete or move
+		// failed after the mark passed it), or delayed (the mark may pass
+		// it while it waits): a row of its own says 0.
+		c.claimRow(m, 0, nil)
+	}
 	if m.NotBefore > now {
 		m.state = stDelayed
 		heap.Push(&c.delayed, m)
@@ -667,6 +701,9 @@ func (c *Core) Tick(now int64) { c.end(now) }
 // end finishes every input: dispatch, then emit the journal work.
 func (c *Core) end(now int64) {
 	c.dispatch(now)
+	if len(c.repin) > 0 && (len(c.work.ops) > 0 || now >= c.repinAt) {
+		c.repinFailed()
+	}
 	if len(c.work.ops) > 0 {
 		c.emit(c.work)
 		c.work = pend{}
@@ -722,10 +759,67 @@ func (c *Core) dispatch(now int64) {
 				}
 				c.deadlines++
 			}
-			c.addWork(Op{Kind: OpClaim, Msg: m, Deliveries: d.Attempt}, d)
+			if c.canMark(m) {
+				c.markHi = m.ID
+				c.addWork(Op{Kind: OpClaim, Msg: m, Deliveries: d.Attempt, Mark: true}, d)
+				continue
+			}
+			c.claimRow(m, d.Attempt, d)
 		}
 	}
 	c.maybePage(now)
+}
+
+// canMark reports whether the first delivery of m, just taken from the
+// ready index, may raise the delivered mark to m.ID: every message of the
+// queue with a lower ID is gone, delivered, or has a row of its own. Below
+// m.ID nothing is in the journal only (no parked group: messages up to
+// memTail are in memory), nothing ready (m was the first eligible message
+// and no group holds ready messages back), and delayed messages have rows
+// (place). Messages in flight count at least one delivery; messages
+// leaving and claims in flight that fail come back through place.
+func (c *Core) canMark(m *Msg) bool {
+	return m.Deliveries == 1 && !m.ClaimRow && m.ID > c.markHi && len(c.parked) == 0 && c.ready.n == len(c.ready.elig) &&
+		c.pinsOut == 0 && len(c.repin) == 0
+}
+
+// repinFailed writes again the rows of count 0 that failed, for the
+// messages still undelivered in memory, ahead of the batch's other work.
+func (c *Core) repinFailed() {
+	work := c.work
+	c.work = pend{}
+	defer func() {
+		c.work.ops = append(c.work.ops, work.ops...)
+		c.work.ds = append(c.work.ds, work.ds...)
+	}()
+	for _, m := range c.repin {
+		switch {
+		case c.byID[m.ID] != m || m.Deliveries != 0:
+			// Gone, or delivered since: place pins it again if it comes
+			// back undelivered (its claim failed).
+			m.pinned = false
+		case m.state == stLeaving:
+			// The mark may pass it: write the row in front of whatever
+			// the core emits.
+			c.pinsOut++
+			c.addWork(Op{Kind: OpClaim, Msg: m}, nil)
+		default:
+			c.pinsOut++
+			c.addWork(Op{Kind: OpClaim, Msg: m}, nil)
+		}
+	}
+	clear(c.repin)
+	c.repin = c.repin[:0]
+}
+
+// claimRow emits a claim row: m's count is n whatever the mark says.
+func (c *Core) claimRow(m *Msg, n int, d *Delivery) {
+	m.ClaimRow = true
+	if n == 0 {
+		m.pinned = true
+		c.pinsOut++
+	}
+	c.addWork(Op{Kind: OpClaim, Msg: m, Deliveries: n}, d)
 }
 
 func (c *Core) nextConsumer() *Consumer {
@@ -812,13 +906,25 @@ func (c *Core) expire(m *Msg) {
 		return
 	}
 	m.state = stLeaving
+	if bare(m) {
+		c.claimRow(m, 0, nil)
+	}
 	c.addWork(Op{Kind: OpDrop, Msg: m}, nil)
 }
 
 func (c *Core) deadLetter(m *Msg, reason string) {
 	m.state = stLeaving
+	if bare(m) {
+		c.claimRow(m, 0, nil)
+	}
 	c.addWork(Op{Kind: OpDeadLetter, Msg: m, Reason: reason}, nil)
 }
+
+// bare reports whether m is undelivered with no row of count 0: a message
+// that leaves (drop, dead-letter, move) gets one in the batch that moves
+// it, so that the delivered mark, which may pass it while it is leaving,
+// does not count a delivery should it stay (a crash before the commit).
+func bare(m *Msg) bool { return m.Deliveries == 0 && !m.pinned }
 
 func (c *Core) retryDelay(streak int) int64 {
 	d := c.cfg.RetryMin

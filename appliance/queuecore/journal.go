@@ -7,7 +7,7 @@ type OpKind uint8
 const (
 	OpDelete     OpKind = iota + 1 // ack or auto-ack: delete Msg
 	OpDrop                         // expired: delete Msg
-	OpClaim                        // set Msg's delivery count to Deliveries
+	OpClaim                        // set Msg's delivery count to Deliveries (or, with Mark, raise the delivered mark to Msg.ID)
 	OpRelease                      // Msg not deliverable before NotBefore
 	OpDeadLetter                   // move Msg to the dead-letter queue (Reason says why)
 	OpMoveOut                      // requeue: move Msg to another queue (Target)
@@ -18,12 +18,17 @@ const (
 type Op struct {
 	Kind       OpKind
 	Msg        *Msg
-	Deliveries int    // OpClaim
-	NotBefore  int64  // OpRelease
-	Reason     string // OpDeadLetter: nack, max-deliveries, expired
-	Target     string // OpMoveOut
-	UpTo       uint64 // OpPurge
-	Keep       []uint64
+	Deliveries int // OpClaim
+	// Mark (OpClaim, Deliveries 1): Msg's first delivery, in queue order.
+	// Instead of a claim row, the journal raises the queue's delivered
+	// mark to Msg.ID: it counts one delivery for every message of the
+	// queue with an ID up to the mark and no claim row (see Core.markHi).
+	Mark      bool
+	NotBefore int64  // OpRelease
+	Reason    string // OpDeadLetter: nack, max-deliveries, expired
+	Target    string // OpMoveOut
+	UpTo      uint64 // OpPurge
+	Keep      []uint64
 }
 
 // Batch is journal work applied atomically. Seq names it in Done.

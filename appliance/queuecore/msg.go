@@ -11,10 +11,16 @@ type Msg struct {
 	Enqueued   int64 // ms of the first commit
 	Deliveries int   // delivery attempts whose claim committed (or auto-ack writes)
 	Scheduled  bool  // delayed by its producer (not a redelivery back-off)
-	Ref        any
+	// ClaimRow: the journal may hold a delivery count of this message's
+	// own (a claim row), which the queue's delivered mark does not stand
+	// for. The shell sets it for messages loaded from the journal; the
+	// core sets it when it emits a claim that is not a mark.
+	ClaimRow bool
+	Ref      any
 
 	state      msgState
 	holdsGroup bool // waiting out a back-off while still blocking its group
+	pinned     bool // a claim row of count 0 is written, being written or to be written again (repin)
 	heapIdx    int
 }
 

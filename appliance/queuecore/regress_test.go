@@ -70,7 +70,7 @@ func TestRegress_MoveOutHoldsGroup(t *testing.T) {
 func TestRegress_PagedBackoffHoldsGroup(t *testing.T) {
 	const now = 1000
 	c := New(Config{Window: 10}, 1)
-	c.Recover(2, 2, 2, now)
+	c.Recover(2, 2, 2, 0, now)
 	req := c.Take().PageIn
 	if req == nil {
 		t.Fatal("no page-in after Recover")
@@ -95,7 +95,7 @@ func TestRegress_PagedBackoffHoldsGroup(t *testing.T) {
 // again, but nothing paged any more. Seed 1599 (as the next test).
 func TestRegress_PagedSkipsMovingMessages(t *testing.T) {
 	c := New(Config{Window: 10, RetryMin: 1, RetryMax: 1}, 1)
-	c.Recover(2, 2, 2, 0)
+	c.Recover(2, 2, 2, 0, 0)
 	req := c.Take().PageIn
 	msgs := func() []*Msg { return []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}} }
 	mv := c.MoveOut(msgs(), "main", 0)
@@ -163,7 +163,7 @@ func drive(c *Core, journal []*Msg, now, ms int64) []uint64 {
 // page-ins outside the queue's lock, so answers may be stale). Seed 313.
 func TestRegress_StalePageInAfterMoveOut(t *testing.T) {
 	c := New(Config{Window: 10}, 1)
-	c.Recover(1, 1, 1, 0)
+	c.Recover(1, 1, 1, 0, 0)
 	req := c.Take().PageIn
 	stale := []*Msg{{ID: 1, Size: 1}} // what the page-in read
 	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0)
@@ -232,7 +232,7 @@ func TestRegress_WindowOfOnePages(t *testing.T) {
 // against the core of commit 28aa323 (the other fixes since hide it there).
 func TestRegress_PurgeKeepsMovedOut(t *testing.T) {
 	c := New(Config{Window: 10}, 1)
-	c.Recover(3, 3, 3, 0)
+	c.Recover(3, 3, 3, 0, 0)
 	req := c.Take().PageIn
 	stale := []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}, {ID: 3, Size: 1}} // read now, answered late
 	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0)
@@ -253,7 +253,7 @@ func TestRegress_PurgeKeepsMovedOut(t *testing.T) {
 // the purge leave the queue paging below its UpTo). As the test above.
 func TestRegress_PageInReadBeforePurge(t *testing.T) {
 	c := New(Config{Window: 10, RetryMin: 1, RetryMax: 1}, 1)
-	c.Recover(3, 3, 3, 0)
+	c.Recover(3, 3, 3, 0, 0)
 	req := c.Take().PageIn
 	stale := []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}, {ID: 3, Size: 1}}
 	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0)
@@ -392,7 +392,7 @@ func TestRegress_BlockedGroupsDoNotHideTheQueue(t *testing.T) {
 		}
 		return s
 	}
-	c.Recover(6, 6, 6, 0)
+	c.Recover(6, 6, 6, 0, 0)
 	a := &Consumer{Prefetch: 1, Mode: AckClientIndividual}
 	c.Subscribe(a, 0)
 	pump(0)
