@@ -197,7 +197,10 @@ func (s *session) onSend(f *stomp.Frame) bool {
 		return false
 	}
 	receipt := f.Get("receipt")
-	s.submit(&Batch{Ops: []Op{{Kind: OpEnqueue, Msg: m}}, Done: func(b *Batch, err error) {
+	// With no other frame buffered, the client most likely waits for this
+	// RECEIPT: the journal may commit the SEND on this goroutine.
+	wait := receipt != "" && !s.r.FrameBuffered()
+	s.submit(&Batch{Ops: []Op{{Kind: OpEnqueue, Msg: m}}, Wait: wait, Done: func(b *Batch, err error) {
 		if err != nil {
 			q.enqueueFailed(m)
 			s.log.Error("message not stored", "queue", name, "err", err)

@@ -84,8 +84,12 @@ func (in *intake) add(q *intakeQ, b *Batch, w int64) {
 	}
 	if len(in.ring) == 0 && in.handing == 0 && (in.inflight == 0 || in.inflight < in.inflightMax) {
 		in.inflight += w
+		alone := in.inflight == w
 		in.mu.Unlock()
 		in.direct.Add(1)
+		if cn, ok := in.j.(Committer); ok && b.Wait && alone && cn.CommitNow(b) {
+			return
+		}
 		in.j.Submit(b)
 		return
 	}

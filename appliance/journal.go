@@ -84,6 +84,11 @@ type Batch struct {
 	// writer had nothing else to commit): Done may then write a lone
 	// RECEIPT itself (session.receiptDone) instead of only signalling.
 	Lone bool
+	// Wait (set by the caller) says the submitter waits for this batch
+	// alone (a lone SEND whose client waits for its RECEIPT): a journal
+	// that can (Committer) may commit it on the submitting goroutine when
+	// it is idle.
+	Wait bool
 }
 
 // QueueState is what the journal knows of a queue at startup.
@@ -105,6 +110,15 @@ type PageRequest struct {
 	// MaxBytes, when positive: stop after the message whose Size brings
 	// the total to MaxBytes or more (at least one message).
 	MaxBytes int64
+}
+
+// Committer is a Journal that can commit a batch on the caller's
+// goroutine when it is idle (journal.Store.CommitNow): every batch
+// submitted before it completed, the writer not busy. CommitNow reports
+// whether it did (then b.Done has run, with b.Lone set); if not, the
+// caller submits b.
+type Committer interface {
+	CommitNow(b *Batch) bool
 }
 
 // Journal is the durable store behind queues. Implementations batch every
