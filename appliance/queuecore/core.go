@@ -89,12 +89,11 @@ type Core struct {
 	// message's ID only when no message with a lower ID can still be
 	// undelivered without a row (canMark), and gives a row of its own
 	// (count 0) to every undelivered message it places at or below the
-	// mark (place: a failed claim, delete or move put back) or in the
-	// delay heap, where the mark could pass it.
+	// mark (place: a failed claim, delete or move put back), in the delay
+	// heap, or leaving, where the mark could pass it.
 	markHi uint64
 	// repin: messages whose row of count 0 (place, or a revert) failed,
-	// written again with the next batch the core emits (so with any raise
-	// of the mark: one transaction) or at repinAt.
+	// written again with the next batch the core emits, or at repinAt.
 	repin   []*Msg
 	repinAt int64
 	// pinsOut: rows of count 0 emitted whose outcome is not known yet. The
@@ -784,29 +783,18 @@ func (c *Core) canMark(m *Msg) bool {
 }
 
 // repinFailed writes again the rows of count 0 that failed, for the
-// messages still undelivered in memory, ahead of the batch's other work.
+// messages still undelivered in memory (leaving ones included: should the
+// move fail, they stay).
 func (c *Core) repinFailed() {
-	work := c.work
-	c.work = pend{}
-	defer func() {
-		c.work.ops = append(c.work.ops, work.ops...)
-		c.work.ds = append(c.work.ds, work.ds...)
-	}()
 	for _, m := range c.repin {
-		switch {
-		case c.byID[m.ID] != m || m.Deliveries != 0:
+		if c.byID[m.ID] != m || m.Deliveries != 0 {
 			// Gone, or delivered since: place pins it again if it comes
 			// back undelivered (its claim failed).
 			m.pinned = false
-		case m.state == stLeaving:
-			// The mark may pass it: write the row in front of whatever
-			// the core emits.
-			c.pinsOut++
-			c.addWork(Op{Kind: OpClaim, Msg: m}, nil)
-		default:
-			c.pinsOut++
-			c.addWork(Op{Kind: OpClaim, Msg: m}, nil)
+			continue
 		}
+		c.pinsOut++
+		c.addWork(Op{Kind: OpClaim, Msg: m}, nil)
 	}
 	clear(c.repin)
 	c.repin = c.repin[:0]
