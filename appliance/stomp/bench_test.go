@@ -74,3 +74,31 @@ func BenchmarkAppendFrame(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReaderMessage decodes MESSAGE frames shaped as heraldd sends a
+// queue message of 1 KiB to a client-ack subscription.
+func BenchmarkReaderMessage(b *testing.B) {
+	f := stomp.NewFrame(stomp.CmdMessage,
+		"subscription", "0",
+		"message-id", "1234567",
+		"destination", "/queue/bench-drain.x",
+		"ack", "1234567.1",
+		"delivery-count", "1",
+		"timestamp", "1764590000000",
+		"persistent", "true")
+	f.Body = make([]byte, 1024)
+	one := stomp.Encode(f, stomp.V12)
+	var stream []byte
+	for len(stream) < 256<<10 {
+		stream = append(stream, one...)
+	}
+	r := stomp.NewReader(&loopReader{buf: stream}, stomp.Limits{})
+	r.SetVersion(stomp.V12)
+	b.SetBytes(int64(len(one)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if f, err := r.ReadFrame(); err != nil || f == nil {
+			b.Fatalf("got %v, %v, want a frame", f, err)
+		}
+	}
+}
