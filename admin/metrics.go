@@ -141,6 +141,7 @@ var (
 	dJCommits    = desc("herald_journal_commits_total", "Journal transactions committed.")
 	dJOps        = desc("herald_journal_operations_total", "Journal operations committed.")
 	dJFailed     = desc("herald_journal_failed_commits_total", "Journal transactions that failed.")
+	dJInline     = desc("herald_journal_inline_commits_total", "Journal transactions committed by the connection that waited for them (a lone SEND), not the writer.")
 	dJCkpt       = desc("herald_journal_checkpoints_total", "WAL checkpoints run.")
 	dJLastCkpt   = desc("herald_journal_last_checkpoint_timestamp_seconds", "Time of the last checkpoint; 0 before the first.")
 	dJLastCommit = desc("herald_journal_last_commit_duration_seconds", "Duration of the last journal commit.")
@@ -176,7 +177,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
 		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
 		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dQueuesForgot, dLVEvicted, dLVBytes, dHistBytes, dHistMsgs, dHistDropped, dDiskLow, dStart,
-		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJCkpt, dJLastCkpt, dJLastCommit,
+		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJInline, dJCkpt, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
 		dChRepairBytes, dChNAKsDropped, dChSources, dChSrcNAKs, dChSrcRepBytes, dChSrcRefused,
 		dChFragmented, dChFragments, dChHistory, dChHistRefused,
@@ -260,6 +261,7 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(dJCommits, float64(js.Commits))
 		counter(dJOps, float64(js.Ops))
 		counter(dJFailed, float64(js.FailedCommits))
+		counter(dJInline, float64(js.InlineCommits))
 		counter(dJCkpt, float64(js.Checkpoints))
 		last := 0.0
 		if js.LastCheckpoint != nil {

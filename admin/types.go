@@ -107,6 +107,7 @@ type JournalStatus struct {
 	Commits           uint64     `json:"commits_total"`
 	Ops               uint64     `json:"ops_total"`
 	FailedCommits     uint64     `json:"failed_commits_total"`
+	InlineCommits     uint64     `json:"inline_commits_total"` // committed by a lone SEND's connection reader
 	Checkpoints       uint64     `json:"checkpoints_total"`
 	LastCheckpoint    *time.Time `json:"last_checkpoint"` // null before the first
 	LastBatchOps      int        `json:"last_batch_ops"`

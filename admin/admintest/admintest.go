@@ -117,7 +117,7 @@ func (a StoreJournal) Status() admin.JournalStatus {
 	db, wal := a.S.Sizes()
 	js := admin.JournalStatus{
 		Path: a.S.Path(), DBBytes: db, WALBytes: wal, Commits: st.Commits, Ops: st.Ops,
-		FailedCommits: st.FailedCommits, Checkpoints: st.Checkpoints, LastBatchOps: st.LastBatchOps,
+		FailedCommits: st.FailedCommits, InlineCommits: st.Inline, Checkpoints: st.Checkpoints, LastBatchOps: st.LastBatchOps,
 		LastCommitSeconds: st.LastCommitTime.Seconds(),
 	}
 	if !st.LastCheckpoint.IsZero() {

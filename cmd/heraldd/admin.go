@@ -98,6 +98,7 @@ func (a storeAdmin) Status() admin.JournalStatus {
 		Commits:           st.Commits,
 		Ops:               st.Ops,
 		FailedCommits:     st.FailedCommits,
+		InlineCommits:     st.Inline,
 		Checkpoints:       st.Checkpoints,
 		LastBatchOps:      st.LastBatchOps,
 		LastCommitSeconds: st.LastCommitTime.Seconds(),
