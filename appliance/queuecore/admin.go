@@ -154,9 +154,7 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 		m.state = stLeaving
 		if bare(m) {
 			// See bare: in the batch of the move, in front of it.
-			m.ClaimRow, m.pinned = true, true
-			c.pinsOut++
-			p.ops = append(p.ops, Op{Kind: OpClaim, Msg: m})
+			p.ops = append(p.ops, c.pin(m))
 			p.ds = append(p.ds, nil)
 		}
 		p.ops = append(p.ops, Op{Kind: OpMoveOut, Msg: m, Target: target})

@@ -793,8 +793,7 @@ func (c *Core) repinFailed() {
 			m.pinned = false
 			continue
 		}
-		c.pinsOut++
-		c.addWork(Op{Kind: OpClaim, Msg: m}, nil)
+		c.addWork(c.pin(m), nil)
 	}
 	clear(c.repin)
 	c.repin = c.repin[:0]
@@ -802,12 +801,20 @@ func (c *Core) repinFailed() {
 
 // claimRow emits a claim row: m's count is n whatever the mark says.
 func (c *Core) claimRow(m *Msg, n int, d *Delivery) {
-	m.ClaimRow = true
 	if n == 0 {
-		m.pinned = true
-		c.pinsOut++
+		c.addWork(c.pin(m), d)
+		return
 	}
+	m.ClaimRow = true
 	c.addWork(Op{Kind: OpClaim, Msg: m, Deliveries: n}, d)
+}
+
+// pin returns a claim row of count 0 for m, counted in pinsOut until Done
+// reports it.
+func (c *Core) pin(m *Msg) Op {
+	m.ClaimRow, m.pinned = true, true
+	c.pinsOut++
+	return Op{Kind: OpClaim, Msg: m}
 }
 
 func (c *Core) nextConsumer() *Consumer {
