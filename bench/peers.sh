@@ -27,7 +27,8 @@ ROOT=$(cd "$HERE/.." && pwd)
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-1s}
 RUNS=${RUNS:-3}
-SIZE=${SIZE:-1024}
+SIZE=${SIZE:-1024}             # queue cases
+TOPIC_SIZE=${TOPIC_SIZE:-128}  # topic cases (issue 17 measures fan-out with 128 B)
 HERALD_PORT=${HERALD_PORT:-61614}
 RABBIT_PORT=${RABBIT_PORT:-61615}
 NATS_PORT=${NATS_PORT:-4222}
@@ -160,8 +161,12 @@ CASES=(
 	"durable-4x64|herald rabbitmq nats sqlite|send --producers 4 --window 64 --size $SIZE --persistent"
 	"durable-1x1|herald rabbitmq nats sqlite sqlite-served|send --producers 1 --window 1 --size $SIZE --persistent"
 	"drain|herald rabbitmq nats|drain --messages $DRAIN_MESSAGES --consumers 4 --prefetch 1000 --size $SIZE"
-	"topic-1k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 1000 --size $SIZE"
-	"topic-10k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 10000 --size $SIZE"
+	"topic-1k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 1000 --size $TOPIC_SIZE"
+	"topic-10k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 10000 --size $TOPIC_SIZE"
+	"topic-50k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 50000 --size $TOPIC_SIZE"
+	"topic-20x1k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 20 --rate 1000 --size $TOPIC_SIZE"
+	"topic-20x10k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 20 --rate 10000 --size $TOPIC_SIZE"
+	"topic-20x50k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 20 --rate 50000 --size $TOPIC_SIZE"
 )
 
 # args TARGET CASE-ARGS DEST -> the protocol flags for TARGET
