@@ -284,6 +284,26 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 	        "\(r($h.rate; .rate)) | \(r($h.p50; .p50)) | \(r($h.p99; .p99)) |" end)
 	  ) | .[]' "$OUT/runs.jsonl"
 	echo
+	echo "Herald/peer in each run (round) separately, as the goals are judged:"
+	echo
+	echo "| case | peer | msg/s H/peer per run | p50 H/peer per run | p99 H/peer per run |"
+	echo "|---|---|---|---|---|"
+	jq -s -r '
+	  def lat: if .mode == "send" then .receipt_latency elif .mode == "drain" then {} else .latency end;
+	  def rate: if .mode == "topic" then .min_delivered_per_s else .msgs_per_s end;
+	  def r(a; b): if a == null or b == null or b == 0 then "-" else ((a / b * 100 | round) / 100 | tostring) end;
+	  group_by(.idx) | map(
+	    .[0].case as $case
+	    | (map(select(.target == "herald"))) as $h
+	    | group_by(.target)[] | select(.[0].target != "herald")
+	    | sort_by(.run) as $p
+	    | [ $p[] | . as $x | ($h | map(select(.run == $x.run)) | first) as $y
+	        | select($y != null)
+	        | {rate: r($y | rate; $x | rate), p50: r($y | lat.p50_us; $x | lat.p50_us), p99: r($y | lat.p99_us; $x | lat.p99_us)} ] as $rs
+	    | select($rs | length > 0)
+	    | "| \($case) | \($p[0].target) | \($rs | map(.rate) | join(" / ")) | \($rs | map(.p50) | join(" / ")) | \($rs | map(.p99) | join(" / ")) |"
+	  ) | .[]' "$OUT/runs.jsonl"
+	echo
 	echo "pub msg/s: the topic publisher's achieved rate (a server can slow it by TCP flow control)."
 	echo "Targets: nats is NATS core for the topic cases and JetStream (file stream; a publish ack for the receipt; a durable"
 	echo "pull consumer with explicit acks for the drain) for the others; sqlite is a bare SQLite writer (WAL, synchronous=FULL,"
