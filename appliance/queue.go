@@ -267,7 +267,7 @@ func (q *queue) journalOps(cb *queuecore.Batch) []Op {
 		}
 		switch op.Kind {
 		case queuecore.OpDelete, queuecore.OpDrop:
-			ops[i] = Op{Kind: OpDelete, ID: id, NoClaim: !op.Msg.ClaimRow}
+			ops[i] = Op{Kind: OpDelete, ID: id, NoClaim: op.NoClaim}
 		case queuecore.OpClaim:
 			ops[i] = Op{Kind: OpClaim, ID: id, Deliveries: op.Deliveries, Mark: op.Mark}
 			if op.Mark {

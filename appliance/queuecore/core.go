@@ -513,9 +513,13 @@ func (c *Core) park() bool {
 	from := gr.ready[0].ID
 	for _, m := range append([]*Msg(nil), gr.ready...) {
 		c.ready.remove(m)
-		if m.Deliveries > 0 {
+		if m.Deliveries > 0 || m.pinned {
 			// Delivered before: memory may count more deliveries than the
-			// journal (auto-ack). It stays, waiting for the rescan.
+			// journal (auto-ack). Or given a row of count 0 that may not
+			// be committed yet: a rescan could read the message without
+			// that row (ClaimRow false), and its first delivery would then
+			// raise the mark over a row of 0 (a count of 0 for a MESSAGE
+			// that went out). It stays, waiting for the rescan.
 			m.state = stParked
 			if c.stash == nil {
 				c.stash = map[string][]*Msg{}
@@ -904,7 +908,7 @@ func (c *Core) expire(m *Msg) {
 	if bare(m) {
 		c.claimRow(m, 0, nil)
 	}
-	c.addWork(Op{Kind: OpDrop, Msg: m}, nil)
+	c.addWork(Op{Kind: OpDrop, Msg: m, NoClaim: !m.ClaimRow}, nil)
 }
 
 func (c *Core) deadLetter(m *Msg, reason string) {

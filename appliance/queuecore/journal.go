@@ -23,7 +23,11 @@ type Op struct {
 	// Instead of a claim row, the journal raises the queue's delivered
 	// mark to Msg.ID: it counts one delivery for every message of the
 	// queue with an ID up to the mark and no claim row (see Core.markHi).
-	Mark      bool
+	Mark bool
+	// NoClaim (OpDelete, OpDrop): Msg has no claim row to delete; set
+	// when the op is made, under the core's owner's lock, so that the
+	// shell reads only the op.
+	NoClaim   bool
 	NotBefore int64  // OpRelease
 	Reason    string // OpDeadLetter: nack, max-deliveries, expired
 	Target    string // OpMoveOut

@@ -216,6 +216,8 @@ type sim struct {
 	maxRedel  [2]int64 // largest RedeliveryMax a queue has had
 
 	rows     map[uint64]*simRow
+	outbox   [2][]*simBatch  // core batches the pump has not submitted yet (in order per queue)
+	seen     map[uint64]int  // highest client-ack attempt a client received (kept across crashes)
 	mark     [2]uint64       // delivered marks
 	everDisp map[uint64]bool // a claim of count >= 1 (or an auto-ack delivery) was ever emitted for it
 	claimOp  map[uint64]bool // a claim (a row, of any count) was ever emitted for it
@@ -331,6 +333,7 @@ func (s *sim) init() {
 	s.failPct = []int{0, 3, 10, 25}[r.intn(4)]
 	s.pageFailPct = []int{0, 10, 30}[r.intn(3)]
 	s.rows = map[uint64]*simRow{}
+	s.seen = map[uint64]int{}
 	s.dispatched = map[uint64]bool{}
 	s.everDisp = map[uint64]bool{}
 	s.claimOp = map[uint64]bool{}
@@ -371,6 +374,8 @@ func (s *sim) resetVolatile() {
 // heard yet: pending, held back, and applied but not yet reported.
 func (s *sim) unfinished() []*simBatch {
 	out := append(append([]*simBatch(nil), s.pending...), s.held...)
+	out = append(out, s.outbox[0]...)
+	out = append(out, s.outbox[1]...)
 	for _, d := range s.applied {
 		out = append(out, d.jb)
 	}
@@ -405,7 +410,19 @@ var simWeights = [aCount]int{
 	aWritten: 8, aStaleAck: 2, aTick: 10, aPurge: 1, aRequeue: 3, aTx: 3, aSubmitHeld: 4, aCrash: 1, aSettle: 1, aReport: 6,
 }
 
+func (s *sim) flushOutbox(q int) {
+	for _, jb := range s.outbox[q] {
+		s.logf("pump submits %s", jb.what)
+		s.submit(jb)
+	}
+	s.outbox[q] = nil
+}
+
 func (s *sim) act() {
+	if q := s.r.intn(2); len(s.outbox[q]) > 0 && s.r.intn(3) == 0 {
+		s.flushOutbox(q)
+		return
+	}
 	if s.reconfig && s.r.intn(40) == 0 {
 		s.setConfig(s.pickQueue())
 		return
@@ -666,7 +683,7 @@ func (s *sim) applyCore(q int, b *Batch) Result {
 		}
 		id := op.Msg.ID
 		row := s.rows[id]
-		if row == nil && (op.Kind == OpRelease || op.Kind == OpClaim && op.Deliveries == 0 && !op.Mark) {
+		if row == nil && (op.Kind == OpRelease || op.Kind == OpClaim && !op.Mark) { // any claim row of a gone message is a no-op in SQL
 			// A NACK's back-off only makes memory durable, and memory had
 			// it at once: the message may have been redelivered and acked
 			// before a held NACK batch commits. Like the SQL journal's
@@ -1248,6 +1265,12 @@ func (s *sim) requeue() {
 
 func (s *sim) crash() {
 	s.st.crashes++
+	for id, row := range s.rows {
+		if n := s.count(row); n < s.seen[id] {
+			s.failf("CRASH: the journal counts %d deliveries of message %d, a client received attempt %d (mark %d, claim row %v=%d)", n, id, s.seen[id], s.mark[row.q], row.claimed, row.claim)
+		}
+	}
+	s.outbox = [2][]*simBatch{}
 	s.logf("CRASH (dropping %d pending, %d held batches, %d unreported)", len(s.pending), len(s.held), len(s.applied))
 	s.resetVolatile()
 	for q := range s.cores {
@@ -1342,7 +1365,12 @@ func (s *sim) collect(q int) {
 			}
 		}
 		s.logf("%s emits %s", simQName[q], what)
-		s.submit(&simBatch{parts: []simPart{{q: q, b: b}}, what: what})
+		jb := &simBatch{parts: []simPart{{q: q, b: b}}, what: what}
+		if len(s.outbox[q]) > 0 || (!s.settling && s.r.intn(3) == 0) {
+			s.outbox[q] = append(s.outbox[q], jb) // the pump submits it later
+		} else {
+			s.submit(jb)
+		}
 	}
 
 	for _, d := range o.Deliver {
@@ -1423,6 +1451,9 @@ func (s *sim) deliver(q int, d *Delivery) {
 	// dead-letter ("nack") needs one of this delivery now.
 	delete(s.ackIntent, id)
 	delete(s.nackDLQ, id)
+	if d.C.Mode != AckAuto {
+		s.seen[id] = max(s.seen[id], d.Attempt)
+	}
 	if d.C.Mode != AckAuto && s.count(row) < d.Attempt {
 		s.failf("message %d delivered (client ack) with attempt %d but the journal counts %d", id, d.Attempt, s.count(row))
 	}
@@ -1533,8 +1564,9 @@ func (s *sim) check() {
 				}
 				// (A claim row's count may stay above the core's when the
 				// revert of an abandoned delivery failed: that one is not
-				// retried, and the SQL journal keeps the higher count of a
-				// claim row anyway. The mark must add no such excess.)
+				// retried, and the row keeps the count of the claim that
+				// went through, until the message's next claim replaces it.
+				// The mark must add no such excess.)
 				if row := s.rows[id]; row != nil && !row.claimed && s.count(row) > m.Deliveries {
 					s.failf("%s: the journal counts %d deliveries of message %d, the core %d (mark %d, claim row %v)", simQName[q], s.count(row), id, m.Deliveries, s.mark[q], row.claimed)
 				}
@@ -1645,6 +1677,12 @@ func (s *sim) settleRound() {
 			}
 		}
 		progress := false
+		for q := range s.outbox {
+			if len(s.outbox[q]) > 0 {
+				s.flushOutbox(q)
+				progress = true
+			}
+		}
 		for len(s.held) > 0 {
 			s.submitHeld()
 			progress = true
