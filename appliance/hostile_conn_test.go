@@ -183,11 +183,15 @@ func TestHostile_IdleTimeout(t *testing.T) {
 	// ERROR, the two above have been up for more than twice idle_timeout.
 	for i := 0; i < 2; i++ {
 		idler := dialRaw(t, tb)
-		connectHB(idler, "0,0")
+		// The server's clock starts at its read after CONNECT, which
+		// the client cannot see: it is after CONNECT was sent and may be
+		// before CONNECTED arrives (by the writer's wake-up and the
+		// loopback under load). So the bound runs from the send.
 		start := time.Now()
+		connectHB(idler, "0,0")
 		wantError(idler, "idle timeout", "stomp.idle_timeout")
 		if elapsed := time.Since(start); elapsed < idle {
-			t.Errorf("idle connection %d: got the ERROR %s after CONNECTED, want no sooner than idle_timeout (%s)", i, elapsed, idle)
+			t.Errorf("idle connection %d: got the ERROR %s after sending CONNECT, want no sooner than idle_timeout (%s)", i, elapsed, idle)
 		}
 		idler.closed()
 	}
