@@ -15,7 +15,7 @@ func (c *Core) Ack(con *Consumer, id uint64, attempt int, now int64) (b *Batch, 
 	var p pend
 	for _, d := range taken {
 		d.Msg.state = stLeaving
-		p.ops = append(p.ops, Op{Kind: OpDelete, Msg: d.Msg, NoClaim: !d.Msg.ClaimRow})
+		p.ops = append(p.ops, deleteOp(OpDelete, d.Msg))
 		p.ds = append(p.ds, d)
 	}
 	b = c.emitDirect(p)
@@ -56,7 +56,7 @@ func (c *Core) AckMany(con *Consumer, toks []AckToken, now int64) (b *Batch, sta
 		}
 		for _, d := range taken {
 			d.Msg.state = stLeaving
-			p.ops = append(p.ops, Op{Kind: OpDelete, Msg: d.Msg, NoClaim: !d.Msg.ClaimRow})
+			p.ops = append(p.ops, deleteOp(OpDelete, d.Msg))
 			p.ds = append(p.ds, d)
 		}
 	}
@@ -195,7 +195,7 @@ func (c *Core) Written(ds []*Delivery, now int64) {
 		d.ended = true
 		delete(c.flight, d.Msg.ID)
 		d.Msg.state = stLeaving
-		c.addWork(Op{Kind: OpDelete, Msg: d.Msg, NoClaim: !d.Msg.ClaimRow}, d)
+		c.addWork(deleteOp(OpDelete, d.Msg), d)
 		touched = append(touched, d.C)
 	}
 	for _, con := range touched {

@@ -908,7 +908,7 @@ func (c *Core) expire(m *Msg) {
 	if bare(m) {
 		c.claimRow(m, 0, nil)
 	}
-	c.addWork(Op{Kind: OpDrop, Msg: m, NoClaim: !m.ClaimRow}, nil)
+	c.addWork(deleteOp(OpDrop, m), nil)
 }
 
 func (c *Core) deadLetter(m *Msg, reason string) {
@@ -923,6 +923,10 @@ func (c *Core) deadLetter(m *Msg, reason string) {
 // that leaves (drop, dead-letter, move) gets one in the batch that moves
 // it, so that the delivered mark, which may pass it while it is leaving,
 // does not count a delivery should it stay (a crash before the commit).
+// deleteOp deletes m (kind OpDelete or OpDrop), skipping the claims table
+// when m has no claim row.
+func deleteOp(kind OpKind, m *Msg) Op { return Op{Kind: kind, Msg: m, NoClaim: !m.ClaimRow} }
+
 func bare(m *Msg) bool { return m.Deliveries == 0 && !m.pinned }
 
 func (c *Core) retryDelay(streak int) int64 {
