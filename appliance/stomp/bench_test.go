@@ -9,7 +9,7 @@ import (
 
 // Budget: a frame must cost far less than the syscall that carries it. On the
 // 2-core reference box a 100 B SEND decodes in under 0.4 µs (three
-// allocations: the frame with room for six headers, the frame's header text,
+// allocations: the frame with room for its headers, the frame's header text,
 // the body) and encodes in about 0.1 µs with no allocation.
 
 // loopReader serves buf over and over, so one Reader can decode b.N frames.

@@ -160,14 +160,8 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 			return nil, errorf("malformed command line")
 		}
 	}
-	// The frame and room for its first headers in one allocation.
-	fh := &struct {
-		f Frame
-		h [6]Header
-	}{}
-	f := &fh.f
-	f.Command, f.Headers = command(line), fh.h[:0]
-	escaped := Escaped(r.version, f.Command)
+	cmd := command(line)
+	escaped := Escaped(r.version, cmd)
 	// Header text (keys not interned by knownKey, and every value) is
 	// gathered in r.text and becomes one string for the whole frame: one
 	// allocation instead of one or two per header.
@@ -222,6 +216,8 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 	if cap(r.text) > maxKeptText {
 		r.text = nil
 	}
+	f := newFrame(len(r.spans))
+	f.Command = cmd
 	for _, sp := range r.spans {
 		key := sp.key
 		if key == "" {
@@ -271,6 +267,29 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		body = append(body, chunk...)
 		r.bodyGrows(len(chunk))
 	}
+}
+
+// newFrame allocates a frame with room for n headers, in one allocation
+// for the sizes real frames have (a SEND carries a few headers, a MESSAGE
+// from a broker seven to ten).
+func newFrame(n int) *Frame {
+	switch {
+	case n <= 6:
+		fh := &struct {
+			f Frame
+			h [6]Header
+		}{}
+		fh.f.Headers = fh.h[:0]
+		return &fh.f
+	case n <= 12:
+		fh := &struct {
+			f Frame
+			h [12]Header
+		}{}
+		fh.f.Headers = fh.h[:0]
+		return &fh.f
+	}
+	return &Frame{Headers: make(Headers, 0, n)}
 }
 
 // bodyStep is the most a body buffer is allocated ahead of the octets that

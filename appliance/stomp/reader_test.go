@@ -492,7 +492,7 @@ func TestReader_OnFrameStart(t *testing.T) {
 }
 
 // A frame costs three allocations whatever its headers: the frame (with
-// room for six headers), one string holding all its header text (unknown
+// room for its headers), one string holding all its header text (unknown
 // keys and every value, unescaped), and the body. Values must still be
 // their own: a later frame read into the same Reader leaves them alone.
 func TestReader_OneStringPerFrame(t *testing.T) {
@@ -523,6 +523,50 @@ func TestReader_OneStringPerFrame(t *testing.T) {
 	for i, h := range want {
 		if first.Headers[i].Key != h[0] || first.Headers[i].Value != h[1] {
 			t.Fatalf("header %d of the first frame after 100 more: %q, want %q", i, first.Headers[i], h)
+		}
+	}
+}
+
+// A MESSAGE as a broker sends it (eight headers with content-length) costs
+// the same three allocations: the frame is sized once its headers are
+// counted, not grown past a fixed room.
+func TestReader_MessageThreeAllocations(t *testing.T) {
+	for _, n := range []int{7, 12, 13} {
+		kv := []string{"subscription", "0", "message-id", "1234567", "destination", "/queue/q",
+			"ack", "1234567.1", "delivery-count", "1", "timestamp", "1764590000000"}
+		for i := len(kv) / 2; i < n-1; i++ { // n-1: content-length is added
+			kv = append(kv, "x-"+strconv.Itoa(i), "v")
+		}
+		f := stomp.NewFrame(stomp.CmdMessage, kv...)
+		f.Body = make([]byte, 1024)
+		one := stomp.Encode(f, stomp.V12)
+		var stream []byte
+		for range 200 {
+			stream = append(stream, one...)
+		}
+		r := stomp.NewReader(bytes.NewReader(stream), stomp.Limits{})
+		r.SetVersion(stomp.V12)
+		first, err := r.ReadFrame()
+		if err != nil || first == nil {
+			t.Fatalf("%d headers: got %v, %v", n, first, err)
+		}
+		if len(first.Headers) != n {
+			t.Fatalf("%d headers: decoded %d", n, len(first.Headers))
+		}
+		allocs := testing.AllocsPerRun(100, func() {
+			if f, err := r.ReadFrame(); err != nil || f == nil {
+				t.Fatalf("got %v, %v", f, err)
+			}
+		})
+		want := 3.0
+		if n > 12 {
+			want = 4 // the frame and its headers apart
+		}
+		if allocs > want {
+			t.Errorf("%d headers: %.1f allocations per frame, want at most %v", n, allocs, want)
+		}
+		if got := first.Get("ack"); got != "1234567.1" {
+			t.Errorf("%d headers: ack %q after 100 more frames, want 1234567.1", n, got)
 		}
 	}
 }

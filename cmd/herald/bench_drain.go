@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -82,6 +83,10 @@ type drainResult struct {
 	// during the fill and during the drain, in microseconds.
 	FillCPUus  float64 `json:"server_fill_cpu_us_per_msg,omitempty"`
 	DrainCPUus float64 `json:"server_drain_cpu_us_per_msg,omitempty"`
+	// This client's own CPU time (user+system, all its consumers) per
+	// message of the drain, in microseconds: the two transports' clients
+	// share the machine with the server.
+	ClientDrainCPUus float64 `json:"client_drain_cpu_us_per_msg,omitempty"`
 }
 
 // serverCPU reads a process's CPU time (utime+stime) from /proc; zero
@@ -112,6 +117,15 @@ func (c serverCPU) now() time.Duration {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(u+s) * (time.Second / 100)
+}
+
+// selfCPU is this process's CPU time (user+system) so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // perMsg is d per message of n, in microseconds (2 decimals).
@@ -179,6 +193,9 @@ func runBenchDrain(cCtx *cli.Context) error {
 		}
 		if res.DrainCPUus > 0 || res.FillCPUus > 0 {
 			fmt.Fprintf(tw, "server CPU\t%.1f us/msg fill, %.1f us/msg drain\n", res.FillCPUus, res.DrainCPUus)
+		}
+		if res.ClientDrainCPUus > 0 {
+			fmt.Fprintf(tw, "client CPU\t%.1f us/msg drain\n", res.ClientDrainCPUus)
 		}
 		if res.CleanupNote != "" {
 			fmt.Fprintf(tw, "cleanup\t%s\n", res.CleanupNote)
@@ -280,6 +297,7 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	}
 	start = time.Now()
 	cpu0 = cpu.now()
+	self0 := selfCPU()
 	for _, c := range conns {
 		// Each MESSAGE is handled on the connection's reading goroutine
 		// (SubscribeFunc), as the JetStream consumer below handles its
@@ -360,6 +378,7 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	res.DrainS = time.Since(start).Seconds()
 	res.Received, res.Redelivered = received.Load(), redelivered.Load()
 	res.DrainCPUus = cpuPerMsg(cpu.now()-cpu0, res.Received)
+	res.ClientDrainCPUus = cpuPerMsg(selfCPU()-self0, res.Received)
 	// The queue is empty: delete it when the admin socket is this daemon's.
 	name := strings.TrimPrefix(res.Dest, "/queue/")
 	cl := benchClean{Drained: res.Received}
@@ -633,7 +652,6 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	res.FillS = time.Since(start).Seconds()
 	res.FillPerS = benchRound1(float64(res.Messages) / res.FillS)
 	res.FillCPUus = cpuPerMsg(cpu.now()-cpu0, res.Messages)
-	res.FillCPUus = cpuPerMsg(cpu.now()-cpu0, res.Messages)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("fill: %w", err)
@@ -671,6 +689,7 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	}
 	start = time.Now()
 	cpu0 = cpu.now()
+	self0 := selfCPU()
 	for _, c := range conns {
 		wg.Add(1)
 		go func() {
@@ -771,6 +790,7 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	res.DrainS = time.Since(start).Seconds()
 	res.Received, res.Redelivered = received.Load(), redelivered.Load()
 	res.DrainCPUus = cpuPerMsg(cpu.now()-cpu0, res.Received)
+	res.ClientDrainCPUus = cpuPerMsg(selfCPU()-self0, res.Received)
 	for _, c := range conns {
 		c.nc.Close()
 	}

@@ -657,11 +657,17 @@ func TestConn_SubscribeFunc(t *testing.T) {
 func TestConn_AckBuffered(t *testing.T) {
 	s := mustStartFake(t)
 	c, _ := mustDial(t, s, stomp.V12, client.Options{})
-	for i := range 4 {
-		msg := stomp.NewFrame(stomp.CmdMessage, "ack", fmt.Sprint("a", i), "subscription", "0")
+	// Ack ids as a broker may make them: ones that need escaping too.
+	ids := []string{"a0", "a:1", "a\\2\n", "a3"}
+	for _, id := range ids {
+		msg := stomp.NewFrame(stomp.CmdMessage, "ack", id, "subscription", "0")
 		if err := c.AckBuffered(msg); err != nil {
 			t.Fatalf("AckBuffered: %v", err)
 		}
+	}
+	// With headers of its own (a transaction), the general encoder.
+	if err := c.AckBuffered(stomp.NewFrame(stomp.CmdMessage, "ack", "a4"), stomp.Header{Key: "transaction", Value: "t:1"}); err != nil {
+		t.Fatalf("AckBuffered in a transaction: %v", err)
 	}
 	if err := c.AckBuffered(stomp.NewFrame(stomp.CmdMessage, "subscription", "0")); !errors.Is(err, client.ErrNoAck) {
 		t.Fatalf("AckBuffered of a MESSAGE without ack: %v, want ErrNoAck", err)
@@ -674,10 +680,13 @@ func TestConn_AckBuffered(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
-	for i := range 4 {
-		if f := s.next(t); f.Command != stomp.CmdAck || f.Get("id") != fmt.Sprint("a", i) {
-			t.Fatalf("frame %d: got %s %v, want ACK id:a%d", i, f.Command, f.Headers, i)
+	for i, id := range ids {
+		if f := s.next(t); f.Command != stomp.CmdAck || f.Get("id") != id || len(f.Headers) != 1 || len(f.Body) != 0 {
+			t.Fatalf("frame %d: got %s %q body %q, want ACK with id:%q only", i, f.Command, f.Headers, f.Body, id)
 		}
+	}
+	if f := s.next(t); f.Command != stomp.CmdAck || f.Get("id") != "a4" || f.Get("transaction") != "t:1" {
+		t.Fatalf("frame 4: got %s %q, want ACK id:a4 transaction:t:1", f.Command, f.Headers)
 	}
 }
 
