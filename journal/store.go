@@ -185,7 +185,11 @@ func (s *Store) Open(ctx context.Context) error {
 	default:
 		return fmt.Errorf("journal: sync %q: want \"full\" or \"normal\"", s.cfg.Sync)
 	}
-	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_synchronous=%s&_busy_timeout=10000&_foreign_keys=0&_cache_size=-16384", s.cfg.Path, sync)
+	// _mutex=no: multi-thread mode, no lock around every call on a
+	// connection; database/sql never shares one between goroutines at a
+	// time (docs/design.md, "Page-ins can read the database through a
+	// memory map").
+	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_synchronous=%s&_busy_timeout=10000&_foreign_keys=0&_cache_size=-16384&_mutex=no", s.cfg.Path, sync)
 	drv := &sqlite3.SQLiteDriver{}
 	if n := s.cfg.MmapSize; n > 0 {
 		// Every pooled connection maps; the writer turns it off below.
