@@ -183,6 +183,11 @@ args() {
 	case $2 in
 	send*) [ "$1" = nats ] || extra="$extra --dest $3" ;;
 	esac
+	# Herald's own admin socket, so that bench send and drain delete the
+	# run's emptied queue (as they do on a default install).
+	case $1/$2 in
+	herald/send* | herald/drain*) extra="$extra --socket $WORK/herald-admin.sock" ;;
+	esac
 	echo "$extra"
 }
 
