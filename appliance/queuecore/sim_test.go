@@ -696,6 +696,10 @@ func (s *sim) applyCore(q int, b *Batch) Result {
 		if row == nil || row.q != q {
 			s.failf("op %s on message %d, which is not in %s (acked: %v)", opName(op), id, simQName[q], s.ackedDone[id])
 		}
+		if op.NoClaim && row.claimed && (op.Kind == OpDelete || op.Kind == OpDrop) {
+			// The journal would skip the claims table and leave the row.
+			s.failf("%s of message %d with NoClaim, which has a claim row (count %d)", opName(op), id, row.claim)
+		}
 		switch op.Kind {
 		case OpDelete:
 			if !s.ackIntent[id] {
