@@ -494,9 +494,6 @@ func cnfCheckRace(t *testing.T, tb *testBroker, queue string, receipted, unanswe
 	for b := range seen {
 		t.Errorf("%q is in the journal but was never sent", b)
 	}
-	if len(unanswered) == 0 {
-		t.Error("no SEND failed: the shutdown raced nothing")
-	}
 	t.Logf("%d receipted, %d unanswered (%d of them stored nonetheless), %d stored", len(receipted), len(unanswered), lost, len(stored))
 }
 
@@ -542,16 +539,16 @@ func TestCommitNowFault_BrokerCloseRace(t *testing.T) {
 	for round := range 3 {
 		tb, _ := startCommitNow(t, false)
 		const dest, queue = "/queue/cnf.stop", "cnf.stop"
-		var inline uint64
-		receipted, unanswered := cnfRace(t, tb, dest, 4, func() {
-			s := tb.Store
-			inline0 := s.Stats().Inline
-			tb.Stop()
-			inline = s.Stats().Inline - inline0
-		})
+		s := tb.Store
+		inline0 := s.Stats().Inline
+		receipted, unanswered := cnfRace(t, tb, dest, 4, tb.Stop)
+		inline := s.Stats().Inline - inline0
+		if inline == 0 {
+			t.Errorf("round %d: no SEND committed inline: the race did not exercise CommitNow", round)
+		}
 		tb.Restart()
 		cnfCheckRace(t, tb, queue, receipted, unanswered)
-		t.Logf("round %d: %d inline commits during the shutdown", round, inline)
+		t.Logf("round %d: %d inline commits", round, inline)
 	}
 }
 
@@ -686,6 +683,7 @@ func TestCommitNowFault_StoreRefuses(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("CommitNow still refuses with everything completed")
 		}
+		time.Sleep(50 * time.Microsecond)
 	}
 	if !ran.Load() || !z.Lone {
 		t.Fatalf("CommitNow returned true: Done ran %v, Lone %v", ran.Load(), z.Lone)
@@ -742,6 +740,7 @@ func TestCommitNowFault_StoreCloseRaceDirect(t *testing.T) {
 			count         atomic.Int64
 			wg            sync.WaitGroup
 			enough        = make(chan struct{})
+			closed        = make(chan struct{}) // Close returned
 			once          sync.Once
 		)
 		for g := range 6 {
@@ -752,7 +751,13 @@ func TestCommitNowFault_StoreCloseRaceDirect(t *testing.T) {
 				for k := 0; ; k++ {
 					body := fmt.Sprintf("g%d-%d", g, k)
 					res := make(chan error, 2)
-					b := &appliance.Batch{Ops: cnfEnq("q", body), Wait: true, Done: func(_ *appliance.Batch, err error) { res <- err }}
+					var calls atomic.Int32
+					b := &appliance.Batch{Ops: cnfEnq("q", body), Wait: true, Done: func(_ *appliance.Batch, err error) {
+						if calls.Add(1) > 1 {
+							doneTwice.Add(1)
+						}
+						res <- err
+					}}
 					shut := closeReturned.Load()
 					if s.CommitNow(b) {
 						inline.Add(1)
@@ -763,9 +768,6 @@ func TestCommitNowFault_StoreCloseRaceDirect(t *testing.T) {
 						s.Submit(b)
 					}
 					err := <-res
-					if len(res) > 0 {
-						doneTwice.Add(1)
-					}
 					mu.Lock()
 					if err == nil {
 						ok = append(ok, body)
@@ -784,6 +786,8 @@ func TestCommitNowFault_StoreCloseRaceDirect(t *testing.T) {
 							if postClose++; postClose == 3 {
 								return
 							}
+						} else {
+							<-closed
 						}
 						continue
 					}
@@ -802,6 +806,7 @@ func TestCommitNowFault_StoreCloseRaceDirect(t *testing.T) {
 			t.Fatal(err)
 		}
 		closeReturned.Store(true)
+		close(closed)
 		wg.Wait()
 		if n := doneTwice.Load(); n != 0 {
 			t.Fatalf("%d batches completed twice", n)

@@ -672,6 +672,14 @@ func TestConn_AckBuffered(t *testing.T) {
 	if err := c.AckBuffered(stomp.NewFrame(stomp.CmdMessage, "subscription", "0")); !errors.Is(err, client.ErrNoAck) {
 		t.Fatalf("AckBuffered of a MESSAGE without ack: %v, want ErrNoAck", err)
 	}
+	// An id no STOMP version can carry (a NUL) is refused, not sent as an
+	// ACK without its id, on both paths.
+	if err := c.AckBuffered(stomp.NewFrame(stomp.CmdMessage, "ack", "a\x00b")); err == nil || !strings.Contains(err.Error(), "cannot be written") {
+		t.Fatalf("AckBuffered of ack id with NUL: %v, want an error saying it cannot be written", err)
+	}
+	if err := c.AckBuffered(stomp.NewFrame(stomp.CmdMessage, "ack", "a\x00b"), stomp.Header{Key: "transaction", Value: "t"}); err == nil || !strings.Contains(err.Error(), "cannot be written") {
+		t.Fatalf("AckBuffered in a transaction of ack id with NUL: %v, want an error saying it cannot be written", err)
+	}
 	select {
 	case f := <-s.frames:
 		t.Fatalf("got %s %v before Flush, want nothing written yet", f.Command, f.Headers)

@@ -251,12 +251,16 @@ func (c *Conn) AckBuffered(msg *stomp.Frame, hdrs ...stomp.Header) error {
 		if id == "" {
 			return fmt.Errorf("stomp client: %s: %w", stomp.CmdAck, ErrNoAck)
 		}
+		h := stomp.Header{Key: "id", Value: id}
+		if !stomp.Writable(h, stomp.V12, stomp.CmdAck) {
+			return unwritableAck(stomp.CmdAck, h, stomp.V12)
+		}
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("stomp client: write %s: %w", stomp.CmdAck, err)
 		}
 		c.wmu.Lock()
 		c.wbuf = append(c.wbuf[:0], "ACK\n"...)
-		c.wbuf = stomp.AppendHeader(c.wbuf, stomp.CmdAck, stomp.V12, stomp.Header{Key: "id", Value: id})
+		c.wbuf = stomp.AppendHeader(c.wbuf, stomp.CmdAck, stomp.V12, h)
 		c.wbuf = append(c.wbuf, '\n', 0)
 		_, err := c.bw.Write(c.wbuf)
 		c.wmu.Unlock()
@@ -304,8 +308,18 @@ func (c *Conn) ackFrameOf(cmd string, msg *stomp.Frame, hdrs []stomp.Header) (*s
 			f.Headers = append(f.Headers, stomp.Header{Key: "subscription", Value: sub})
 		}
 	}
+	for _, h := range f.Headers {
+		if !stomp.Writable(h, c.version, cmd) {
+			// Left out by the encoder, the ACK would name no message.
+			return nil, unwritableAck(cmd, h, c.version)
+		}
+	}
 	f.Headers = append(f.Headers, hdrs...)
 	return f, nil
+}
+
+func unwritableAck(cmd string, h stomp.Header, v string) error {
+	return fmt.Errorf("stomp client: %s: header %s %q cannot be written in STOMP %s (a NUL, or a line break where the version has no escape)", cmd, h.Key, h.Value, v)
 }
 
 // Begin starts transaction tx.
