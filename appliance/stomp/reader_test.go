@@ -501,12 +501,7 @@ func TestReader_OneStringPerFrame(t *testing.T) {
 		"bench-ts", "1234567890",
 		"bench-seq", "42",
 		"x-colon", "a:b\nc"), stomp.V12)
-	var stream []byte
-	for range 200 {
-		stream = append(stream, one...)
-	}
-	r := stomp.NewReader(bytes.NewReader(stream), stomp.Limits{})
-	r.SetVersion(stomp.V12)
+	r := repeatedReader(one, 200)
 	first, err := r.ReadFrame()
 	if err != nil || first == nil {
 		t.Fatalf("got %v, %v", first, err)
@@ -540,12 +535,7 @@ func TestReader_MessageThreeAllocations(t *testing.T) {
 		f := stomp.NewFrame(stomp.CmdMessage, kv...)
 		f.Body = make([]byte, 1024)
 		one := stomp.Encode(f, stomp.V12)
-		var stream []byte
-		for range 200 {
-			stream = append(stream, one...)
-		}
-		r := stomp.NewReader(bytes.NewReader(stream), stomp.Limits{})
-		r.SetVersion(stomp.V12)
+		r := repeatedReader(one, 200)
 		first, err := r.ReadFrame()
 		if err != nil || first == nil {
 			t.Fatalf("%d headers: got %v, %v", n, first, err)
@@ -569,4 +559,12 @@ func TestReader_MessageThreeAllocations(t *testing.T) {
 			t.Errorf("%d headers: ack %q after 100 more frames, want 1234567.1", n, got)
 		}
 	}
+}
+
+// repeatedReader is a STOMP 1.2 Reader over n copies of the encoded frame one.
+func repeatedReader(one []byte, n int) *stomp.Reader {
+	stream := bytes.Repeat(one, n)
+	r := stomp.NewReader(bytes.NewReader(stream), stomp.Limits{})
+	r.SetVersion(stomp.V12)
+	return r
 }
