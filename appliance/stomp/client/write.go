@@ -39,10 +39,16 @@ func (c *Conn) writeFrameLater(f *stomp.Frame) error {
 func (c *Conn) bufferFrame(f *stomp.Frame) error {
 	c.wmu.Lock()
 	c.wbuf = stomp.AppendFrame(c.wbuf[:0], f, c.version)
+	return c.bufferWbufAndUnlock(f.Command)
+}
+
+// bufferWbufAndUnlock puts the frame encoded in c.wbuf (a what) in the
+// write buffer, then releases wmu, which the caller took to encode it.
+func (c *Conn) bufferWbufAndUnlock(what string) error {
 	_, err := c.bw.Write(c.wbuf)
 	c.wmu.Unlock()
 	if err != nil {
-		return c.writeFailed(f.Command, err)
+		return c.writeFailed(what, err)
 	}
 	c.wrote.Store(true)
 	return nil
@@ -262,13 +268,7 @@ func (c *Conn) AckBuffered(msg *stomp.Frame, hdrs ...stomp.Header) error {
 		c.wbuf = append(c.wbuf[:0], "ACK\n"...)
 		c.wbuf = stomp.AppendHeader(c.wbuf, stomp.CmdAck, stomp.V12, h)
 		c.wbuf = append(c.wbuf, '\n', 0)
-		_, err := c.bw.Write(c.wbuf)
-		c.wmu.Unlock()
-		if err != nil {
-			return c.writeFailed(stomp.CmdAck, err)
-		}
-		c.wrote.Store(true)
-		return nil
+		return c.bufferWbufAndUnlock(stomp.CmdAck)
 	}
 	f, err := c.ackFrameOf(stomp.CmdAck, msg, hdrs)
 	if err != nil {
