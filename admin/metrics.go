@@ -95,6 +95,8 @@ var (
 	dQueueDelayed   = desc("herald_queue_delayed_messages", "Messages not deliverable yet (delay, redelivery back-off).", "queue")
 	dQueueConsumers = desc("herald_queue_consumers", "Subscriptions consuming the queue.", "queue")
 	dQueueOldest    = desc("herald_queue_oldest_message_age_seconds", "Age of the oldest message in memory; 0 when empty.", "queue")
+	dQueueCached    = desc("herald_queue_backlog_cache_bytes", "Weight of the queue's backlog kept in memory past its window (queues.backlog_cache_bytes).", "queue")
+	dQueueCacheHits = desc("herald_queue_backlog_cache_page_ins_total", "Page-ins answered from the backlog cache instead of the journal.", "queue")
 	dQueueDLQ       = desc("herald_queue_dlq_messages", "Messages in the queue's dead-letter queue.", "queue")
 	dQueueEnq       = desc("herald_queue_enqueued_total", "Messages committed to the queue.", "queue")
 	dQueueDeliv     = desc("herald_queue_deliveries_total", "Deliveries to consumers, redeliveries included.", "queue")
@@ -173,7 +175,7 @@ type viewCollector struct{ m *Metrics }
 
 func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		dQueueMessages, dQueueBytes, dQueueReady, dQueueInFlight, dQueueDelayed, dQueueConsumers, dQueueOldest, dQueueDLQ,
+		dQueueMessages, dQueueBytes, dQueueReady, dQueueInFlight, dQueueDelayed, dQueueConsumers, dQueueOldest, dQueueDLQ, dQueueCached, dQueueCacheHits,
 		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
 		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
 		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dQueuesForgot, dLVEvicted, dLVBytes, dHistBytes, dHistMsgs, dHistDropped, dDiskLow, dStart,
@@ -207,6 +209,8 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(dQueueDelayed, float64(q.Delayed), n)
 		gauge(dQueueConsumers, float64(q.Consumers), n)
 		gauge(dQueueOldest, q.OldestAgeSec, n)
+		gauge(dQueueCached, float64(q.CachedBytes), n)
+		counter(dQueueCacheHits, float64(q.CacheHits), n)
 		gauge(dQueueDLQ, float64(q.DLQDepth), n)
 		counter(dQueueEnq, float64(q.Enqueued), n)
 		counter(dQueueDeliv, float64(q.Delivered), n)

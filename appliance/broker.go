@@ -118,6 +118,8 @@ type Broker struct {
 	// metrics and multicast (0: unknown, no cap).
 	fdCap, fdReserve int
 	queuesForgotten  atomic.Uint64 // idle empty queues forgotten
+	cached           atomic.Int64  // bytes of every queue's backlog cache (queue.accountLocked)
+	shedding         atomic.Bool   // shedCaches is running
 	seed             atomic.Uint64 // per-queue seeds of the cores' random choices
 	journalFailed    atomic.Int64  // unix ms of the last failed journal batch, 0 after a success
 }
@@ -433,6 +435,35 @@ func (b *Broker) Close(ctx context.Context) error {
 		return fmt.Errorf("broker close: %w", ctx.Err())
 	}
 	return nil
+}
+
+// shedCaches has every queue with a backlog cache account again, which
+// gives back what the memory budget no longer leaves it (accountLocked):
+// a queue that takes no input would otherwise keep its cache while
+// others' windows are capped. One pass at a time, in the background.
+func (b *Broker) shedCaches() {
+	if !b.shedding.CompareAndSwap(false, true) {
+		return
+	}
+	if !b.goBackground(func() {
+		defer b.shedding.Store(false)
+		b.mu.Lock()
+		qs := make([]*queue, 0, len(b.queues))
+		for _, q := range b.queues {
+			qs = append(qs, q)
+		}
+		b.mu.Unlock()
+		for _, q := range qs {
+			q.mu.Lock()
+			has := q.cacheCharged > 0
+			q.mu.Unlock()
+			if has {
+				q.run(func(int64) {})
+			}
+		}
+	}) {
+		b.shedding.Store(false)
+	}
 }
 
 // queue returns the queue named name, creating it in memory.

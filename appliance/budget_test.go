@@ -271,3 +271,37 @@ func TestBudget_EmptyQueuesForgotten(t *testing.T) {
 		t.Fatalf("empty3 holds %d messages, want 1", v.Messages)
 	}
 }
+
+// Backlog caches fill only what the queues' half of the memory budget has
+// free above its half, and give it back when windows need it: an idle
+// queue's cache is shed (shedCaches) once other queues' windows bring that
+// half below its half, so their windows are never capped for it.
+func TestBudget_BacklogCacheYieldsToWindows(t *testing.T) {
+	const budget, window, size = 64 << 20, 6 << 20, 64 << 10
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Memory.BudgetBytes = budget
+		c.Queues.MemoryWindowBytes = window
+	})
+	body := strings.Repeat("c", size)
+	c := tb.Dial(t)
+	sendAll(t, c, "/queue/idle", 400, func(i int) string { return body }) // 25 MiB, no consumer
+	v, _ := tb.B.Queue("idle")
+	held, _ := tb.B.MemoryHeld()
+	// The queues' half is 32 MiB: window and cache together stop at 16.
+	if limit := int64(budget/4 + 2*(size+1024)); v.CachedBytes < 2<<20 || held > limit {
+		t.Fatalf("after filling 25 MiB: cached %d bytes, %d held in all: want a cache, and at most %d held", v.CachedBytes, held, limit)
+	}
+	// Two more queues fill their windows: 18 MiB of windows leave less
+	// than half of the queues' half free, so the idle queue's cache goes.
+	for _, q := range []string{"/queue/busy1", "/queue/busy2"} {
+		sendAll(t, c, q, 160, func(i int) string { return body }) // 10 MiB each
+	}
+	c.Close()
+	waitFor(t, 5*time.Second, "the idle queue's cache shed", func() bool { v, _ := tb.B.Queue("idle"); return v.CachedBytes == 0 })
+	for _, name := range []string{"busy1", "busy2"} {
+		v, _ := tb.B.Queue(name)
+		if minMsgs := window / (size + 128); v.InMemory < minMsgs || v.CachedBytes != 0 {
+			t.Fatalf("%s: %d messages in memory (window %d bytes: want at least %d), %d bytes cached (want none: no room)", name, v.InMemory, window, minMsgs, v.CachedBytes)
+		}
+	}
+}

@@ -155,6 +155,7 @@ type QueueConfig struct {
 	BlockTimeout      Duration `toml:"block_timeout" json:"block_timeout"`
 	MemoryWindow      int      `toml:"memory_window" json:"memory_window"`
 	MemoryWindowBytes int64    `toml:"memory_window_bytes" json:"memory_window_bytes"`
+	BacklogCacheBytes int64    `toml:"backlog_cache_bytes" json:"backlog_cache_bytes"`
 	ExpiredToDLQ      bool     `toml:"expired_to_dlq" json:"expired_to_dlq"`
 	DeadLetterQueue   string   `toml:"dead_letter_prefix" json:"dead_letter_prefix"`
 	MaxQueues         int      `toml:"max_queues" json:"max_queues"`
@@ -362,6 +363,7 @@ func DefaultConfig() Config {
 			BlockTimeout:      Duration{30 * time.Second},
 			MemoryWindow:      10000,
 			MemoryWindowBytes: 32 << 20,
+			BacklogCacheBytes: 256 << 20,
 			ExpiredToDLQ:      true,
 			DeadLetterQueue:   "DLQ.",
 			MaxQueues:         10000,
@@ -587,6 +589,9 @@ func (c *Config) Validate() error {
 	pos("queues.max_deliveries", c.Queues.MaxDeliveries)
 	pos("queues.memory_window", c.Queues.MemoryWindow)
 	pos64("queues.memory_window_bytes", c.Queues.MemoryWindowBytes)
+	if b := c.Queues.BacklogCacheBytes; b < 0 {
+		bad("queues.backlog_cache_bytes: %d: want 0 (no cache) or more", b)
+	}
 	pos("queues.dedup_max", c.Queues.DedupMax)
 	pos("queues.max_queues", c.Queues.MaxQueues)
 	pos("topics.subscriber_buffer", c.Topics.SubscriberBuffer)

@@ -106,7 +106,9 @@ func drain(t testing.TB, addr, dest string, n, head int, check func(i int, m *st
 // costs more than its 100-byte body, so holding all of them would cost
 // (n - window) x 100 bytes more than holding the window; the budget for
 // what the messages past the window may add is a quarter of that, plus
-// 1 MiB for buffers and caches that do not grow with the depth.
+// 1 MiB for buffers and caches that do not grow with the depth. The
+// backlog cache is off here (it would keep messages past the window in
+// memory by design): TestQueue_DeepCached bounds it.
 func TestQueue_Deep(t *testing.T) {
 	n := *deepN
 	if n == 0 {
@@ -119,7 +121,7 @@ func TestQueue_Deep(t *testing.T) {
 	if n <= window {
 		t.Fatalf("-herald.deep=%d: want more than the window, %d", n, window)
 	}
-	tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MemoryWindow = window })
+	tb := mustStartBroker(t, func(c *appliance.Config) { c.Queues.MemoryWindow, c.Queues.BacklogCacheBytes = window, 0 })
 	base := heapAfterGC(t, tb)
 	start := time.Now()
 	// A full window first: what holding `window` messages costs here.
@@ -189,6 +191,59 @@ func TestQueue_Deep(t *testing.T) {
 			t.Fatalf("%d messages left after draining", v.Messages)
 		}
 	}
+}
+
+// TestQueue_DeepCached fills a queue past its window with a backlog cache
+// smaller than the backlog: the cache keeps the oldest of the backlog, up
+// to queues.backlog_cache_bytes and no further (in its own count and in
+// the heap), the drain is served from it first and then from the journal,
+// in order, every message once, and nothing is cached after a restart.
+func TestQueue_DeepCached(t *testing.T) {
+	const window, n, cacheBytes = 1000, 30000, 4 << 20
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Queues.MemoryWindow, c.Queues.BacklogCacheBytes = window, cacheBytes
+	})
+	base := heapAfterGC(t, tb)
+	fillQueue(t, tb.Addr, "/queue/deepc", n)
+	v, _ := tb.B.Queue("deepc")
+	if v.Messages != n || v.InMemory > window || v.CachedBytes > cacheBytes || v.Cached == 0 || v.Cached >= n-window {
+		t.Fatalf("after fill: messages=%d (want %d) in_memory=%d (window %d) cached=%d (%d bytes, bound %d): want the cache full, not the whole backlog",
+			v.Messages, n, v.InMemory, window, v.Cached, v.CachedBytes, cacheBytes)
+	}
+	if cachedMin := int64(cacheBytes) - 4096; v.CachedBytes < cachedMin {
+		t.Fatalf("cache holds %d bytes of a %d-byte bound with %d messages past the window", v.CachedBytes, cacheBytes, n-window)
+	}
+	// The heap holds the window and the cache, and not the rest: the cache
+	// weighs at least what it holds (1 MiB for what does not grow).
+	windowed := heapAfterGC(t, tb) - base
+	if limit := int64(cacheBytes + window*1000 + 1<<20); windowed > limit {
+		t.Fatalf("heap grew %d KiB filling %d messages (window %d, cache bound %d KiB), want at most %d KiB", windowed>>10, n, window, cacheBytes>>10, limit>>10)
+	}
+	cached := v.Cached
+	seen := make([]bool, n)
+	last := map[int]int{}
+	drain(t, tb.Addr, "/queue/deepc", n, n, func(i int, m *stomp.Frame) {
+		seq, _ := strconv.Atoi(string(m.Body[:9]))
+		if seen[seq] {
+			t.Fatalf("message %d delivered twice", seq)
+		}
+		seen[seq] = true
+		if prev, ok := last[seq%4]; ok && seq <= prev {
+			t.Fatalf("order broken: %d after %d", seq, prev)
+		}
+		last[seq%4] = seq
+	})
+	v, _ = tb.B.Queue("deepc")
+	if v.CacheHits == 0 || v.Cached != 0 || v.CachedBytes != 0 {
+		t.Fatalf("after the drain: %d page-ins from the cache (it held %d messages), %d cached (%d bytes): want some, and none left", v.CacheHits, cached, v.Cached, v.CachedBytes)
+	}
+	// A restart starts with no cache: the backlog is read from the journal.
+	fillQueue(t, tb.Addr, "/queue/deepc", 3*window)
+	tb.Restart()
+	if v, _ = tb.B.Queue("deepc"); v.Cached != 0 || v.CachedBytes != 0 {
+		t.Fatalf("after restart: %d cached (%d bytes), want none", v.Cached, v.CachedBytes)
+	}
+	drain(t, tb.Addr, "/queue/deepc", 3*window, 3*window, nil)
 }
 
 // heapAfterGC returns the Go heap in use after a GC, once every STOMP

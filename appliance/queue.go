@@ -48,8 +48,9 @@ type queue struct {
 	blocked, blockedNs atomic.Uint64
 
 	// memCharged is what the queue holds of the broker's memory budget:
-	// the core's MemBytes as of its last step. Under mu.
-	memCharged int64
+	// the core's MemBytes and CacheBytes as of its last step, the latter
+	// also in cacheCharged. Under mu.
+	memCharged, cacheCharged int64
 	// lastStep is when the core last took an input (ms); under mu.
 	lastStep int64
 }
@@ -71,6 +72,7 @@ func coreConfig(c QueueConfig, isDLQ bool) queuecore.Config {
 	return queuecore.Config{
 		Window:        c.MemoryWindow,
 		WindowBytes:   c.MemoryWindowBytes,
+		CacheBytes:    c.BacklogCacheBytes,
 		MaxMessages:   c.MaxMessages,
 		MaxBytes:      c.MaxBytes,
 		MaxDeliveries: c.MaxDeliveries,
@@ -125,21 +127,39 @@ func (q *queue) stepLocked(fn func(now int64)) (moved []queuecore.Moved, work bo
 // caps what the queue holds in memory (ready, delayed, in flight) at what
 // it holds plus what is free, and at least windowFloor (a queue whose
 // consumers wait can always page in): new messages then stay in the
-// journal. q.mu is held.
+// journal. The backlog cache (queues.backlog_cache_bytes) comes after
+// every window: it may use only what that half has free above its half,
+// and gives back what it holds beyond, newest messages first; past that
+// point the other queues are asked to give theirs back too (shedCaches).
+// q.mu is held.
 func (q *queue) accountLocked(now int64) {
-	mb := q.core.MemBytes()
-	if q.closed || q.deleted {
-		mb = 0
+	gone := q.closed || q.deleted
+	free := q.b.mem.queueFree() + q.memCharged - q.core.MemBytes() // this queue's windows charged as they are now
+	cacheCap := max(free-q.b.mem.half/2, 0)
+	if gone {
+		cacheCap = 0
 	}
-	if d := mb - q.memCharged; d != 0 {
+	q.core.SetCacheCap(cacheCap)
+	mb, cb := q.core.MemBytes(), q.core.CacheBytes()
+	if gone {
+		mb, cb = 0, 0
+	}
+	if d := mb + cb - q.memCharged; d != 0 {
 		q.b.mem.chargeQueue(d)
 	}
-	q.memCharged = mb
+	if d := cb - q.cacheCharged; d != 0 {
+		q.b.cached.Add(d)
+	}
+	q.memCharged, q.cacheCharged = mb+cb, cb
 	capBytes := int64(0)
-	if free := q.b.mem.queueFree(); free < q.b.mem.half/4 {
+	free = q.b.mem.queueFree()
+	if free < q.b.mem.half/4 {
 		capBytes = max(mb+free, windowFloor)
 	}
 	q.core.SetWindowCap(capBytes, now)
+	if free < q.b.mem.half/2 && q.b.cached.Load() > cb {
+		q.b.shedCaches()
+	}
 }
 
 // applyLocked carries out the core's outputs, except the moves to other
@@ -639,7 +659,8 @@ func (q *queue) stop() {
 		q.timer.Stop()
 	}
 	q.b.mem.chargeQueue(-q.memCharged)
-	q.memCharged = 0
+	q.b.cached.Add(-q.cacheCharged)
+	q.memCharged, q.cacheCharged = 0, 0
 	q.mu.Unlock()
 }
 

@@ -124,6 +124,7 @@ var reloadKeys = map[string]reloadClass{
 	"queues.block_timeout":        reloadable,
 	"queues.memory_window":        reloadable,
 	"queues.memory_window_bytes":  reloadable,
+	"queues.backlog_cache_bytes":  reloadable,
 	"queues.expired_to_dlq":       reloadable,
 	"queues.dead_letter_prefix":   restartOnly, // which queues are dead-letter queues
 	"queues.max_queues":           reloadable,

@@ -18,7 +18,10 @@ type QueueView struct {
 	InFlight       int     `json:"in_flight"`
 	Delayed        int     `json:"delayed"`
 	Consumers      int     `json:"consumers"`
-	InMemory       int     `json:"in_memory"`          // messages held in memory (the paged-in window and in flight)
+	InMemory       int     `json:"in_memory"`    // messages held in memory (the paged-in window and in flight)
+	Cached         int     `json:"cached"`       // backlog messages also kept in memory (queues.backlog_cache_bytes)
+	CachedBytes    int64   `json:"cached_bytes"` // their weight in the memory budget
+	CacheHits      uint64  `json:"cache_page_ins_total"`
 	OldestAgeSec   float64 `json:"oldest_age_seconds"` // of the oldest message in memory; 0 if empty
 	DLQ            string  `json:"dlq"`
 	DLQDepth       int     `json:"dlq_depth"`
@@ -180,6 +183,9 @@ func (q *queue) view() QueueView {
 		Delayed:        snap.Delayed,
 		Consumers:      snap.Consumers,
 		InMemory:       snap.InMemory,
+		Cached:         snap.Cached,
+		CachedBytes:    snap.CacheBytes,
+		CacheHits:      snap.CacheHits,
 		Enqueued:       snap.Enqueued,
 		Delivered:      snap.Delivered,
 		Redelivered:    snap.Redelivered,

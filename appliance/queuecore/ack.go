@@ -360,6 +360,7 @@ func (c *Core) leaveFailed(m *Msg, retryAt, now int64) {
 		m.state = stNone
 		c.spilled = true
 		c.spillSeq++
+		c.cacheCut(m.ID)
 		if m.holdsGroup {
 			m.holdsGroup = false
 			c.ready.release(m.Group)

@@ -86,6 +86,8 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 	if tail < op.UpTo {
 		c.spilled = true
 		c.spillSeq++
+		// Kept rows past memTail that the cache may not hold.
+		c.cacheClear(false)
 	}
 	// Parked groups: what they left up to UpTo is gone, but for kept
 	// messages not in memory (failed requeues).
@@ -102,6 +104,7 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 		c.parked[g] = np
 	}
 	c.memTail = max(c.memTail, tail)
+	c.cacheTrim() // what it cached up to UpTo is purged
 	for g, p := range c.parked {
 		if p > c.memTail {
 			delete(c.parked, g)
@@ -133,6 +136,7 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 			if lm.ID <= c.memTail && !c.inHole(lm) {
 				continue // gone meanwhile
 			}
+			c.cacheDrop(lm.ID) // held from now on; its row changes
 			m = lm
 			c.hold(m)
 		case m.state == stReady:
@@ -173,13 +177,16 @@ type Snapshot struct {
 	Bytes                               int64
 	Oldest                              int64 // ms of the oldest enqueue in memory, 0 if none
 	Spilled, Purging                    bool
+	Cached                              int   // messages in the backlog cache
+	CacheBytes                          int64 // and their weight (CacheBytes)
 	Stats
 }
 
 // Snapshot returns the queue's counts.
 func (c *Core) Snapshot() Snapshot {
 	s := Snapshot{Count: c.count, Bytes: c.bytes, InFlight: len(c.flight), Delayed: len(c.delayed),
-		Consumers: len(c.consumers), Spilled: c.spilled, Purging: c.purging, Stats: c.Stats}
+		Consumers: len(c.consumers), Spilled: c.spilled, Purging: c.purging, Stats: c.Stats,
+		Cached: c.Cached(), CacheBytes: c.cacheBytes}
 	for _, m := range c.byID {
 		if m.state != stLeaving {
 			s.InMemory++

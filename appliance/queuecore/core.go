@@ -29,12 +29,19 @@ type Config struct {
 	ExpiredToDLQ  bool  // expired messages move to the DLQ instead of being dropped
 	RetryMin      int64 // ms back-off of messages whose journal write failed
 	RetryMax      int64 // ms
+	// CacheBytes bounds the backlog cache (cache.go): messages committed
+	// past the window kept in memory for the page-in that reaches them;
+	// 0 = none.
+	CacheBytes int64
 }
 
 // Stats are the queue's counters.
 type Stats struct {
 	Enqueued, Delivered, Redelivered, Acked, Expired, DeadLettered uint64
 	StaleAcks, AckTimeouts, JournalFailures                        uint64
+	// CacheHits: page-ins answered from the backlog cache instead of
+	// the journal.
+	CacheHits uint64
 }
 
 // Core is one queue's state machine. The zero value is not usable: New.
@@ -103,6 +110,13 @@ type Core struct {
 	// again (and a crash in between would keep it).
 	pinsOut int
 
+	// The backlog cache (cache.go): cache[cacheHead:] in ID order.
+	cache      []*Msg
+	cacheHead  int
+	cacheBytes int64
+	cacheAll   bool  // the cache stands for every reported row past memTail
+	cacheCap   int64 // SetCacheCap
+
 	purgeUpTo uint64            // the pending purge deletes every message <= purgeUpTo
 	purgeKeep map[uint64]string // except these (with their group)
 
@@ -141,6 +155,9 @@ func New(cfg Config, seed uint64) *Core {
 		byID:    map[uint64]*Msg{},
 		flight:  map[uint64]*Delivery{},
 		pending: map[uint64]*pend{},
+		// Nothing in the journal yet: an empty cache stands for it.
+		cacheAll: true,
+		cacheCap: noCacheCap,
 	}
 }
 
@@ -177,6 +194,7 @@ func (c *Core) Config() Config { return c.cfg }
 // (Space).
 func (c *Core) SetConfig(cfg Config, now int64) {
 	c.cfg = normalize(cfg)
+	c.cacheFit()
 	c.out.Space = true
 	c.end(now)
 }
@@ -242,6 +260,7 @@ func (c *Core) Recover(count int, bytes int64, maxID, mark uint64, now int64) {
 	c.count, c.bytes, c.lastID = count, bytes, maxID
 	c.markHi = mark
 	c.spilled = count > 0
+	c.cacheClear(!c.spilled)
 	c.dispatch(now)
 }
 
@@ -262,6 +281,7 @@ func (c *Core) Committed(m *Msg, reserved bool, now int64) {
 	case c.spilled || c.windowFull():
 		c.spilled = true
 		c.spillSeq++
+		c.cacheAdd(m)
 	case c.inHole(m):
 		c.memTail = m.ID // its group's rescan loads it
 		c.spillSeq++
@@ -404,9 +424,11 @@ func (c *Core) unstashOne(m *Msg) {
 
 // --- paging -------------------------------------------------------------
 
-func (c *Core) maybePage(now int64) {
+// maybePage asks for the next page-in when one is due. It reports
+// whether it answered one from the backlog cache (dispatch goes on).
+func (c *Core) maybePage(now int64) bool {
 	if (!c.spilled && len(c.parked) == 0) || c.paging || now < c.pageRetryAt {
-		return
+		return false
 	}
 	// Due: from now on the window decides (a Wake in the past would spin
 	// the shell's timer).
@@ -422,14 +444,14 @@ func (c *Core) maybePage(now int64) {
 	if from != 0 {
 		c.paging = true
 		c.out.PageIn = &PageIn{After: from - 1, Limit: c.cfg.Window, MaxBytes: capBytes(max(c.cfg.WindowBytes, 0), c.capRoom()), seq: c.spillSeq, epoch: c.pageEpoch, Group: g, scan: true}
-		return
+		return false
 	}
 	// At least 1: a window of 1 pages too.
 	if !c.spilled || len(c.ready.elig) >= max(1, c.cfg.Window*3/4) {
-		return
+		return false
 	}
 	if wb := c.cfg.WindowBytes; wb > 0 && c.ready.eligBytes >= max(1, wb*3/4) {
-		return
+		return false
 	}
 	// Up to Window eligible messages; messages of blocked groups may add up
 	// to (GroupOverflow-1) windows more. Beyond that, the blocked group with
@@ -440,10 +462,17 @@ func (c *Core) maybePage(now int64) {
 		limit, maxBytes = c.pageBudget()
 	}
 	if limit < 1 {
-		return
+		return false
+	}
+	req := &PageIn{After: c.memTail, Limit: limit, MaxBytes: maxBytes, seq: c.spillSeq, epoch: c.pageEpoch}
+	if msgs, ok := c.fromCache(req); ok {
+		c.CacheHits++
+		c.loaded(req, msgs, now)
+		return true
 	}
 	c.paging = true
-	c.out.PageIn = &PageIn{After: c.memTail, Limit: limit, MaxBytes: maxBytes, seq: c.spillSeq, epoch: c.pageEpoch}
+	c.out.PageIn = req
+	return false
 }
 
 // pageBudget is how many messages, and bytes (0: no bound), a page-in may
@@ -566,6 +595,13 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 		c.end(now)
 		return
 	}
+	c.loaded(req, msgs, now)
+	c.end(now)
+}
+
+// loaded places what a page-in (not a rescan) read, from the journal or
+// the backlog cache.
+func (c *Core) loaded(req *PageIn, msgs []*Msg, now int64) {
 	for _, m := range msgs {
 		if m.ID <= c.memTail {
 			continue
@@ -582,8 +618,12 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 	c.forgetGone()
 	if len(msgs) < req.Limit && !cutByBytes(req, msgs) && c.spillSeq == req.seq {
 		c.spilled = false
+		// Nothing reported lies past memTail: the cache is empty and
+		// stands for the journal again.
+		c.cacheClear(true)
+		return
 	}
-	c.end(now)
+	c.cacheTrim()
 }
 
 // placePaged places a message loaded from the journal.
@@ -728,6 +768,13 @@ func (c *Core) addWork(op Op, d *Delivery) {
 }
 
 func (c *Core) dispatch(now int64) {
+	for c.dispatchOnce(now) {
+	}
+}
+
+// dispatchOnce delivers what it can; it reports whether a page-in was
+// answered from the backlog cache meanwhile (more may go out).
+func (c *Core) dispatchOnce(now int64) bool {
 	c.promote(now)
 	if !c.purging {
 		for len(c.ready.elig) > 0 {
@@ -770,7 +817,7 @@ func (c *Core) dispatch(now int64) {
 			c.claimRow(m, d.Attempt, d)
 		}
 	}
-	c.maybePage(now)
+	return c.maybePage(now)
 }
 
 // canMark reports whether the first delivery of m, just taken from the

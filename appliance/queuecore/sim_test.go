@@ -196,6 +196,7 @@ type simFailure struct{ msg string }
 
 type simStats struct {
 	steps, enqueued, delivered, acked, deadLettered, moved, purges, crashes, settles, failures, pageIns, parks int
+	cacheHits                                                                                                  int // page-ins answered from the backlog cache (in place of pageIns)
 	marks, rows, pins                                                                                          int // claims applied: raises of the mark, rows of count >= 1, rows of count 0
 }
 
@@ -300,6 +301,9 @@ func runSimWith(r simSrc, steps int, label string, reconfig bool) (st simStats, 
 	}
 	s.drain()
 	s.st.steps = s.step
+	for _, c := range s.cores {
+		s.st.cacheHits += int(c.CacheHits)
+	}
 	return s.st, nil
 }
 
@@ -320,6 +324,9 @@ func (s *sim) init() {
 		// seeds keep their schedules).
 		cfg.WindowBytes = int64(cfg.Window) * 40
 	}
+	// A backlog cache on two seeds in three: a large one, or one of a few
+	// messages (not drawn from r either).
+	cfg.CacheBytes = []int64{0, 1 << 30, 3*CacheOverhead + 120}[cfg.Window%3]
 	cfg.RedeliveryMax = cfg.RedeliveryMin + int64(r.intn(int(51-cfg.RedeliveryMin)))
 	cfg.RetryMax = cfg.RetryMin + int64(r.intn(60))
 	if r.intn(3) == 0 {
@@ -490,6 +497,7 @@ func (s *sim) setConfig(q int) {
 	if r.intn(2) == 0 {
 		cfg.WindowBytes = int64(cfg.Window) * 40
 	}
+	cfg.CacheBytes = []int64{0, 1 << 30, 3*CacheOverhead + 120}[cfg.Window%3] // a lower bound evicts
 	cfg.MaxDeliveries = r.intn(5)
 	cfg.RedeliveryMin = int64(r.intn(21))
 	cfg.RedeliveryMax = cfg.RedeliveryMin + int64(r.intn(int(51-cfg.RedeliveryMin)))
@@ -1278,6 +1286,7 @@ func (s *sim) crash() {
 	s.logf("CRASH (dropping %d pending, %d held batches, %d unreported)", len(s.pending), len(s.held), len(s.applied))
 	s.resetVolatile()
 	for q := range s.cores {
+		s.st.cacheHits += int(s.cores[q].CacheHits)
 		s.cores[q] = New(s.cfg[q], uint64(s.r.intn(1<<30)))
 		n, bytes := s.recount(q)
 		var maxID uint64
@@ -1529,6 +1538,65 @@ func (s *sim) capWindow() {
 	s.logf("window cap %d", c)
 	s.cores[qMain].SetWindowCap(c, s.now)
 	s.collect(qMain)
+	// The backlog cache's cap, on both queues, in another rhythm.
+	cc := []int64{noCacheCap, 0, 2*CacheOverhead + 80, noCacheCap, 6 * CacheOverhead}[(s.step/37)%5]
+	s.logf("cache cap %d", cc)
+	for q := range s.cores {
+		s.cores[q].SetCacheCap(cc)
+		s.collect(q)
+	}
+}
+
+// checkCache checks q's backlog cache against the model journal: every
+// cached message is the journal's row as it is now (a stale copy would be
+// delivered with a wrong count, or after its purge), above memTail, in
+// ID order, within the bounds; and no reported row in the range it
+// stands for is missing (a page-in answered from it would skip the row).
+func (s *sim) checkCache(q int) {
+	c := s.cores[q]
+	var weight int64
+	cached := map[uint64]bool{}
+	prev := c.memTail
+	for _, m := range c.cache[c.cacheHead:] {
+		weight += m.Size + CacheOverhead
+		if m.ID <= prev {
+			s.failf("%s caches %d after %d (memTail %d)", simQName[q], m.ID, prev, c.memTail)
+		}
+		prev = m.ID
+		cached[m.ID] = true
+		row := s.rows[m.ID]
+		if (row == nil || row.q != q) && c.purgeTakes(m.ID) {
+			continue // purged, not reported yet: purgeDone drops it
+		}
+		if row == nil || row.q != q {
+			s.failf("%s caches message %d, which the journal no longer holds there", simQName[q], m.ID)
+		}
+		if row.claimed != m.ClaimRow || s.count(row) != m.Deliveries || row.size != m.Size || row.group != m.Group ||
+			row.notBefore != m.NotBefore || row.expires != m.Expires || row.enqueued != m.Enqueued {
+			s.failf("%s caches a stale copy of message %d: %+v, journal %+v (count %d)", simQName[q], m.ID, *m, *row, s.count(row))
+		}
+		if c.byID[m.ID] != nil {
+			s.failf("%s caches message %d and holds it too", simQName[q], m.ID)
+		}
+	}
+	if weight != c.cacheBytes {
+		s.failf("%s counts %d bytes cached, holds %d", simQName[q], c.cacheBytes, weight)
+	}
+	if weight > c.cacheLimit() {
+		s.failf("%s caches %d bytes, bound %d", simQName[q], weight, c.cacheLimit())
+	}
+	if !c.spilled && (!c.cacheAll || len(cached) > 0) {
+		s.failf("%s is not spilled but its cache holds %d (all %v)", simQName[q], len(cached), c.cacheAll)
+	}
+	hi := prev
+	if c.cacheAll {
+		hi = max(hi, c.lastID)
+	}
+	for id, row := range s.rows {
+		if row.q == q && id > c.memTail && id <= hi && !cached[id] && c.byID[id] == nil && !c.isGone(id) {
+			s.failf("%s's cache stands for the journal up to %d (all %v) but misses message %d (memTail %d)", simQName[q], hi, c.cacheAll, id, c.memTail)
+		}
+	}
 }
 
 func (s *sim) check() {
@@ -1548,6 +1616,7 @@ func (s *sim) check() {
 		if db := s.cores[q].delayedBytes; db != delayed {
 			s.failf("%s counts %d bytes delayed, holds %d", simQName[q], db, delayed)
 		}
+		s.checkCache(q)
 		// 8: counts match the journal.
 		// Batches applied but not reported yet are not the core's to know.
 		n, bytes := s.recount(q)
@@ -1889,11 +1958,16 @@ func TestSim(t *testing.T) {
 		tot.marks += st.marks
 		tot.rows += st.rows
 		tot.pins += st.pins
+		tot.cacheHits += st.cacheHits
 	}
 	t.Logf("%d seeds x %d steps in %v: %+v", seeds, *flagSimSteps, time.Since(start).Round(time.Millisecond), tot)
 	// The schedules reach every kind of claim (invariant 9 is not vacuous).
 	if seeds >= 100 && (tot.marks == 0 || tot.rows == 0 || tot.pins == 0) {
 		t.Fatalf("claims applied: %d raises of the mark, %d rows, %d rows of count 0: want each", tot.marks, tot.rows, tot.pins)
+	}
+	// And both ways of paging in (checkCache is not vacuous).
+	if seeds >= 100 && (tot.cacheHits == 0 || tot.pageIns == 0) {
+		t.Fatalf("page-ins: %d from the journal, %d from the backlog cache: want both", tot.pageIns, tot.cacheHits)
 	}
 }
 
