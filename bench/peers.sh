@@ -13,6 +13,7 @@
 #   DURATION=10s RUNS=3 bench/peers.sh   # DURATION in whole seconds (Ns)
 #   CASES_ONLY="drain durable-1x1" bench/peers.sh   # a subset of the cases
 #   SKIP_INSTALL=1 KEEP_PEERS=1 bench/peers.sh
+#   HERALDD_ARGS="--config /tmp/x.toml" bench/peers.sh   # more heraldd flags (an A/B of a setting)
 #
 # Needs root (apt-get, writing /etc/rabbitmq/rabbitmq.conf), Debian 12, Go.
 # Ports: Herald STOMP 61614, RabbitMQ STOMP 61615 (AMQP 5672), NATS 4222; the
@@ -87,7 +88,7 @@ log "building heraldd and herald"
 HERALD=$WORK/bin/herald
 mkdir -p "$WORK/herald-data"
 "$WORK/bin/heraldd" --data-dir "$WORK/herald-data" --stomp-listen "127.0.0.1:$HERALD_PORT" \
-	--admin-socket "$WORK/herald-admin.sock" --log-level warn >"$OUT/heraldd.log" 2>&1 &
+	--admin-socket "$WORK/herald-admin.sock" --log-level warn ${HERALDD_ARGS:-} >"$OUT/heraldd.log" 2>&1 &
 HERALDD_PID=$!
 
 wait_port() { # host port what
