@@ -440,26 +440,41 @@ func (b *Broker) Close(ctx context.Context) error {
 // shedCaches has every queue with a backlog cache account again, which
 // gives back what the memory budget no longer leaves it (accountLocked):
 // a queue that takes no input would otherwise keep its cache while
-// others' windows are capped. One pass at a time, in the background.
+// others' windows are capped. One goroutine at a time, in the background:
+// it walks the queues again every 50 ms while the queues' half of the
+// budget is short and caches remain.
 func (b *Broker) shedCaches() {
 	if !b.shedding.CompareAndSwap(false, true) {
 		return
 	}
 	if !b.goBackground(func() {
 		defer b.shedding.Store(false)
-		b.mu.Lock()
-		qs := make([]*queue, 0, len(b.queues))
-		for _, q := range b.queues {
-			qs = append(qs, q)
-		}
-		b.mu.Unlock()
-		for _, q := range qs {
-			q.mu.Lock()
-			has := q.cacheCharged > 0
-			q.mu.Unlock()
-			if has {
-				q.run(func(int64) {})
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-t.C:
 			}
+			b.mu.Lock()
+			qs := make([]*queue, 0, len(b.queues))
+			for _, q := range b.queues {
+				qs = append(qs, q)
+			}
+			b.mu.Unlock()
+			for _, q := range qs {
+				q.mu.Lock()
+				has := q.cacheCharged > 0
+				q.mu.Unlock()
+				if has {
+					q.run(func(int64) {})
+				}
+			}
+			if b.mem.queueFree() >= b.mem.half/2 || b.cached.Load() == 0 {
+				return
+			}
+			t.Reset(50 * time.Millisecond)
 		}
 	}) {
 		b.shedding.Store(false)

@@ -197,14 +197,18 @@ func TestQueue_Deep(t *testing.T) {
 // smaller than the backlog: the cache keeps the oldest of the backlog, up
 // to queues.backlog_cache_bytes and no further (in its own count and in
 // the heap), the drain is served from it first and then from the journal,
-// in order, every message once, and nothing is cached after a restart.
+// in order, every message once; once used up it starts again with the
+// next messages committed past the window (the journal answers for those
+// before them); and nothing is cached after a restart.
 func TestQueue_DeepCached(t *testing.T) {
 	const window, n, cacheBytes = 1000, 30000, 4 << 20
 	tb := mustStartBroker(t, func(c *appliance.Config) {
 		c.Queues.MemoryWindow, c.Queues.BacklogCacheBytes = window, cacheBytes
 	})
 	base := heapAfterGC(t, tb)
-	fillQueue(t, tb.Addr, "/queue/deepc", n)
+	fillQueueFrom(t, tb.Addr, "/queue/deepc", 0, window)
+	windowHeap := heapAfterGC(t, tb) - base
+	fillQueueFrom(t, tb.Addr, "/queue/deepc", window, n)
 	v, _ := tb.B.Queue("deepc")
 	if v.Messages != n || v.InMemory > window || v.CachedBytes > cacheBytes || v.Cached == 0 || v.Cached >= n-window {
 		t.Fatalf("after fill: messages=%d (want %d) in_memory=%d (window %d) cached=%d (%d bytes, bound %d): want the cache full, not the whole backlog",
@@ -213,16 +217,18 @@ func TestQueue_DeepCached(t *testing.T) {
 	if cachedMin := int64(cacheBytes) - 4096; v.CachedBytes < cachedMin {
 		t.Fatalf("cache holds %d bytes of a %d-byte bound with %d messages past the window", v.CachedBytes, cacheBytes, n-window)
 	}
-	// The heap holds the window and the cache, and not the rest: the cache
-	// weighs at least what it holds (1 MiB for what does not grow).
-	windowed := heapAfterGC(t, tb) - base
-	if limit := int64(cacheBytes + window*1000 + 1<<20); windowed > limit {
-		t.Fatalf("heap grew %d KiB filling %d messages (window %d, cache bound %d KiB), want at most %d KiB", windowed>>10, n, window, cacheBytes>>10, limit>>10)
+	// The heap holds the window and the cache, and not the rest: the
+	// messages past the window add what the cache weighs at most (its
+	// count is at least what it holds; 1 MiB for what does not grow).
+	if grew := heapAfterGC(t, tb) - base - windowHeap; grew > cacheBytes+1<<20 {
+		t.Fatalf("heap grew %d KiB filling messages %d..%d past a window of %d (which took %d KiB), want at most the cache bound %d KiB plus 1 MiB",
+			grew>>10, window, n, window, windowHeap>>10, cacheBytes>>10)
 	}
 	cached := v.Cached
-	seen := make([]bool, n)
+	const more = 2000
+	seen := make([]bool, n+more)
 	last := map[int]int{}
-	drain(t, tb.Addr, "/queue/deepc", n, n, func(i int, m *stomp.Frame) {
+	check := func(m *stomp.Frame) {
 		seq, _ := strconv.Atoi(string(m.Body[:9]))
 		if seen[seq] {
 			t.Fatalf("message %d delivered twice", seq)
@@ -232,10 +238,39 @@ func TestQueue_DeepCached(t *testing.T) {
 			t.Fatalf("order broken: %d after %d", seq, prev)
 		}
 		last[seq%4] = seq
-	})
-	v, _ = tb.B.Queue("deepc")
-	if v.CacheHits == 0 || v.Cached != 0 || v.CachedBytes != 0 {
-		t.Fatalf("after the drain: %d page-ins from the cache (it held %d messages), %d cached (%d bytes): want some, and none left", v.CacheHits, cached, v.Cached, v.CachedBytes)
+	}
+	// Past the cache, into what only the journal holds: the cache is used
+	// up, and it starts again with the next messages committed past the
+	// window, though the queue still holds a backlog in the journal.
+	c := tb.Dial(t)
+	sub, err := c.Subscribe("/queue/deepc", "client-individual", hdr("prefetch-count", "100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumed := window + cached + 1000
+	for range consumed {
+		m := recv(t, sub)
+		check(m)
+		c.Ack(m)
+	}
+	// Every ACK committed before the consumer goes (the prefetched rest
+	// comes back; an ACK still unread would make its message come again).
+	waitQueue(t, tb, "deepc", "the ACKs committed", func(v appliance.QueueView) bool { return v.Messages == n-consumed })
+	c.Close()
+	waitFor(t, 5*time.Second, "the consumer gone", func() bool { return tb.B.Stats().Connections == 0 })
+	if v, _ = tb.B.Queue("deepc"); v.Cached != 0 {
+		t.Fatalf("%d cached after consuming the window and the %d cached", v.Cached, cached)
+	}
+	fillQueueFrom(t, tb.Addr, "/queue/deepc", n, n+more)
+	if v, _ = tb.B.Queue("deepc"); v.Cached != more {
+		t.Fatalf("after %d more SENDs behind a backlog in the journal: %d cached, want them all", more, v.Cached)
+	}
+	hits := v.CacheHits
+	drain(t, tb.Addr, "/queue/deepc", n+more-consumed, n+more, func(i int, m *stomp.Frame) { check(m) })
+	// Auto-ack deletes commit asynchronously.
+	v = waitQueue(t, tb, "deepc", "empty", func(v appliance.QueueView) bool { return v.Messages == 0 })
+	if hits == 0 || v.CacheHits <= hits || v.Cached != 0 || v.CachedBytes != 0 || v.Messages != 0 {
+		t.Fatalf("after the drain: %d then %d page-ins from the cache, %d cached (%d bytes), %d messages: want more hits and nothing left", hits, v.CacheHits, v.Cached, v.CachedBytes, v.Messages)
 	}
 	// A restart starts with no cache: the backlog is read from the journal.
 	fillQueue(t, tb.Addr, "/queue/deepc", 3*window)

@@ -670,6 +670,8 @@ func (q *queue) logEvent(ev queuecore.Event) {
 	switch ev.Kind {
 	case queuecore.EvAckTimeout:
 		q.b.log.Info("ack timeout: message returned to the queue", "queue", q.name, "id", ev.ID)
+	case queuecore.EvOutOfOrder:
+		q.b.log.Error("bug: queue commits reported out of order; the message may wait for a restart to be delivered", "queue", q.name, "id", ev.ID, "detail", ev.Reason)
 	case queuecore.EvJournalFailed:
 		if n, ok := q.failLog.allow(q.b.now()); ok {
 			q.b.log.Error("journal write failed; the messages concerned are retried after a back-off", "queue", q.name, "what", ev.Reason, "err", ev.Err, "suppressed", n)

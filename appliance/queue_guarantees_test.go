@@ -536,3 +536,40 @@ func TestQueue_CloseWhilePaging(t *testing.T) {
 		}
 	}
 }
+
+// A transaction that dead-letters a message (NACK requeue:false) and then
+// SENDs to that dead-letter queue commits the moved message first (the
+// lower ID): both are delivered from the DLQ, in that order. The moved
+// one was reported to the DLQ after the SEND and taken for a message
+// already paged in: never delivered until a restart.
+func TestQueue_TransactionNackThenSendToDLQ(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	c := tb.Dial(t)
+	if _, err := c.SendReceipt(ctxT(t), "/queue/txd", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.SubscribeReceipt(ctxT(t), "/queue/txd", "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := recv(t, sub)
+	if _, err := c.Request(ctxT(t), stomp.NewFrame("BEGIN", "transaction", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(stomp.NewFrame(stomp.CmdNack, "id", f.Get("ack"), "requeue", "false", "transaction", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send("/queue/DLQ.txd", []byte("b"), hdr("transaction", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Request(ctxT(t), stomp.NewFrame(stomp.CmdCommit, "transaction", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	waitQueue(t, tb, "DLQ.txd", "2 messages", func(v appliance.QueueView) bool { return v.Messages == 2 })
+	d := tb.Dial(t)
+	dsub, err := d.SubscribeReceipt(ctxT(t), "/queue/DLQ.txd", "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, bodies(t, dsub, 2), []string{"a", "b"})
+}

@@ -225,7 +225,25 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		committed = make(chan error, 1)
 	}
 	s.submit(&Batch{Ops: append(ops, Op{Kind: OpBarrier}), Done: func(b *Batch, err error) {
-		for _, e := range enqs {
+		// Enqueues and acks are reported in the order of their ops, which
+		// is the order the journal gave their rows IDs: a NACK that
+		// dead-letters a message before a SEND to that dead-letter queue
+		// made the lower ID, and queue cores take commits in ID order
+		// (queuecore's duty 3; reported the other way round, the moved
+		// message was taken for one already paged in, and never delivered
+		// until a restart).
+		ei, ai := 0, 0
+		for ei < len(enqs) || ai < len(acks) {
+			if ai < len(acks) && (ei == len(enqs) || acks[ai].off < enqs[ei].idx) {
+				a := acks[ai]
+				ai++
+				if a.res.done != nil {
+					a.res.done(b.Ops[a.off:a.off+a.cnt], err)
+				}
+				continue
+			}
+			e := enqs[ei]
+			ei++
 			op := &b.Ops[e.idx]
 			switch {
 			case err != nil:
@@ -235,11 +253,6 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 				s.b.stats.dedupHits.Add(1)
 			default:
 				e.q.committed(e.m, true)
-			}
-		}
-		for _, a := range acks {
-			if a.res.done != nil {
-				a.res.done(b.Ops[a.off:a.off+a.cnt], err)
 			}
 		}
 		for _, a := range apps {

@@ -1,18 +1,25 @@
 package queuecore
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // The backlog cache: messages committed past the window (the queue was
 // spilled), kept in memory so that the page-in that later reaches them is
 // answered here instead of by a journal read. It stands in for the journal
-// exactly: with cache holding c[0..k] (ascending IDs, all above memTail),
-// every journal row of the queue reported through Committed with an ID in
-// (memTail, c[k].ID] is in the cache, held in memory (a MoveOut of a
-// message not paged in), or gone; with cacheAll, the same holds for every
-// reported row above memTail. Reports come in commit order (the shell's
-// duty 3), so a row with an ID below a reported one is reported already:
-// a page-in answered from the cache cannot miss a row the journal would
-// have returned.
+// exactly, past cacheFrom: with cache holding c[0..k] (ascending IDs, all
+// above memTail and cacheFrom), every journal row of the queue reported
+// through Committed with an ID in (max(memTail, cacheFrom), c[k].ID] is in
+// the cache, held in memory (a MoveOut of a message not paged in), or
+// gone; with cacheAll, the same holds for every reported row above
+// max(memTail, cacheFrom). Reports come in commit order (the shell's duty
+// 3), so a row with an ID below a reported one is reported already: a
+// page-in answered from the cache (only once memTail has reached
+// cacheFrom) returns what a journal read would have, but for rows
+// committed and not reported yet, which that read may or may not have
+// seen either.
 //
 // A cached message is the one Committed gave, which is the journal's row
 // as committed; nothing changes a row above memTail except a purge and a
@@ -21,9 +28,12 @@ import "math"
 //
 // The cache is bounded by Config.CacheBytes and by SetCacheCap (the
 // broker's memory budget): what does not fit stays in the journal only
-// (cacheAll turns false until the queue is no longer spilled), and a lower
-// cap evicts the newest messages first, keeping the cache a prefix of the
-// backlog.
+// (cacheAll turns false), and a lower cap evicts the newest messages
+// first, keeping the cache a prefix of the backlog. Once such a cache is
+// used up (or after a restart, a failed requeue, a purge that kept rows it
+// lacks), it starts again at the next commit past the window: cacheFrom
+// is set just below it, the journal answers page-ins up to there, and the
+// cache those after.
 
 // CacheOverhead is what a cached message weighs beyond its Size: the
 // shell's message and header slice and the core's Msg.
@@ -48,7 +58,7 @@ func (c *Core) SetCacheCap(capBytes int64) {
 
 // cacheLimit is the bound in force.
 func (c *Core) cacheLimit() int64 {
-	if c.cfg.CacheBytes <= 0 {
+	if c.cfg.CacheBytes <= 0 || c.cacheOff {
 		return 0
 	}
 	return min(c.cfg.CacheBytes, c.cacheCap)
@@ -71,10 +81,15 @@ func (c *Core) cacheDropLast() {
 }
 
 // cacheAdd keeps m, just committed past the window; when it does not fit
-// (or an earlier one did not), the cache stops where it is.
+// (or an earlier one did not), the cache stops where it is, until it is
+// empty: then it starts again with m (every row reported before m has a
+// lower ID, and the journal answers for those).
 func (c *Core) cacheAdd(m *Msg) {
 	if !c.cacheAll {
-		return
+		if c.Cached() > 0 || c.cacheLimit() <= 0 {
+			return
+		}
+		c.cacheAll, c.cacheFrom = true, m.ID-1
 	}
 	if n := len(c.cache); n > c.cacheHead && c.cache[n-1].ID >= m.ID {
 		// Not in commit order (the shell's duty 3): the cache cannot say
@@ -101,8 +116,9 @@ func (c *Core) cacheAdd(m *Msg) {
 // memTail).
 func (c *Core) cacheClear(all bool) {
 	clear(c.cache)
-	c.cache, c.cacheHead, c.cacheBytes = c.cache[:0], 0, 0
-	c.cacheAll = all
+	c.cacheHead, c.cacheBytes = len(c.cache), 0
+	c.cacheReset()
+	c.cacheAll, c.cacheFrom = all, 0
 }
 
 // cacheTrim drops cached messages at or below memTail (paged in from the
@@ -114,9 +130,7 @@ func (c *Core) cacheTrim() {
 		c.cacheHead++
 		c.cacheBytes -= cacheWeight(m)
 	}
-	if c.cacheHead == len(c.cache) {
-		c.cache, c.cacheHead = c.cache[:0], 0
-	}
+	c.cacheReset()
 }
 
 // cacheCut gives up the cache from id on: the journal holds row id past
@@ -137,15 +151,32 @@ func (c *Core) cacheCut(id uint64) {
 // pinned and back in the journal only should the move fail: leaveFailed
 // cuts the cache there).
 func (c *Core) cacheDrop(id uint64) {
-	for i := c.cacheHead; i < len(c.cache); i++ {
-		if m := c.cache[i]; m.ID == id {
-			c.cacheBytes -= cacheWeight(m)
-			copy(c.cache[i:], c.cache[i+1:])
-			c.cache[len(c.cache)-1] = nil
-			c.cache = c.cache[:len(c.cache)-1]
-			return
-		}
+	live := c.cache[c.cacheHead:]
+	i, ok := slices.BinarySearchFunc(live, id, func(m *Msg, id uint64) int { return cmp.Compare(m.ID, id) })
+	if !ok {
+		return
 	}
+	c.cacheBytes -= cacheWeight(live[i])
+	// Requeues take the oldest first: shift what is before it (usually
+	// nothing), not the rest of the cache.
+	copy(live[1:i+1], live[:i])
+	live[0] = nil
+	c.cacheHead++
+	c.cacheReset()
+}
+
+// cacheReset makes an emptied cache start at the front of its slice again,
+// and gives back a large slice (its memory is not in CacheBytes).
+func (c *Core) cacheReset() {
+	if c.cacheHead < len(c.cache) {
+		return
+	}
+	if cap(c.cache) > 4096 {
+		c.cache = nil
+	} else {
+		c.cache = c.cache[:0]
+	}
+	c.cacheHead = 0
 }
 
 // fromCache answers req (not a rescan) from the cache when the journal
@@ -154,7 +185,7 @@ func (c *Core) cacheDrop(id uint64) {
 // backlog. They leave the cache.
 func (c *Core) fromCache(req *PageIn) ([]*Msg, bool) {
 	c.cacheTrim()
-	if req.After != c.memTail || (c.Cached() == 0 && !c.cacheAll) {
+	if req.After != c.memTail || c.memTail < c.cacheFrom || (c.Cached() == 0 && !c.cacheAll) {
 		return nil, false
 	}
 	end, loaded := c.cacheHead, int64(0)
@@ -173,9 +204,7 @@ func (c *Core) fromCache(req *PageIn) ([]*Msg, bool) {
 		c.cache[i] = nil
 	}
 	c.cacheHead = end
-	if c.cacheHead == len(c.cache) {
-		c.cache, c.cacheHead = c.cache[:0], 0
-	}
+	c.cacheReset()
 	return msgs, true
 }
 

@@ -114,8 +114,10 @@ type Core struct {
 	cache      []*Msg
 	cacheHead  int
 	cacheBytes int64
-	cacheAll   bool  // the cache stands for every reported row past memTail
-	cacheCap   int64 // SetCacheCap
+	cacheAll   bool   // the cache stands for every reported row past cacheFrom
+	cacheFrom  uint64 // it stands for rows past this ID only (cache.go)
+	cacheOff   bool   // commits were reported out of order: never again
+	cacheCap   int64  // SetCacheCap
 
 	purgeUpTo uint64            // the pending purge deletes every message <= purgeUpTo
 	purgeKeep map[uint64]string // except these (with their group)
@@ -273,6 +275,11 @@ func (c *Core) Committed(m *Msg, reserved bool, now int64) {
 	}
 	c.count++
 	c.bytes += m.Size
+	if m.ID <= c.lastID {
+		c.cacheOff = true
+		c.cacheClear(false)
+		c.out.Events = append(c.out.Events, Event{Kind: EvOutOfOrder, ID: m.ID, Reason: "commit of " + strconv.FormatUint(m.ID, 10) + " reported after " + strconv.FormatUint(c.lastID, 10)})
+	}
 	c.lastID = max(c.lastID, m.ID)
 	c.Enqueued++
 	switch {
@@ -768,14 +775,15 @@ func (c *Core) addWork(op Op, d *Delivery) {
 }
 
 func (c *Core) dispatch(now int64) {
+	c.promote(now)
 	for c.dispatchOnce(now) {
 	}
 }
 
 // dispatchOnce delivers what it can; it reports whether a page-in was
-// answered from the backlog cache meanwhile (more may go out).
+// answered from the backlog cache meanwhile (more may go out: nothing
+// else became due, so promote need not run again).
 func (c *Core) dispatchOnce(now int64) bool {
-	c.promote(now)
 	if !c.purging {
 		for len(c.ready.elig) > 0 {
 			con := c.nextConsumer()

@@ -209,3 +209,29 @@ func TestCore_ConcurrentFailuresAreOneRound(t *testing.T) {
 		t.Fatalf("wake %d after the second round failed, want 320 (RetryMin doubled once)", out.Wake)
 	}
 }
+
+// Commits reported out of ID order (the shell's duty 3 broken: a
+// transaction reported its SEND before the dead-letter move it made first)
+// are reported as EvOutOfOrder, and the backlog cache, which relies on the
+// order, is given up.
+func TestCore_OutOfOrderCommitReported(t *testing.T) {
+	c := New(Config{Window: 1, CacheBytes: 1 << 20}, 1)
+	c.Committed(&Msg{ID: 1, Size: 1}, true, 0)
+	c.Committed(&Msg{ID: 3, Size: 1}, true, 0) // past the window: cached
+	if c.Cached() != 1 {
+		t.Fatalf("cached %d, want 1", c.Cached())
+	}
+	for _, ev := range c.Take().Events {
+		t.Fatalf("event %+v for commits in order", ev)
+	}
+	c.Committed(&Msg{ID: 2, Size: 1}, true, 0)
+	var got []Event
+	for _, ev := range c.Take().Events {
+		if ev.Kind == EvOutOfOrder {
+			got = append(got, ev)
+		}
+	}
+	if len(got) != 1 || got[0].ID != 2 || c.Cached() != 0 || c.cacheAll {
+		t.Fatalf("events %+v, cached %d (all %v): want one EvOutOfOrder for 2 and no cache", got, c.Cached(), c.cacheAll)
+	}
+}

@@ -89,4 +89,9 @@ const (
 	EvDeadLettered
 	EvJournalFailed // a batch failed; its messages retry after a back-off
 	EvPurged
+	// EvOutOfOrder: Committed reported a message with an ID below one
+	// reported before (the shell broke its duty 3). The message may be
+	// taken for one already paged in and not delivered until a restart;
+	// the backlog cache is given up. A bug to log loudly.
+	EvOutOfOrder
 )

@@ -1390,6 +1390,9 @@ func (s *sim) collect(q int) {
 		s.deliver(q, d)
 	}
 	for _, ev := range o.Events {
+		if ev.Kind == EvOutOfOrder {
+			s.failf("%s: %s", simQName[q], ev.Reason)
+		}
 		if ev.Kind != EvAckTimeout {
 			continue
 		}
@@ -1556,11 +1559,12 @@ func (s *sim) checkCache(q int) {
 	c := s.cores[q]
 	var weight int64
 	cached := map[uint64]bool{}
-	prev := c.memTail
+	from := max(c.memTail, c.cacheFrom)
+	prev := from
 	for _, m := range c.cache[c.cacheHead:] {
 		weight += m.Size + CacheOverhead
 		if m.ID <= prev {
-			s.failf("%s caches %d after %d (memTail %d)", simQName[q], m.ID, prev, c.memTail)
+			s.failf("%s caches %d after %d (memTail %d, from %d)", simQName[q], m.ID, prev, c.memTail, c.cacheFrom)
 		}
 		prev = m.ID
 		cached[m.ID] = true
@@ -1593,8 +1597,8 @@ func (s *sim) checkCache(q int) {
 		hi = max(hi, c.lastID)
 	}
 	for id, row := range s.rows {
-		if row.q == q && id > c.memTail && id <= hi && !cached[id] && c.byID[id] == nil && !c.isGone(id) {
-			s.failf("%s's cache stands for the journal up to %d (all %v) but misses message %d (memTail %d)", simQName[q], hi, c.cacheAll, id, c.memTail)
+		if row.q == q && id > from && id <= hi && !cached[id] && c.byID[id] == nil && !c.isGone(id) {
+			s.failf("%s's cache stands for the journal from %d up to %d (all %v) but misses message %d (memTail %d)", simQName[q], from, hi, c.cacheAll, id, c.memTail)
 		}
 	}
 }
