@@ -83,7 +83,8 @@ func TestAdminCLI_Commands(t *testing.T) {
 	}
 
 	out, _ = runAdmin(t, s, exitOK, "queue", "show", "/queue/orders")
-	mustContain(t, "queue show", out, "queue:              orders", "messages:           4", "dead-letter queue:  DLQ.orders (0 messages)")
+	mustContain(t, "queue show", out, "queue:              orders", "messages:           4", "dead-letter queue:  DLQ.orders (0 messages)",
+		"in memory:          4; backlog cache 0 (0 B), 0 page-ins from it")
 	qv := decode[appliance.QueueView](t, first(runAdmin(t, s, exitOK, "queue", "show", "--json", "orders")))
 	if qv.Enqueued != 4 {
 		t.Errorf("queue show --json: got %+v", qv)
