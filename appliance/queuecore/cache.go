@@ -91,12 +91,6 @@ func (c *Core) cacheAdd(m *Msg) {
 		}
 		c.cacheAll, c.cacheFrom = true, m.ID-1
 	}
-	if n := len(c.cache); n > c.cacheHead && c.cache[n-1].ID >= m.ID {
-		// Not in commit order (the shell's duty 3): the cache cannot say
-		// what lies between. Never again until the backlog is drained.
-		c.cacheClear(false)
-		return
-	}
 	if w := cacheWeight(m); c.cacheBytes+w > c.cacheLimit() {
 		c.cacheAll = false
 		return
