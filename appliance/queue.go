@@ -44,6 +44,7 @@ type queue struct {
 	deleted  bool  // removed by DeleteQueue: callers re-resolve the name
 	closed   bool  // broker closing: no more timers or page-ins
 	failLog  rateLog
+	orderLog rateLog // EvOutOfOrder
 
 	blocked, blockedNs atomic.Uint64
 
@@ -671,7 +672,9 @@ func (q *queue) logEvent(ev queuecore.Event) {
 	case queuecore.EvAckTimeout:
 		q.b.log.Info("ack timeout: message returned to the queue", "queue", q.name, "id", ev.ID)
 	case queuecore.EvOutOfOrder:
-		q.b.log.Error("bug: queue commits reported out of order; the message may wait for a restart to be delivered", "queue", q.name, "id", ev.ID, "detail", ev.Reason)
+		if n, ok := q.orderLog.allow(q.b.now()); ok {
+			q.b.log.Error("bug: queue commits reported out of order; the message may wait for a restart to be delivered", "queue", q.name, "id", ev.ID, "detail", ev.Reason, "suppressed", n)
+		}
 	case queuecore.EvJournalFailed:
 		if n, ok := q.failLog.allow(q.b.now()); ok {
 			q.b.log.Error("journal write failed; the messages concerned are retried after a back-off", "queue", q.name, "what", ev.Reason, "err", ev.Err, "suppressed", n)

@@ -32,8 +32,8 @@ import (
 // first, keeping the cache a prefix of the backlog. Once such a cache is
 // used up (or after a restart, a failed requeue, a purge that kept rows it
 // lacks), it starts again at the next commit past the window: cacheFrom
-// is set just below it, the journal answers page-ins up to there, and the
-// cache those after.
+// is set to the last ID reported before it, the journal answers page-ins
+// up to there, and the cache those after.
 
 // CacheOverhead is what a cached message weighs beyond its Size: the
 // shell's message and header slice and the core's Msg.
@@ -80,16 +80,17 @@ func (c *Core) cacheDropLast() {
 	c.cacheAll = false
 }
 
-// cacheAdd keeps m, just committed past the window; when it does not fit
-// (or an earlier one did not), the cache stops where it is, until it is
-// empty: then it starts again with m (every row reported before m has a
-// lower ID, and the journal answers for those).
-func (c *Core) cacheAdd(m *Msg) {
+// cacheAdd keeps m, just committed past the window (prev: the highest ID
+// reported before it); when it does not fit (or an earlier one did not),
+// the cache stops where it is, until it is empty: then it starts again
+// with m (every row reported before m has an ID up to prev, and the
+// journal answers for those).
+func (c *Core) cacheAdd(m *Msg, prev uint64) {
 	if !c.cacheAll {
 		if c.Cached() > 0 || c.cacheLimit() <= 0 {
 			return
 		}
-		c.cacheAll, c.cacheFrom = true, m.ID-1
+		c.cacheAll, c.cacheFrom = true, prev
 	}
 	if w := cacheWeight(m); c.cacheBytes+w > c.cacheLimit() {
 		c.cacheAll = false

@@ -275,9 +275,10 @@ func (c *Core) Committed(m *Msg, reserved bool, now int64) {
 	}
 	c.count++
 	c.bytes += m.Size
+	prev := c.lastID
 	if m.ID <= c.lastID {
 		c.cacheOff = true
-		c.cacheClear(false)
+		c.cacheClear(!c.spilled)
 		c.out.Events = append(c.out.Events, Event{Kind: EvOutOfOrder, ID: m.ID, Reason: "commit of " + strconv.FormatUint(m.ID, 10) + " reported after " + strconv.FormatUint(c.lastID, 10)})
 	}
 	c.lastID = max(c.lastID, m.ID)
@@ -288,7 +289,7 @@ func (c *Core) Committed(m *Msg, reserved bool, now int64) {
 	case c.spilled || c.windowFull():
 		c.spilled = true
 		c.spillSeq++
-		c.cacheAdd(m)
+		c.cacheAdd(m, prev)
 	case c.inHole(m):
 		c.memTail = m.ID // its group's rescan loads it
 		c.spillSeq++

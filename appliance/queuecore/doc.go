@@ -30,7 +30,10 @@
 //  2. Submit Batches in order, and call Done once per batch, from the
 //     journal's completion order. Acks and nacks return their batch to the
 //     caller, which may combine it with other work (transactions).
-//  3. Call Committed for each enqueue in commit order.
+//  3. Call Committed for each enqueue, and each message moved into the
+//     queue (Moved), in commit order, which is ID order: a transaction
+//     reports its SENDs and the moves its acks made in the order of its
+//     operations. (A report out of order is EvOutOfOrder: a bug.)
 //  4. Call Tick at or after Wake.
 //  5. Never block inside a call: the core never asks for it.
 //
