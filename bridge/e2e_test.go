@@ -44,7 +44,8 @@ func startBridgeB(t testing.TB, b *testbroker.Broker, cfg appliance.BridgeConfig
 	br, err := bridge.New(bridge.Options{
 		Config: cfg, LocalAddr: b.Addr, Logger: testLogger(), Seed: 1,
 		QueueDepth: func(name string) (int64, int64, bool) {
-			q, ok := b.B.Queue(name)
+			q, ok := b.Queue(name) // the test may be restarting b
+
 			return int64(q.Messages), q.Bytes, ok
 		},
 	})

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ type Broker struct {
 	Store *journal.Store
 	B     *appliance.Broker
 	Addr  string // host:port of the STOMP listener
+
+	// mu guards B against goroutines other than the test's (a bridge's
+	// queue-depth probe) while Restart replaces it; see Queue.
+	mu sync.Mutex
 
 	hook  func(ops int, d time.Duration)
 	wrap  func(appliance.Journal) appliance.Journal
@@ -103,7 +108,10 @@ func (b *Broker) start() {
 	if b.wrap != nil {
 		j = b.wrap(j)
 	}
-	b.B = appliance.New(appliance.Options{Config: b.Cfg, Journal: j, Version: "test", Logger: logger()})
+	nb := appliance.New(appliance.Options{Config: b.Cfg, Journal: j, Version: "test", Logger: logger()})
+	b.mu.Lock()
+	b.B = nb
+	b.mu.Unlock()
 	for _, s := range b.sinks {
 		b.B.AddTopicSink(s)
 	}
@@ -130,7 +138,20 @@ func (b *Broker) Stop() {
 	if err := b.Store.Close(ctx); err != nil {
 		b.T.Errorf("close journal: %v", err)
 	}
+	b.mu.Lock()
 	b.B = nil
+	b.mu.Unlock()
+}
+
+// Queue is B.Queue for goroutines other than the test's: safe while the
+// test restarts the broker, and not found while it is stopped.
+func (b *Broker) Queue(name string) (appliance.QueueView, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.B == nil {
+		return appliance.QueueView{}, false
+	}
+	return b.B.Queue(name)
 }
 
 // Restart stops and starts the broker on the same data directory (on a new
