@@ -6,7 +6,8 @@
 # the same shape (target sqlite: the device's floor, see
 # BenchmarkRawSQLiteTail in journal/bench_test.go); one SEND at a time also
 # the same writer behind a TCP round trip (sqlite-served,
-# BenchmarkRawSQLiteServed).
+# BenchmarkRawSQLiteServed), and with that client in a process of its own as
+# every broker's client is (sqlite-process, BenchmarkRawSQLiteServedProcess).
 #
 #   bench/peers.sh                 # install the peers if needed, run, stop them
 #   make bench-peers               # the same
@@ -160,7 +161,7 @@ target() {
 # gets a queue of its own.
 CASES=(
 	"durable-4x64|herald rabbitmq nats sqlite|send --producers 4 --window 64 --size $SIZE --persistent"
-	"durable-1x1|herald rabbitmq nats sqlite sqlite-served|send --producers 1 --window 1 --size $SIZE --persistent"
+	"durable-1x1|herald rabbitmq nats sqlite sqlite-served sqlite-process|send --producers 1 --window 1 --size $SIZE --persistent"
 	"drain|herald rabbitmq nats|drain --messages $DRAIN_MESSAGES --consumers 4 --prefetch 1000 --size $SIZE"
 	"topic-1k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 1000 --size $TOPIC_SIZE"
 	"topic-10k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 10000 --size $TOPIC_SIZE"
@@ -196,11 +197,13 @@ args() {
 # (a bare SQLite writer, 256 rows per commit for 4x64, 1 for 1x1).
 (cd "$ROOT" && go test -c -o "$WORK/bin/journal.test" ./journal)
 # sqlite_run ARGS served: BenchmarkRawSQLiteServed instead (one row per
-# request over a loopback TCP round trip; 1x1 only).
+# request over a loopback TCP round trip; 1x1 only); sqlite_run ARGS process:
+# BenchmarkRawSQLiteServedProcess (the same, the client in another process).
 sqlite_run() {
 	local batch=256 secs bench=RawSQLiteTail
 	[[ "$1" == *"--window 1 "* ]] && batch=1
 	[ "${2:-}" = served ] && bench=RawSQLiteServed
+	[ "${2:-}" = process ] && bench=RawSQLiteServedProcess
 	secs=$(($(echo "$DURATION" | sed 's/s$//')))
 	HERALD_BENCH_SECONDS=$secs HERALD_BENCH_BATCH=$batch "$WORK/bin/journal.test" -test.run '^$' \
 		-test.bench "$bench\$" -test.benchtime 1x 2>&1 | awk -v batch="$batch" '/^BenchmarkRawSQLite/ {
@@ -224,10 +227,10 @@ for c in "${CASES[@]}"; do
 			case $t in
 			rabbitmq) [ -n "$RABBIT_OK" ] || continue ;;
 			nats) [ -n "$NATS_OK" ] || continue ;;
-			sqlite | sqlite-served) want sqlite || continue ;;
+			sqlite | sqlite-served | sqlite-process) want sqlite || continue ;;
 			esac
 			dest=/queue/$QPREFIX-$idx-$run-$t
-			if [ "$t" = sqlite ] || [ "$t" = sqlite-served ]; then
+			if [[ "$t" == sqlite* ]]; then
 				line=$(sqlite_run "$cargs " "${t#sqlite-}")
 				[ -n "$line" ] || { log "$name $t run $run failed"; continue; }
 			# shellcheck disable=SC2046,SC2086
@@ -315,7 +318,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "pull consumer with explicit acks for the drain) for the others; sqlite is a bare SQLite writer (WAL, synchronous=FULL,"
 	echo "256 rows per commit for 4x64, 1 for 1x1), its latencies the commit times: the device's floor; sqlite-served (1x1) is"
 	echo "the same writer committing each 1 KiB request of a client on a loopback TCP connection before a 1-byte answer,"
-	echo "latency at the client: the floor of any server that commits a request before it answers."
+	echo "latency at the client: the floor of any server that commits a request before it answers; sqlite-process is that"
+	echo "with the client in a process of its own, as a broker's client is (each request and answer wakes another process)."
 	echo "msg/s: confirmed SENDs per second (send cases); messages drained per second, from the first SUBSCRIBE to the last"
 	echo "ACK processed (drain, after a fill of $DRAIN_MESSAGES); the slowest subscriber's delivered rate (topic cases)."
 	echo "p50/p99/p999: receipt latency (send); publisher-to-subscriber latency over all subscribers (topic)."
