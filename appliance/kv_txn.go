@@ -15,7 +15,7 @@ import (
 // batch, so after a crash either all of them are there or none.
 //
 //   - A transaction that holds a /kv/ SEND holds only /kv/ SENDs, all to
-//     one bucket (ERROR otherwise, at the SEND, which ends the
+//     one bucket, and no ACK or NACK (ERROR otherwise, at the frame, which ends the
 //     connection as every STOMP ERROR: nothing of it is stored). Each SEND is checked when it is buffered (headers), and all
 //     together at COMMIT, in order: compare-and-set conditions against the
 //     state the earlier SENDs of the set make, limits, create permission,
@@ -69,7 +69,13 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 	dests := make([]string, len(tx.frames))
 	anyPut := false
 	for i, bf := range tx.frames {
-		_, name, _ := s.dest(bf.Get("destination"), false)
+		// buffer admits only /kv/ SENDs of one bucket once tx.kv is set;
+		// anything else here is a bug, refused rather than written.
+		kind, name, err := s.dest(bf.Get("destination"), false)
+		if bf.Command != stomp.CmdSend || err != nil || kind != destKV {
+			s.fail(f, "mixed transaction", fmt.Sprintf("Transaction %s holds a %s frame that is not a key-value write; nothing was committed.", id, bf.Command))
+			return false
+		}
 		req, fc, ok := s.kvRequest(bf, name)
 		if !ok {
 			return false

@@ -81,6 +81,10 @@ func (s *session) buffer(id string, f *stomp.Frame) bool {
 		if !s.bufferKV(f, tx, kind, name) {
 			return false
 		}
+	} else if tx.kv != "" {
+		// ACK or NACK: key-value writes go in a transaction of their own.
+		s.fail(f, "mixed transaction", fmt.Sprintf("This transaction holds key-value writes (/kv/%s.…); it may hold only those. Send %s outside it or in another transaction.", tx.kv, f.Command))
+		return false
 	}
 	tx.frames = append(tx.frames, f)
 	tx.bytes += w
