@@ -474,8 +474,13 @@ func kvFrame(sub *subscription, e kvcore.Entry, snapshot bool) *stomp.Frame {
 func (s *session) deliverKV(f *stomp.Frame) {
 	limit := s.b.cfg().KV.WatchBufferBytes
 	s.outMu.Lock()
-	over := s.outBytes > limit
+	over, ending := s.outBytes > limit, s.ending
 	s.outMu.Unlock()
+	if ending {
+		// Dropped already (its watches go at cleanup, after the writer
+		// stops): one drop counted and logged per watcher, not per change.
+		return
+	}
 	if over {
 		s.b.kv.watchDrops.Add(1)
 		s.log.Warn("slow key-value watcher dropped", "waiting_bytes_over", limit)
