@@ -147,10 +147,19 @@ func (st *stream) publishLoop(p *streamPub) {
 			}
 		}
 		for _, m := range msgs {
+			// The stream's own offset and time, first; a sender's headers
+			// of those names (a MESSAGE forwarded from another stream) are
+			// dropped, as streamFrame drops them for STOMP subscribers.
 			h := make(stomp.Headers, 0, len(m.Headers)+2)
-			h = append(h, m.Headers...)
 			h = append(h, stomp.Header{Key: hdrStreamOffset, Value: strconv.FormatUint(m.ID, 10)},
 				stomp.Header{Key: hdrTimestamp, Value: strconv.FormatInt(m.Enqueued, 10)})
+			for _, x := range m.Headers {
+				switch x.Key {
+				case hdrStreamOffset, hdrTimestamp, hdrStreamGap:
+					continue
+				}
+				h = append(h, x)
+			}
 			for _, s := range p.sinks {
 				if err := s.Publish(wire, h, m.Body); err != nil {
 					st.b.log.Warn("stream multicast publish failed", "sink", s.Name(), "stream", st.name, "offset", m.ID, "err", err)
