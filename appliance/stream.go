@@ -49,6 +49,15 @@ type stream struct {
 	// inflight counts appends submitted and not yet completed; a delete
 	// waits for them.
 	inflight sync.WaitGroup
+	// cursorOps counts, per durable cursor, the moves (ACKs) submitted to
+	// the journal and not completed yet; cursorWake is closed (and
+	// dropped) whenever one reaches zero. An admin reset or delete waits
+	// for them: a departed consumer's last ACK still in its connection's
+	// intake would otherwise commit after the reset and move the cursor
+	// forward again (OpCursor keeps the furthest position), or after the
+	// delete and make the stream's row again. Under mu.
+	cursorOps  map[string]int
+	cursorWake chan struct{}
 
 	// pub publishes appends to the multicast channels carrying the
 	// stream (stream_mcast.go); set at the first append when one does.
@@ -536,16 +545,67 @@ func (s *session) streamAck(token string, nack bool) (ackResult, bool) {
 	if mv == nil {
 		return ackResult{stale: true}, true
 	}
+	st.mu.Lock()
+	st.cursorOpBegin(mv.Name)
+	st.mu.Unlock()
 	return ackResult{
 		ops: []Op{{Kind: OpCursor, Stream: &StreamOp{Name: st.name, Cursor: mv.Name, Offset: mv.Offset}}},
+		// Called once whatever happens to the op (committed, failed, or
+		// its transaction given up).
 		done: func(_ []Op, err error) {
+			st.mu.Lock()
 			if err == nil {
-				st.mu.Lock()
 				st.core.CursorCommitted(mv.Name, mv.Offset)
-				st.mu.Unlock()
 			}
+			st.cursorOpEnd(mv.Name)
+			st.mu.Unlock()
 		},
 	}, true
+}
+
+// cursorOpBegin counts a move of cursor name submitted; under mu.
+func (st *stream) cursorOpBegin(name string) {
+	if st.cursorOps == nil {
+		st.cursorOps = map[string]int{}
+	}
+	st.cursorOps[name]++
+}
+
+// cursorOpEnd counts a move of cursor name completed; under mu.
+func (st *stream) cursorOpEnd(name string) {
+	if st.cursorOps[name]--; st.cursorOps[name] <= 0 {
+		delete(st.cursorOps, name)
+		if st.cursorWake != nil {
+			close(st.cursorWake)
+			st.cursorWake = nil
+		}
+	}
+}
+
+// waitCursorOps waits until no move of cursor name (every cursor, for "")
+// is between its submission and its completion.
+func (st *stream) waitCursorOps(ctx context.Context, name string) error {
+	for {
+		st.mu.Lock()
+		busy := st.cursorOps[name] > 0
+		if name == "" {
+			busy = len(st.cursorOps) > 0
+		}
+		if !busy {
+			st.mu.Unlock()
+			return nil
+		}
+		if st.cursorWake == nil {
+			st.cursorWake = make(chan struct{})
+		}
+		w := st.cursorWake
+		st.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the acknowledgements of stream %s being stored: %w", st.name, ctx.Err())
+		}
+	}
 }
 
 // --- retention ---------------------------------------------------------------------

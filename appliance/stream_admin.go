@@ -198,11 +198,24 @@ func (b *Broker) DeleteStream(ctx context.Context, name string) (int, error) {
 	st.tail.reset()
 	st.mu.Unlock()
 	st.inflight.Wait() // appends submitted before: their completions ran
+	// And the cursor moves (ACKs of consumers gone): one committed after
+	// the delete would make the stream's row again, with its cursor.
+	if err := st.waitCursorOps(ctx, ""); err != nil {
+		b.reloadStream(st)
+		return 0, fmt.Errorf("delete stream %s: %w (nothing removed; retry)", st.name, err)
+	}
 	step := b.cfg().Streams.RetentionBatch * 16
 	removed := 0
 	for {
+		// Between steps only: a step is waited for whatever ctx does
+		// (bounded by its size), so that the core is never reloaded
+		// while a step it does not know of may still commit.
+		if err := ctx.Err(); err != nil {
+			b.reloadStream(st)
+			return removed, fmt.Errorf("delete stream %s: %w (%d messages removed; retry)", st.name, err, removed)
+		}
 		op := Op{Kind: OpStreamDelete, Stream: &StreamOp{Name: st.name, Limit: step}}
-		bt, err := b.submitWait(ctx, &Batch{Ops: []Op{op}})
+		bt, err := b.submitWait(b.ctx, &Batch{Ops: []Op{op}})
 		if err != nil {
 			// The stream stays, possibly shorter: reload what is left.
 			b.reloadStream(st)
@@ -310,6 +323,17 @@ func (b *Broker) ResetCursor(ctx context.Context, name, cursor, target string) (
 		st.mu.Unlock()
 		return 0, 0, fmt.Errorf("%w: %s of stream %s; stop its consumer first (herald connections)", ErrCursorActive, cursor, st.name)
 	}
+	st.mu.Unlock()
+	// A move of this cursor still on its way to the journal (the last ACK
+	// of a consumer gone) would commit after the reset and undo it.
+	if err := st.waitCursorOps(ctx, cursor); err != nil {
+		st.mu.Lock()
+		st.core.ReleaseCursor(cursor)
+		st.mu.Unlock()
+		return 0, 0, fmt.Errorf("reset cursor %s of stream %s: %w; retry", cursor, st.name, err)
+	}
+	st.mu.Lock()
+	old, _ = st.core.Cursor(cursor) // where those moves left it
 	st.mu.Unlock()
 	op := Op{Kind: OpCursorSet, Stream: &StreamOp{Name: st.name, Cursor: cursor, Offset: pos}}
 	// Waited for whatever the request's context does: the core learns
