@@ -69,6 +69,7 @@ var reloadKeys = map[string]reloadClass{
 	"streams.max_bytes":          reloadable,
 	"streams.max_count":          reloadable,
 	"streams.max_streams":        reloadable,
+	"streams.max_cursors":        reloadable, // from the next SUBSCRIBE
 	"streams.page_bytes":         reloadable, // from the next retention round
 	"streams.page_messages":      reloadable,
 	"streams.tail_bytes":         reloadable, // from the next append

@@ -329,6 +329,14 @@ func (s *session) subscribeStream(f *stomp.Frame, sub *subscription) bool {
 		s.fail(f, "stream not available", fmt.Sprintf("%v: %s; subscribe again once the delete is done.", ErrStreamDeleting, sub.name))
 		return false
 	}
+	if cursor != "" {
+		_, known := st.core.Cursor(cursor)
+		if max := s.b.cfg().Streams.MaxCursors; !known && !st.core.CursorActive(cursor) && st.core.CursorCount() >= max {
+			st.mu.Unlock()
+			s.fail(f, "too many consumers", fmt.Sprintf("Stream %s has %d durable cursors (streams.max_cursors); a new %s name is refused. Reuse a name, raise streams.max_cursors, or delete the stream (herald stream delete %s).", sub.name, max, hdrStreamConsumer, sub.name))
+			return false
+		}
+	}
 	_, err = st.core.Subscribe(sub.sid, streamcore.AckMode(sub.ack), prefetch, start, cursor)
 	if err != nil {
 		st.mu.Unlock()

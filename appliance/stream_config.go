@@ -17,6 +17,9 @@ type StreamsConfig struct {
 	MaxCount int64    `toml:"max_count" json:"max_count"`
 	// MaxStreams bounds how many streams clients may create.
 	MaxStreams int `toml:"max_streams" json:"max_streams"`
+	// MaxCursors bounds the durable cursors (x-stream-consumer names) of
+	// one stream: a SUBSCRIBE naming a new one beyond it is refused.
+	MaxCursors int `toml:"max_cursors" json:"max_cursors"`
 	// PageBytes and PageMessages bound one read of a stream for one
 	// subscriber (what a subscriber holds in memory before its MESSAGEs
 	// are queued to its connection).
@@ -50,6 +53,7 @@ func defaultStreamsConfig() StreamsConfig {
 		MaxAge:            Duration{7 * 24 * time.Hour},
 		MaxBytes:          1 << 30,
 		MaxStreams:        1000,
+		MaxCursors:        1000,
 		PageBytes:         1 << 20,
 		PageMessages:      512,
 		TailBytes:         1 << 20,
@@ -93,6 +97,9 @@ func (c *Config) validateStreams() []error {
 	}
 	if s.MaxStreams <= 0 || s.MaxStreams > 1_000_000 {
 		bad("streams.max_streams: want 1 to 1000000, got %d", s.MaxStreams)
+	}
+	if s.MaxCursors <= 0 || s.MaxCursors > 1_000_000 {
+		bad("streams.max_cursors: want 1 to 1000000, got %d", s.MaxCursors)
 	}
 	if s.PageBytes < 4096 || s.PageBytes > 256<<20 {
 		bad("streams.page_bytes: want 4096 to 268435456, got %d", s.PageBytes)

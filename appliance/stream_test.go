@@ -426,6 +426,7 @@ func TestStream_ConfigValidated(t *testing.T) {
 		{"streams.max_age", func(s *appliance.StreamsConfig) { s.MaxAge.Duration = -time.Second }},
 		{"streams.max_bytes", func(s *appliance.StreamsConfig) { s.MaxBytes = -1 }},
 		{"streams.max_streams", func(s *appliance.StreamsConfig) { s.MaxStreams = 0 }},
+		{"streams.max_cursors", func(s *appliance.StreamsConfig) { s.MaxCursors = 0 }},
 		{"streams.page_bytes", func(s *appliance.StreamsConfig) { s.PageBytes = 10 }},
 		{"streams.page_messages", func(s *appliance.StreamsConfig) { s.PageMessages = 0 }},
 		{"streams.retention_interval", func(s *appliance.StreamsConfig) { s.RetentionInterval.Duration = 0 }},

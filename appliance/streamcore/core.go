@@ -149,6 +149,17 @@ func (c *Core) Cursor(name string) (uint64, bool) {
 	return v, ok
 }
 
+// CursorCount is len(CursorNames()) without the list.
+func (c *Core) CursorCount() int {
+	n := len(c.cursors)
+	for k := range c.active {
+		if _, ok := c.cursors[k]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
 // CursorNames lists the durable cursors (committed or held by a
 // subscriber), in no order.
 func (c *Core) CursorNames() []string {
