@@ -91,6 +91,11 @@ type sub struct {
 	// read them; its next delivery says so.
 	hasGap  bool
 	gapFrom uint64
+	// nacked: in client-individual mode an offset was NACKed, nackMin the
+	// lowest; the durable cursor never moves past it (in client mode an
+	// ACK of a later offset acknowledges it too).
+	nacked  bool
+	nackMin uint64
 }
 
 // Core is one stream's state.
@@ -383,6 +388,8 @@ func (c *Core) Ack(id SubID, off uint64) (*CursorMove, bool) {
 	}
 	if s.mode == Client {
 		pos = off + 1
+	} else if s.nacked && s.nackMin < pos {
+		pos = s.nackMin
 	}
 	if cur, ok := c.cursors[s.cursor]; ok && cur >= pos {
 		return nil, true
@@ -407,6 +414,9 @@ func (c *Core) Nack(id SubID, off uint64) bool {
 		s.unacked = s.unacked[i+1:]
 	} else {
 		s.unacked = append(s.unacked[:i], s.unacked[i+1:]...)
+		if !s.nacked || off < s.nackMin {
+			s.nacked, s.nackMin = true, off
+		}
 	}
 	c.pump()
 	return true
