@@ -46,8 +46,8 @@ type stream struct {
 	// deleting: the admin is deleting the stream; appends and
 	// subscriptions are refused. Under mu.
 	deleting bool
-	// inflight counts appends submitted and not yet completed; a delete
-	// waits for them.
+	// inflight counts appends and retention trims submitted and not yet
+	// completed; a delete waits for them.
 	inflight sync.WaitGroup
 	// cursorOps counts, per durable cursor, the moves (ACKs) submitted to
 	// the journal and not completed yet; cursorWake is closed (and
@@ -667,10 +667,21 @@ func (st *stream) retainStep() bool {
 	if n == 0 {
 		return false
 	}
+	// Counted in inflight, as an append is: a delete that began since the
+	// check above waits for it (a trim committed after the delete would
+	// make the stream's row again).
+	st.mu.Lock()
+	if st.deleting {
+		st.mu.Unlock()
+		return false
+	}
+	st.inflight.Add(1)
+	st.mu.Unlock()
 	done := make(chan error, 1)
 	start := time.Now()
 	op := Op{Kind: OpTrim, Stream: &StreamOp{Name: st.name, Offset: upto, Limit: n}}
 	st.b.j.Submit(&Batch{Ops: []Op{op}, Done: func(bt *Batch, err error) {
+		defer st.inflight.Done()
 		if err == nil {
 			o := &bt.Ops[0]
 			st.mu.Lock()

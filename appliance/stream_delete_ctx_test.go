@@ -114,3 +114,77 @@ func TestStream_DeleteOutlivesItsContext(t *testing.T) {
 		t.Fatalf("the new stream r: %+v, %v; want next offset 1", v, err)
 	}
 }
+
+// trimGateJournal holds the Submit of the first retention trim of stream
+// "r" until release is closed.
+type trimGateJournal struct {
+	appliance.Journal
+	appliance.StreamJournal
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *trimGateJournal) Submit(b *appliance.Batch) {
+	for _, op := range b.Ops {
+		if op.Kind == appliance.OpTrim && op.Stream != nil && op.Stream.Name == "r" {
+			hold := false
+			g.once.Do(func() { hold = true })
+			if hold {
+				close(g.entered)
+				<-g.release
+			}
+			break
+		}
+	}
+	g.Journal.Submit(b)
+}
+
+// TestStream_DeleteWaitsForRetention: a retention trim that read the
+// stream's head before an admin delete began is waited for by the delete.
+// It used to commit after the delete and make the stream's row again: an
+// empty stream of the name came back after a restart, holding a slot of
+// streams.max_streams.
+func TestStream_DeleteWaitsForRetention(t *testing.T) {
+	g := &trimGateJournal{entered: make(chan struct{}), release: make(chan struct{})}
+	released := false
+	tb := startWrapped(t, func(c *appliance.Config) {
+		c.Streams.MaxCount = 5
+		c.Streams.RetentionInterval = appliance.Duration{Duration: 10 * time.Millisecond}
+	}, func(j appliance.Journal) appliance.Journal {
+		g.Journal = j
+		g.StreamJournal = j.(appliance.StreamJournal)
+		return g
+	})
+	defer func() {
+		if !released {
+			close(g.release)
+		}
+	}()
+	c := tb.Dial(t)
+	appendN(t, c, "/stream/r", 0, 20)
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("retention never trimmed stream r")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := tb.B.DeleteStream(ctxT(t), "r")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("delete returned (%v) with a retention trim of the stream not stored yet", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(g.release)
+	released = true
+	if err := <-done; err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	tb.Restart()
+	if v, err := tb.B.Stream(context.Background(), "r"); err == nil {
+		t.Fatalf("stream r is back after its delete and a restart: %+v", v)
+	}
+}
