@@ -2,43 +2,12 @@ package appliance_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
-
-// slowDeleteJournal holds the completion of the first append to stream
-// "gate" until release is closed (a journal that is slow: whatever is
-// submitted after waits behind it, in order).
-type slowDeleteJournal struct {
-	appliance.Journal
-	appliance.StreamJournal
-	once    sync.Once
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (g *slowDeleteJournal) Submit(b *appliance.Batch) {
-	for _, op := range b.Ops {
-		if op.Kind == appliance.OpAppend && op.Stream != nil && op.Stream.Name == "gate" {
-			hold := false
-			g.once.Do(func() { hold = true })
-			if hold {
-				done := b.Done
-				b.Done = func(b *appliance.Batch, err error) {
-					close(g.entered)
-					<-g.release
-					done(b, err)
-				}
-			}
-			break
-		}
-	}
-	g.Journal.Submit(b)
-}
 
 // TestStream_DeleteOutlivesItsContext: an admin stream delete whose
 // request ends (the admin API's operation timeout, or the HTTP client
@@ -49,18 +18,7 @@ func (g *slowDeleteJournal) Submit(b *appliance.Batch) {
 // still said next = 20, and the next SEND's completion panicked the broker
 // (streamcore: append at 0 below next 20).
 func TestStream_DeleteOutlivesItsContext(t *testing.T) {
-	g := &slowDeleteJournal{entered: make(chan struct{}), release: make(chan struct{})}
-	released := false
-	tb := startWrapped(t, nil, func(j appliance.Journal) appliance.Journal {
-		g.Journal = j
-		g.StreamJournal = j.(appliance.StreamJournal)
-		return g
-	})
-	defer func() {
-		if !released {
-			close(g.release)
-		}
-	}()
+	tb, g := startGated(t, nil, appendTo("gate"), true)
 	c := tb.Dial(t)
 	appendN(t, c, "/stream/r", 0, 20)
 
@@ -70,11 +28,7 @@ func TestStream_DeleteOutlivesItsContext(t *testing.T) {
 	if err := p.Write(gf); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-g.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the gate append never completed")
-	}
+	g.await(t, "the gate append's completion")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	type result struct {
@@ -92,8 +46,7 @@ func TestStream_DeleteOutlivesItsContext(t *testing.T) {
 		t.Fatalf("delete returned %+v with its journal step still pending", r)
 	default:
 	}
-	close(g.release)
-	released = true
+	g.open()
 	r := <-done
 	if r.err != nil || r.n != 20 {
 		t.Fatalf("delete: %d removed, %v; want the 20 of its one step, done", r.n, r.err)
@@ -115,59 +68,21 @@ func TestStream_DeleteOutlivesItsContext(t *testing.T) {
 	}
 }
 
-// trimGateJournal holds the Submit of the first retention trim of stream
-// "r" until release is closed.
-type trimGateJournal struct {
-	appliance.Journal
-	appliance.StreamJournal
-	once    sync.Once
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (g *trimGateJournal) Submit(b *appliance.Batch) {
-	for _, op := range b.Ops {
-		if op.Kind == appliance.OpTrim && op.Stream != nil && op.Stream.Name == "r" {
-			hold := false
-			g.once.Do(func() { hold = true })
-			if hold {
-				close(g.entered)
-				<-g.release
-			}
-			break
-		}
-	}
-	g.Journal.Submit(b)
-}
-
 // TestStream_DeleteWaitsForRetention: a retention trim that read the
 // stream's head before an admin delete began is waited for by the delete.
 // It used to commit after the delete and make the stream's row again: an
 // empty stream of the name came back after a restart, holding a slot of
 // streams.max_streams.
 func TestStream_DeleteWaitsForRetention(t *testing.T) {
-	g := &trimGateJournal{entered: make(chan struct{}), release: make(chan struct{})}
-	released := false
-	tb := startWrapped(t, func(c *appliance.Config) {
+	tb, g := startGated(t, func(c *appliance.Config) {
 		c.Streams.MaxCount = 5
 		c.Streams.RetentionInterval = appliance.Duration{Duration: 10 * time.Millisecond}
-	}, func(j appliance.Journal) appliance.Journal {
-		g.Journal = j
-		g.StreamJournal = j.(appliance.StreamJournal)
-		return g
-	})
-	defer func() {
-		if !released {
-			close(g.release)
-		}
-	}()
+	}, func(op appliance.Op) bool {
+		return op.Kind == appliance.OpTrim && op.Stream != nil && op.Stream.Name == "r"
+	}, false)
 	c := tb.Dial(t)
 	appendN(t, c, "/stream/r", 0, 20)
-	select {
-	case <-g.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("retention never trimmed stream r")
-	}
+	g.await(t, "a retention trim of stream r")
 	done := make(chan error, 1)
 	go func() {
 		_, err := tb.B.DeleteStream(ctxT(t), "r")
@@ -178,8 +93,7 @@ func TestStream_DeleteWaitsForRetention(t *testing.T) {
 		t.Fatalf("delete returned (%v) with a retention trim of the stream not stored yet", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(g.release)
-	released = true
+	g.open()
 	if err := <-done; err != nil {
 		t.Fatalf("delete: %v", err)
 	}

@@ -11,31 +11,80 @@ import (
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
-// ackGateJournal holds the Submit of the first append to stream "gate" until
-// release is closed: a journal that is slow to take one big batch (its
-// intake full), as under a producer flooding large messages. Every other
-// batch goes through at once, in the order submitted.
-type ackGateJournal struct {
+// opGate holds the first batch with an op that match accepts until
+// release: at its Submit (a journal slow to take it, its intake full, as
+// under a producer flooding large messages) or, with atDone, at its
+// completion (a slow journal: whatever is submitted after waits behind
+// it). entered is closed when it is held. Every other batch goes through
+// at once, in the order submitted. The gate opens at the test's end.
+type opGate struct {
 	appliance.Journal
 	appliance.StreamJournal
-	once    sync.Once
+	match   func(appliance.Op) bool
+	atDone  bool
+	hold    sync.Once
+	opened  sync.Once
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (g *ackGateJournal) Submit(b *appliance.Batch) {
+// startGated starts a broker (mutate as startWrapped's) whose journal is
+// gated by g.
+func startGated(t *testing.T, mutate func(*appliance.Config), match func(appliance.Op) bool, atDone bool) (*testBroker, *opGate) {
+	g := &opGate{match: match, atDone: atDone, entered: make(chan struct{}), release: make(chan struct{})}
+	tb := startWrapped(t, mutate, func(j appliance.Journal) appliance.Journal {
+		g.Journal = j
+		g.StreamJournal = j.(appliance.StreamJournal)
+		return g
+	})
+	t.Cleanup(g.open) // before the broker stops (cleanups run last first)
+	return tb, g
+}
+
+// open releases the held batch; idempotent.
+func (g *opGate) open() { g.opened.Do(func() { close(g.release) }) }
+
+// await waits until the gate holds its batch.
+func (g *opGate) await(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never reached the journal", what)
+	}
+}
+
+func (g *opGate) Submit(b *appliance.Batch) {
 	for _, op := range b.Ops {
-		if op.Kind == appliance.OpAppend && op.Stream != nil && op.Stream.Name == "gate" {
-			hold := false
-			g.once.Do(func() { hold = true })
-			if hold {
+		if !g.match(op) {
+			continue
+		}
+		held := false
+		g.hold.Do(func() { held = true })
+		if !held {
+			break
+		}
+		if g.atDone {
+			done := b.Done
+			b.Done = func(b *appliance.Batch, err error) {
 				close(g.entered)
 				<-g.release
+				done(b, err)
 			}
 			break
 		}
+		close(g.entered)
+		<-g.release
+		break
 	}
 	g.Journal.Submit(b)
+}
+
+// appendTo matches an append to stream name.
+func appendTo(name string) func(appliance.Op) bool {
+	return func(op appliance.Op) bool {
+		return op.Kind == appliance.OpAppend && op.Stream != nil && op.Stream.Name == name
+	}
 }
 
 // TestStream_ResetCursorAfterPendingAck: a consumer's last ACK (sent
@@ -46,18 +95,7 @@ func (g *ackGateJournal) Submit(b *appliance.Batch) {
 // and in the core, and the next consumer resumed where the old one left
 // off, not where the operator put it.
 func TestStream_ResetCursorAfterPendingAck(t *testing.T) {
-	g := &ackGateJournal{entered: make(chan struct{}), release: make(chan struct{})}
-	released := false
-	tb := startWrapped(t, nil, func(j appliance.Journal) appliance.Journal {
-		g.Journal = j
-		g.StreamJournal = j.(appliance.StreamJournal)
-		return g
-	})
-	defer func() {
-		if !released {
-			close(g.release)
-		}
-	}()
+	tb, g := startGated(t, nil, appendTo("gate"), false)
 	c := tb.Dial(t)
 	appendN(t, c, "/stream/r", 0, 60)
 
@@ -78,11 +116,7 @@ func TestStream_ResetCursorAfterPendingAck(t *testing.T) {
 	if err := p.Write(big); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-g.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the big append never reached the journal")
-	}
+	g.await(t, "the big append")
 
 	// The consumer acknowledges up to 49 (no receipt) and goes away.
 	if err := cons.Write(stomp.NewFrame("ACK", "id", ms[49].Get("ack"))); err != nil {
@@ -114,8 +148,7 @@ func TestStream_ResetCursorAfterPendingAck(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	// The journal catches up.
-	close(g.release)
-	released = true
+	g.open()
 	r := <-done
 	if r.err != nil {
 		t.Fatalf("reset: %v", r.err)
@@ -151,18 +184,7 @@ func TestStream_ResetCursorAfterPendingAck(t *testing.T) {
 // stream's cursor was back, so a consumer of the name skipped the new
 // stream's first 50 messages.
 func TestStream_DeleteAfterPendingAck(t *testing.T) {
-	g := &ackGateJournal{entered: make(chan struct{}), release: make(chan struct{})}
-	released := false
-	tb := startWrapped(t, nil, func(j appliance.Journal) appliance.Journal {
-		g.Journal = j
-		g.StreamJournal = j.(appliance.StreamJournal)
-		return g
-	})
-	defer func() {
-		if !released {
-			close(g.release)
-		}
-	}()
+	tb, g := startGated(t, nil, appendTo("gate"), false)
 	c := tb.Dial(t)
 	appendN(t, c, "/stream/r", 0, 60)
 	cons := tb.Dial(t)
@@ -178,11 +200,7 @@ func TestStream_DeleteAfterPendingAck(t *testing.T) {
 	if err := p.Write(big); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-g.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the big append never reached the journal")
-	}
+	g.await(t, "the big append")
 	if err := cons.Write(stomp.NewFrame("ACK", "id", ms[49].Get("ack"))); err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +222,7 @@ func TestStream_DeleteAfterPendingAck(t *testing.T) {
 		t.Fatalf("delete returned (%v) while the consumer's last ACK was not stored yet", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(g.release)
-	released = true
+	g.open()
 	if err := <-done; err != nil {
 		t.Fatalf("delete: %v", err)
 	}
