@@ -413,7 +413,8 @@ create = ["/kv/config.>"]
 }
 
 // A watcher that does not read is disconnected with an ERROR naming
-// kv.watch_buffer_bytes once that much waits for it; writers go on.
+// kv.watch_buffer_bytes once that much waits for it, counted once; writers
+// go on.
 func TestKV_SlowWatcherDroppedNamingTheSetting(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) {
 		c.KV.WatchBufferBytes = 64 << 10
@@ -436,6 +437,15 @@ func TestKV_SlowWatcherDroppedNamingTheSetting(t *testing.T) {
 	}
 	if n := tb.B.KVStats().WatchersDropped; n != 1 {
 		t.Fatalf("watchers dropped: %d, want 1", n)
+	}
+	// Changes right after the drop, while the watch waits for its
+	// session's cleanup, count no more drops (they counted and logged one
+	// each).
+	for i := 0; i < 5; i++ {
+		kvPut(t, c, "/kv/big.k", "small")
+	}
+	if n := tb.B.KVStats().WatchersDropped; n != 1 {
+		t.Fatalf("watchers dropped after 5 more changes: %d, want 1 (herald_kv_watchers_dropped_total counts watchers)", n)
 	}
 	for {
 		f := w.frame()
