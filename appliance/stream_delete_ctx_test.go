@@ -83,20 +83,7 @@ func TestStream_DeleteWaitsForRetention(t *testing.T) {
 	c := tb.Dial(t)
 	appendN(t, c, "/stream/r", 0, 20)
 	g.await(t, "a retention trim of stream r")
-	done := make(chan error, 1)
-	go func() {
-		_, err := tb.B.DeleteStream(ctxT(t), "r")
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("delete returned (%v) with a retention trim of the stream not stored yet", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	g.open()
-	if err := <-done; err != nil {
-		t.Fatalf("delete: %v", err)
-	}
+	deleteWhileGated(t, tb, g, "a retention trim of the stream")
 	tb.Restart()
 	if v, err := tb.B.Stream(context.Background(), "r"); err == nil {
 		t.Fatalf("stream r is back after its delete and a restart: %+v", v)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
+	"github.com/herald-mq/herald/appliance/stomp/client"
 )
 
 // opGate holds the first batch with an op that match accepts until
@@ -96,40 +97,7 @@ func appendTo(name string) func(appliance.Op) bool {
 // off, not where the operator put it.
 func TestStream_ResetCursorAfterPendingAck(t *testing.T) {
 	tb, g := startGated(t, nil, appendTo("gate"), false)
-	c := tb.Dial(t)
-	appendN(t, c, "/stream/r", 0, 60)
-
-	cons := tb.Dial(t)
-	sub, err := cons.SubscribeReceipt(ctxT(t), "/stream/r", "client", hdr("x-stream-consumer", "w"),
-		hdr("x-stream-offset", "first"), hdr("prefetch-count", "100"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := wantOffsets(t, sub, offs(0, 60)...)
-	ackNow(t, cons, "ACK", ms[9]) // cursor at 10, committed
-
-	// Another connection's big append fills the journal intake
-	// (intakeInflight is 256 KiB) and is slow to be taken.
-	p := tb.Dial(t)
-	big := stomp.NewFrame("SEND", "destination", "/stream/gate")
-	big.Body = []byte(strings.Repeat("x", 400<<10))
-	if err := p.Write(big); err != nil {
-		t.Fatal(err)
-	}
-	g.await(t, "the big append")
-
-	// The consumer acknowledges up to 49 (no receipt) and goes away.
-	if err := cons.Write(stomp.NewFrame("ACK", "id", ms[49].Get("ack"))); err != nil {
-		t.Fatal(err)
-	}
-	cons.Close()
-	waitFor(t, 5*time.Second, "the consumer gone", func() bool {
-		v, err := tb.B.Stream(context.Background(), "r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(v.Cursors) == 1 && !v.Cursors[0].Active
-	})
+	c := leaveAckPending(t, tb, g)
 
 	// The operator rewinds the cursor to the first offset: the reset
 	// waits for the consumer's last ACK to be stored first.
@@ -185,47 +153,8 @@ func TestStream_ResetCursorAfterPendingAck(t *testing.T) {
 // stream's first 50 messages.
 func TestStream_DeleteAfterPendingAck(t *testing.T) {
 	tb, g := startGated(t, nil, appendTo("gate"), false)
-	c := tb.Dial(t)
-	appendN(t, c, "/stream/r", 0, 60)
-	cons := tb.Dial(t)
-	sub, err := cons.SubscribeReceipt(ctxT(t), "/stream/r", "client", hdr("x-stream-consumer", "w"),
-		hdr("x-stream-offset", "first"), hdr("prefetch-count", "100"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := wantOffsets(t, sub, offs(0, 60)...)
-	p := tb.Dial(t)
-	big := stomp.NewFrame("SEND", "destination", "/stream/gate")
-	big.Body = []byte(strings.Repeat("x", 400<<10))
-	if err := p.Write(big); err != nil {
-		t.Fatal(err)
-	}
-	g.await(t, "the big append")
-	if err := cons.Write(stomp.NewFrame("ACK", "id", ms[49].Get("ack"))); err != nil {
-		t.Fatal(err)
-	}
-	cons.Close()
-	waitFor(t, 5*time.Second, "the consumer gone", func() bool {
-		v, err := tb.B.Stream(context.Background(), "r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v.Subscribers == 0
-	})
-	done := make(chan error, 1)
-	go func() {
-		_, err := tb.B.DeleteStream(ctxT(t), "r")
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("delete returned (%v) while the consumer's last ACK was not stored yet", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	g.open()
-	if err := <-done; err != nil {
-		t.Fatalf("delete: %v", err)
-	}
+	c := leaveAckPending(t, tb, g)
+	deleteWhileGated(t, tb, g, "the consumer's last ACK")
 	appendN(t, c, "/stream/r", 0, 60) // a new stream of the name
 	tb.Restart()
 	v, err := tb.B.Stream(context.Background(), "r")
@@ -242,5 +171,64 @@ func TestStream_DeleteAfterPendingAck(t *testing.T) {
 	}
 	if m := recv(t, sub2); m.Get("x-stream-offset") != "0" {
 		t.Errorf("a new consumer w of the new stream (x-stream-offset:first) starts at %s", m.Get("x-stream-offset"))
+	}
+}
+
+// leaveAckPending appends 60 messages to stream r; a consumer w reads
+// them, ACKs offset 9 (the cursor at 10, committed), then, while another
+// connection's big append to stream gate holds the journal's intake
+// (intakeInflight is 256 KiB; g holds it at its Submit), ACKs 49 without a
+// receipt and goes away: its last cursor move is on its way to the
+// journal. It returns the producer's connection.
+func leaveAckPending(t *testing.T, tb *testBroker, g *opGate) *client.Conn {
+	t.Helper()
+	c := tb.Dial(t)
+	appendN(t, c, "/stream/r", 0, 60)
+	cons := tb.Dial(t)
+	sub, err := cons.SubscribeReceipt(ctxT(t), "/stream/r", "client", hdr("x-stream-consumer", "w"),
+		hdr("x-stream-offset", "first"), hdr("prefetch-count", "100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := wantOffsets(t, sub, offs(0, 60)...)
+	ackNow(t, cons, "ACK", ms[9])
+	p := tb.Dial(t)
+	big := stomp.NewFrame("SEND", "destination", "/stream/gate")
+	big.Body = []byte(strings.Repeat("x", 400<<10))
+	if err := p.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	g.await(t, "the big append")
+	if err := cons.Write(stomp.NewFrame("ACK", "id", ms[49].Get("ack"))); err != nil {
+		t.Fatal(err)
+	}
+	cons.Close()
+	waitFor(t, 5*time.Second, "the consumer gone", func() bool {
+		v, err := tb.B.Stream(context.Background(), "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Subscribers == 0 && len(v.Cursors) == 1 && !v.Cursors[0].Active
+	})
+	return c
+}
+
+// deleteWhileGated deletes stream r while g holds what (a batch the delete
+// must wait for): the delete must not return until g opens, then succeed.
+func deleteWhileGated(t *testing.T, tb *testBroker, g *opGate, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := tb.B.DeleteStream(ctxT(t), "r")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("delete returned (%v) with %s not stored yet", err, what)
+	case <-time.After(300 * time.Millisecond):
+	}
+	g.open()
+	if err := <-done; err != nil {
+		t.Fatalf("delete: %v", err)
 	}
 }
