@@ -214,6 +214,9 @@ func (b *Broker) SetAuth(p *auth.Policy) {
 			continue
 		}
 		for _, sd := range s.subDests() {
+			if sd.kind == auth.KindQueue && s.ownTemp(sd.name) {
+				continue // its own temporary queue or their dead letters: no grant needed
+			}
 			perm := auth.Read
 			if sd.kind == auth.KindLock {
 				perm = auth.Write // a lock is held with write
@@ -345,15 +348,12 @@ func (s *session) authorize(f *stomp.Frame) bool {
 		return true
 	}
 	if kind == destQueue && subscribing {
-		if tmp, ok := strings.CutPrefix(name, s.b.cfg().Queues.DeadLetterQueue); ok && strings.HasPrefix(tmp, tempPrefix) {
-			if s.b.tempOwner(tmp) != s {
-				s.fail(f, "permission denied: read on "+d, fmt.Sprintf("%s holds the dead letters of a temporary queue: only the connection that made the temporary queue may read them.", d))
-				return false
-			}
-			return true
+		if tmp, ok := strings.CutPrefix(name, s.b.cfg().Queues.DeadLetterQueue); ok && strings.HasPrefix(tmp, tempPrefix) && !s.ownTemp(name) {
+			s.fail(f, "permission denied: read on "+d, fmt.Sprintf("%s holds the dead letters of a temporary queue: only the connection that made the temporary queue may read them.", d))
+			return false
 		}
-		if strings.HasPrefix(name, tempPrefix) {
-			return true // the handler lets only the owner subscribe
+		if s.ownTemp(name) {
+			return true
 		}
 	}
 	p := s.b.authz.policy.Load()
@@ -455,6 +455,17 @@ type subDest struct {
 }
 
 // subDests lists the session's subscriptions (any goroutine).
+// ownTemp reports whether s reads queue name without a grant: a temporary
+// queue (the handler lets only its owner subscribe) or the dead letters of
+// one of s's own temporary queues. authorize and SetAuth (a reload) apply
+// it alike.
+func (s *session) ownTemp(name string) bool {
+	if tmp, ok := strings.CutPrefix(name, s.b.cfg().Queues.DeadLetterQueue); ok && strings.HasPrefix(tmp, tempPrefix) {
+		return s.b.tempOwner(tmp) == s
+	}
+	return strings.HasPrefix(name, tempPrefix)
+}
+
 func (s *session) subDests() []subDest {
 	s.subsMu.Lock()
 	defer s.subsMu.Unlock()

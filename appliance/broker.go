@@ -264,6 +264,20 @@ func (b *Broker) Open(ctx context.Context) error {
 	go func() { defer b.wg.Done(); b.pump.run(b.pumpStop) }()
 	b.wg.Add(1)
 	go func() { defer b.wg.Done(); b.intake.run(b.pumpStop) }()
+	// Temporary queues, and their dead letters, of the connections of an
+	// earlier run (a crash, or a reply committed as its owner left): those
+	// connections are gone, and a connection of this run whose session id
+	// and name match must not read them.
+	for _, st := range states {
+		if !strings.HasPrefix(strings.TrimPrefix(st.Name, b.cfg().Queues.DeadLetterQueue), tempPrefix) {
+			continue
+		}
+		n, err := b.DeleteQueue(ctx, st.Name)
+		if err != nil {
+			return fmt.Errorf("delete temporary queue %s of an earlier run: %w", st.Name, err)
+		}
+		b.log.Info("temporary queue of an earlier run deleted", "queue", st.Name, "messages", n)
+	}
 	return nil
 }
 

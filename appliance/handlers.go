@@ -27,7 +27,7 @@ func (s *session) handle(f *stomp.Frame) bool {
 		}
 		return s.onConnect(f)
 	}
-	if (f.Command == stomp.CmdSend || f.Command == stomp.CmdSubscribe) && !s.authorize(f) {
+	if (f.Command == stomp.CmdSend || f.Command == stomp.CmdSubscribe) && (!s.authorize(f) || !s.tempRoom(f)) {
 		return false
 	}
 	if tx := f.Get("transaction"); tx != "" {

@@ -332,12 +332,19 @@ func (q *queue) ackResult(cb *queuecore.Batch, stale bool) ackResult {
 // --- enqueue ------------------------------------------------------------
 
 // live returns the queue that now holds this name: q, or the queue that
-// replaced it after a DeleteQueue.
+// replaced it after a DeleteQueue; nil for a deleted temporary queue
+// whose owner is gone.
 func (q *queue) live() *queue {
 	q.mu.Lock()
 	deleted := q.deleted
 	q.mu.Unlock()
 	if deleted {
+		if q.b.tempGone(strings.TrimPrefix(q.name, q.b.cfg().Queues.DeadLetterQueue)) {
+			// A temporary queue (or its dead letters) whose owner is gone
+			// is not made again; its journal rows go at the next start
+			// (Open).
+			return nil
+		}
 		return q.b.queue(q.name)
 	}
 	return q
@@ -346,7 +353,14 @@ func (q *queue) live() *queue {
 // committed adds a message whose enqueue is durable (a completion).
 // reserved says whether reserve counted it.
 func (q *queue) committed(m *Message, reserved bool) {
-	if lq := q.live(); lq != q {
+	lq := q.live()
+	if lq == nil {
+		if reserved {
+			q.enqueueFailed(m)
+		}
+		return
+	}
+	if lq != q {
 		if reserved {
 			q.enqueueFailed(m)
 		}

@@ -61,6 +61,31 @@ func (s *session) rewriteReplyTo(h stomp.Headers) {
 	}
 }
 
+// tempRoom checks that the temporary queues a SEND or SUBSCRIBE names (its
+// destination, a reply-to) fit in the connection's bound: each name is
+// remembered until the connection ends, so at most queues.max_queues of
+// them per connection. False: the session was failed with an ERROR naming
+// it.
+func (s *session) tempRoom(f *stomp.Frame) bool {
+	max := s.b.cfg().Queues.MaxQueues
+	for _, k := range []string{"destination", "reply-to"} {
+		rest, ok := strings.CutPrefix(f.Get(k), prefixTempQueue)
+		if !ok || rest == "" {
+			continue
+		}
+		full := s.tempName(rest)
+		s.b.mu.Lock()
+		_, known := s.b.temps[full]
+		n := len(s.temps)
+		s.b.mu.Unlock()
+		if !known && n >= max {
+			s.fail(f, "too many temporary queues", fmt.Sprintf("This connection has named %d temporary queues (/temp-queue/…, in destination or reply-to headers), the most one connection may (queues.max_queues); %s is refused. Reuse the names, or reconnect to start afresh.", n, f.Get(k)))
+			return false
+		}
+	}
+	return true
+}
+
 func (b *Broker) claimTemp(name string, s *session) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -95,11 +120,14 @@ func (s *session) dropTemps() {
 		s.b.mu.Lock()
 		delete(s.b.temps, name)
 		s.b.mu.Unlock()
-		if s.b.lookupQueue(name) == nil {
-			continue
-		}
-		if _, err := s.b.DeleteQueue(ctx, name); err != nil {
-			s.log.Warn("temporary queue not deleted", "queue", name, "err", err)
+		// The queue and its dead letters: both are the owner's alone.
+		for _, qn := range []string{name, s.b.cfg().Queues.DeadLetterQueue + name} {
+			if s.b.lookupQueue(qn) == nil {
+				continue
+			}
+			if _, err := s.b.DeleteQueue(ctx, qn); err != nil {
+				s.log.Warn("temporary queue not deleted", "queue", qn, "err", err)
+			}
 		}
 	}
 	s.temps = nil
