@@ -481,7 +481,7 @@ func checkShape(src string) error {
 				i++
 			}
 		case '"', '\'':
-			i, line = skipString(src, i, line)
+			i, line = auth.SkipTOMLString(src, i, line)
 		case '[', '{':
 			stack = append(stack, level)
 			level += 1 + dots
@@ -504,49 +504,6 @@ func checkShape(src string) error {
 		}
 	}
 	return nil
-}
-
-// skipString returns the index of the last byte of the string opening at
-// src[i] (a quote), and the line it ends on. A string left open ends at the
-// end of its line (single-line) or of src (multi-line): the parser refuses it.
-func skipString(src string, i, line int) (int, int) {
-	q := src[i]
-	triple := string([]byte{q, q, q})
-	if strings.HasPrefix(src[i:], triple) {
-		for j := i + 3; j < len(src); j++ {
-			switch {
-			case src[j] == '\n':
-				line++
-			case q == '"' && src[j] == '\\':
-				j++ // an escape: the next byte cannot close the string
-				if j < len(src) && src[j] == '\n' {
-					line++
-				}
-			case strings.HasPrefix(src[j:], triple):
-				j += 2
-				// Up to two more quotes belong to the string ("a""""").
-				for k := 0; k < 2 && j+1 < len(src) && src[j+1] == q; k++ {
-					j++
-				}
-				return j, line
-			}
-		}
-		return len(src) - 1, line
-	}
-	for j := i + 1; j < len(src); j++ {
-		switch {
-		case src[j] == '\n':
-			return j - 1, line
-		case q == '"' && src[j] == '\\':
-			if j+1 < len(src) && src[j+1] == '\n' {
-				return j, line
-			}
-			j++
-		case src[j] == q:
-			return j, line
-		}
-	}
-	return len(src) - 1, line
 }
 
 // Validate reports every problem of cfg at once.

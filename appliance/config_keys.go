@@ -2,6 +2,8 @@ package appliance
 
 import (
 	"github.com/BurntSushi/toml"
+
+	"github.com/herald-mq/herald/appliance/auth"
 )
 
 // keyPositions maps each key and table of TOML text, by its whole path
@@ -93,7 +95,7 @@ func readKey(src string, i *int, line int, end byte) ([]string, bool) {
 		case c == '.':
 			*i++
 		case c == '"' || c == '\'':
-			j, _ := skipString(src, *i, line)
+			j, _ := auth.SkipTOMLString(src, *i, line)
 			raw := src[*i : j+1]
 			if c == '"' {
 				var v struct{ K string }
@@ -132,7 +134,7 @@ func skipValue(src string, i, line int) (int, int) {
 			}
 			line++
 		case '"', '\'':
-			i, line = skipString(src, i, line)
+			i, line = auth.SkipTOMLString(src, i, line)
 		case '#':
 			for i+1 < len(src) && src[i+1] != '\n' {
 				i++

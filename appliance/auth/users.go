@@ -171,27 +171,7 @@ func checkNesting(src string) error {
 				i++
 			}
 		case '"', '\'':
-			triple := strings.HasPrefix(src[i:], strings.Repeat(string(c), 3))
-			if triple {
-				end := strings.Index(src[i+3:], strings.Repeat(string(c), 3))
-				if end < 0 {
-					return nil // unterminated: the parser says so
-				}
-				line += strings.Count(src[i:i+3+end], "\n")
-				i += 3 + end + 2
-				continue
-			}
-			j := i + 1
-			for j < len(src) && src[j] != c && src[j] != '\n' {
-				if c == '"' && src[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			if j < len(src) && src[j] == '\n' {
-				j-- // counted by the next turn
-			}
-			i = j
+			i, line = SkipTOMLString(src, i, line)
 		case '[', '{':
 			depth++
 			if depth > maxUsersNesting {
@@ -371,4 +351,48 @@ func (f *File) Revoke(name string, group bool, p Perm, pattern string) (bool, er
 	}
 	*l = slices.Delete(*l, i, i+1)
 	return true, nil
+}
+
+// SkipTOMLString returns the index of the last byte of the string opening at
+// src[i] (a quote), and the line it ends on. A string left open ends at the
+// end of its line (single-line) or of src (multi-line): the parser refuses it.
+// The nesting guards of the config file and of the users file scan with it.
+func SkipTOMLString(src string, i, line int) (int, int) {
+	q := src[i]
+	triple := string([]byte{q, q, q})
+	if strings.HasPrefix(src[i:], triple) {
+		for j := i + 3; j < len(src); j++ {
+			switch {
+			case src[j] == '\n':
+				line++
+			case q == '"' && src[j] == '\\':
+				j++ // an escape: the next byte cannot close the string
+				if j < len(src) && src[j] == '\n' {
+					line++
+				}
+			case strings.HasPrefix(src[j:], triple):
+				j += 2
+				// Up to two more quotes belong to the string ("a""""").
+				for k := 0; k < 2 && j+1 < len(src) && src[j+1] == q; k++ {
+					j++
+				}
+				return j, line
+			}
+		}
+		return len(src) - 1, line
+	}
+	for j := i + 1; j < len(src); j++ {
+		switch {
+		case src[j] == '\n':
+			return j - 1, line
+		case q == '"' && src[j] == '\\':
+			if j+1 < len(src) && src[j+1] == '\n' {
+				return j, line
+			}
+			j++
+		case src[j] == q:
+			return j, line
+		}
+	}
+	return len(src) - 1, line
 }
