@@ -618,9 +618,14 @@ func (q *queue) frameFor(d *delivery) *stomp.Frame {
 		f.Headers = append(f.Headers, stomp.Header{Key: hdrTimestampT, Value: nums[tokLen:]})
 	}
 	for _, h := range m.Headers {
-		if h.Key != hdrTimestampT { // the broker's only
-			f.Headers = append(f.Headers, h)
+		switch h.Key {
+		case hdrTimestampT, "redelivered", "delivery-count", "ack", "message-id", "subscription":
+			// The broker's only: a producer's own would come through where
+			// the broker sets none (redelivered on a first delivery, ack
+			// for an auto subscriber).
+			continue
 		}
+		f.Headers = append(f.Headers, h)
 	}
 	return f
 }
