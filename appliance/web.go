@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -100,7 +101,7 @@ func (b *Broker) originAllowed(r *http.Request) bool {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	if self, err := parseOrigin(scheme + "://" + r.Host); err == nil && self == got {
+	if self, err := parseOrigin(scheme + "://" + r.Host); err == nil && self == got && hostIsOwn(r.Host) {
 		return true
 	}
 	for _, a := range b.cfg().Web.AllowedOrigins {
@@ -114,9 +115,31 @@ func (b *Broker) originAllowed(r *http.Request) bool {
 	return false
 }
 
+// hostIsOwn reports whether a request's Host names this machine in a way
+// no other site's DNS can: an IP address, localhost, or the machine's host
+// name. A page whose own name an attacker points at this machine (DNS
+// rebinding) has Origin and Host alike, so "the listener's own origin"
+// holds only for these; any other name goes in web.allowed_origins.
+func hostIsOwn(hostport string) bool {
+	h := hostport
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		h = host
+	}
+	h = strings.TrimSuffix(strings.Trim(h, "[]"), ".")
+	if net.ParseIP(h) != nil || strings.EqualFold(h, "localhost") || strings.HasSuffix(strings.ToLower(h), ".localhost") {
+		return true
+	}
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		return false
+	}
+	short, _, _ := strings.Cut(name, ".")
+	return strings.EqualFold(h, name) || strings.EqualFold(h, short)
+}
+
 // refuseOrigin answers 403 to a page of a foreign origin.
 func refuseOrigin(w http.ResponseWriter, r *http.Request) {
-	http.Error(w, fmt.Sprintf("origin %q is not allowed: add it to web.allowed_origins (the listener's own origin is always allowed)", r.Header.Get("Origin")), http.StatusForbidden)
+	http.Error(w, fmt.Sprintf("origin %q is not allowed: add it to web.allowed_origins (the listener's own origin is allowed when the address names this machine by IP address, localhost or its host name)", r.Header.Get("Origin")), http.StatusForbidden)
 }
 
 // WebHandler serves /stomp (STOMP over WebSocket), /events (SSE) and the
