@@ -208,6 +208,13 @@ func (b *Broker) SetAuth(p *auth.Policy) {
 		if id == nil || s.isEnding() {
 			continue
 		}
+		if p.Open() && !s.loopbackPeer() {
+			// Without a users file only loopback clients are accepted;
+			// the open policy would give this one every permission.
+			s.log.Warn("users file dropped by an auth reload; closing a connection that is not from loopback", "user", id.Name(), "peer", s.peer)
+			s.drop("authentication revoked", "Authentication was turned off (no auth.users_file): only loopback clients are accepted without it.")
+			continue
+		}
 		if !p.Valid(*id) {
 			s.log.Warn("login no longer valid after an auth reload; closing connection", "user", id.Name())
 			s.drop("authentication revoked", "The user this connection logged in as is gone, or anonymous access was turned off.")
@@ -269,15 +276,26 @@ func certNames(c net.Conn) []string {
 	return names
 }
 
+// loopbackPeer reports whether the session's client is on a loopback
+// address (an in-process connection, such as an SSE stream's, counts as
+// its HTTP client's).
+func (s *session) loopbackPeer() bool {
+	ta, ok := s.conn.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ip, _ := netip.AddrFromSlice(ta.IP)
+	return ip.Unmap().IsLoopback()
+}
+
 // authenticate decides a CONNECT; false: the session was failed (after the
 // source's failed-login delay).
 func (s *session) authenticate(f *stomp.Frame) bool {
 	p := s.b.authz.policy.Load()
-	var loopback bool
+	loopback := s.loopbackPeer()
 	var src string
 	if ta, ok := s.conn.RemoteAddr().(*net.TCPAddr); ok {
 		ip, _ := netip.AddrFromSlice(ta.IP)
-		loopback = ip.Unmap().IsLoopback()
 		src = auth.Source(ip)
 	}
 	if !p.Open() {
