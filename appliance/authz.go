@@ -299,6 +299,21 @@ func (s *session) authenticate(f *stomp.Frame) bool {
 		src = auth.Source(ip)
 	}
 	if !p.Open() {
+		// A source with recent failures gets one decision per delay,
+		// right or wrong, however many connections it tries on.
+		a := &s.b.authz
+		a.mu.Lock()
+		wait := a.throttle.Admit(src, s.b.now().UnixMilli())
+		a.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-s.b.stop:
+				t.Stop()
+				return false
+			}
+		}
 		// argon2id holds memory while it runs: a bounded number at once.
 		select {
 		case s.b.authz.sem <- struct{}{}:

@@ -7,7 +7,13 @@ import (
 
 // Throttle slows down failed logins per source: the n-th failure from one
 // source within Window of the previous one waits Base * 2^(n-1), at most
-// Max, before its ERROR. A source silent for Window starts again at Base.
+// Max, before its ERROR. And every later login from that source, right or
+// wrong, is decided no sooner than that delay after the one before
+// (Admit): a guesser that does not wait for an ERROR, or tries on parallel
+// connections, still gets one decision per delay. A source silent for
+// Window starts again at Base. A login that succeeds does not reset its
+// source (a guesser holding one account of its own could reset it between
+// guesses at another).
 // At most MaxSources sources are remembered; past that the one whose last
 // failure is oldest is forgotten. It keeps no clock: callers pass the time.
 type Throttle struct {
@@ -20,6 +26,7 @@ type Throttle struct {
 type throttleEntry struct {
 	fails int
 	last  int64 // unix ms of the last failure
+	next  int64 // unix ms before which no login of the source is decided
 }
 
 // Default throttle: 250 ms doubling to 8 s; forgotten after 10 minutes
@@ -36,7 +43,7 @@ func (t *Throttle) Fail(source string, now int64) time.Duration {
 	}
 	e := t.m[source]
 	if e != nil && now-e.last > t.Window.Milliseconds() {
-		e.fails = 0
+		e.fails, e.next = 0, 0
 	}
 	if e == nil {
 		if len(t.m) >= t.MaxSources {
@@ -49,11 +56,33 @@ func (t *Throttle) Fail(source string, now int64) time.Duration {
 	if now > e.last {
 		e.last = now
 	}
+	d := t.delay(e.fails)
+	e.next = max(e.next, now+d.Milliseconds())
+	return d
+}
+
+// delay is the wait after the n-th failure in a row.
+func (t *Throttle) delay(n int) time.Duration {
 	d := t.Base
-	for i := 1; i < e.fails && d < t.Max; i++ {
+	for i := 1; i < n && d < t.Max; i++ {
 		d *= 2
 	}
 	return min(d, t.Max)
+}
+
+// Admit reserves the next decision of a login from source at now (unix ms)
+// and returns how long to wait before deciding it: 0 for a source without
+// recent failures; otherwise until the source's next slot, each login
+// taking the slot after the one before, one delay apart, so that logins
+// on parallel connections are decided one after another.
+func (t *Throttle) Admit(source string, now int64) time.Duration {
+	e := t.m[source]
+	if e == nil || now-e.last > t.Window.Milliseconds() {
+		return 0
+	}
+	at := max(now, e.next)
+	e.next = at + t.delay(e.fails).Milliseconds()
+	return time.Duration(at-now) * time.Millisecond
 }
 
 // evict forgets the sources silent for Window, or else the oldest one.
