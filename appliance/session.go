@@ -831,6 +831,10 @@ func appendItem(buf []byte, it *outItem, version string) []byte {
 // waiting for room (see waitOutput).
 func (s *session) wrote(n int64) {
 	s.outMu.Lock()
+	// A direct write (topic_direct.go) reports its bytes after it let go
+	// of the socket, and the session's cleanup may have released all of
+	// outBytes, these included, in between: release only what is left.
+	n = min(n, s.outBytes)
 	s.outBytes -= n
 	s.b.mem.release(n)
 	close(s.drained)
