@@ -21,15 +21,7 @@ import (
 // to that address: a peer that is not loopback.
 func TestAuthReload_DroppingUsersFileClosesRemoteClients(t *testing.T) {
 	n := testenv.NewNet(t, "hra-", 147, "srv")
-	src := matrixUsers
-	for {
-		i := strings.Index(src, "{pw:")
-		if i < 0 {
-			break
-		}
-		j := strings.Index(src[i:], "}")
-		src = src[:i] + hashOf(t, src[i+4:i+j]) + src[i+j+1:]
-	}
+	src := withHashes(t, matrixUsers)
 	users := filepath.Join(t.TempDir(), "users.toml")
 	if err := os.WriteFile(users, []byte(src), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package appliance_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -12,14 +11,7 @@ import (
 // policyOf compiles users file src ({pw:X} as in authBroker).
 func policyOf(t *testing.T, src string) *auth.Policy {
 	t.Helper()
-	for {
-		i := strings.Index(src, "{pw:")
-		if i < 0 {
-			break
-		}
-		j := strings.Index(src[i:], "}")
-		src = src[:i] + hashOf(t, src[i+4:i+j]) + src[i+j+1:]
-	}
+	src = withHashes(t, src)
 	f, err := auth.DecodeUsers([]byte(src))
 	if err != nil {
 		t.Fatal(err)

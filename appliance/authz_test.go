@@ -31,18 +31,24 @@ func hashOf(t testing.TB, pw string) string {
 	return h
 }
 
-// authBroker starts a broker with users file src (TOML; "{pw:X}" is
-// replaced by the hash of X) and the [auth] settings mutate sets.
-func authBroker(t *testing.T, src string, mutate func(*appliance.Config)) *testBroker {
-	t.Helper()
+// withHashes returns users file src with each "{pw:X}" replaced by the
+// hash of X.
+func withHashes(t testing.TB, src string) string {
 	for {
 		i := strings.Index(src, "{pw:")
 		if i < 0 {
-			break
+			return src
 		}
 		j := strings.Index(src[i:], "}")
 		src = src[:i] + hashOf(t, src[i+4:i+j]) + src[i+j+1:]
 	}
+}
+
+// authBroker starts a broker with users file src (TOML; "{pw:X}" is
+// replaced by the hash of X) and the [auth] settings mutate sets.
+func authBroker(t *testing.T, src string, mutate func(*appliance.Config)) *testBroker {
+	t.Helper()
+	src = withHashes(t, src)
 	f, err := auth.DecodeUsers([]byte(src))
 	if err != nil {
 		t.Fatal(err)
