@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/herald-mq/herald/appliance/queuecore"
 )
@@ -104,6 +105,27 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 		return 0, fmt.Errorf("%w: %s has %d consumers; close them first (herald connections)", ErrQueueBusy, name, n)
 	}
 	purged, err := q.purge(ctx)
+	// A purge keeps the messages in flight: a delivery whose consumer left
+	// while its claim was committing comes back when the claim completes.
+	// Purge again until the queue holds nothing, so that no row of it
+	// stays in the journal (it would be back after a restart).
+	for err == nil {
+		var left int
+		q.run(func(int64) { left = q.core.Snapshot().Count })
+		if left == 0 {
+			break
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-t.C:
+			var n int
+			n, err = q.purge(ctx)
+			purged += n
+		case <-ctx.Done():
+			t.Stop()
+			err = fmt.Errorf("delete %s: %d messages still in flight: %w; retry", name, left, ctx.Err())
+		}
+	}
 	q.stop()
 	if err != nil {
 		return 0, err
