@@ -226,7 +226,7 @@ type worker struct {
 
 	local     *client.Conn
 	localSubs []*client.Subscription
-	localIn   chan *stomp.Frame // direction out: MESSAGEs of the local subscriptions
+	localIn   chan localMsg // direction out: MESSAGEs of the local subscriptions
 	remoteIn  chan inMsg        // direction in: messages of the peer
 
 	// Direction in from JetStream: stream order (inorder_core.go).
@@ -264,7 +264,7 @@ func (w *worker) cfg() *appliance.BridgeConfig { return &w.b.cfg }
 
 func (w *worker) run(ctx context.Context) {
 	w.runCtx = ctx
-	w.localIn = make(chan *stomp.Frame, w.cfg().MaxInFlight*len(w.maps)+16)
+	w.localIn = make(chan localMsg, w.cfg().MaxInFlight*len(w.maps)+16)
 	w.remoteIn = make(chan inMsg, w.cfg().MaxInFlight+16)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -280,8 +280,13 @@ func (w *worker) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case f := <-w.localIn:
-			w.takeLocal(ctx, f)
+		case m := <-w.localIn:
+			if m.c != w.local {
+				// Of a local connection gone since: the appliance
+				// delivers its unacknowledged messages again.
+				continue
+			}
+			w.takeLocal(ctx, m.f)
 		case m := <-w.remoteIn:
 			w.takeRemote(ctx, m)
 		case foreign := <-w.checks:
@@ -476,14 +481,14 @@ func (w *worker) subscribeLocal(ctx context.Context) error {
 					// Best effort: never hold the local session up
 					// (a slow topic subscriber is disconnected).
 					select {
-					case w.localIn <- f:
+					case w.localIn <- localMsg{c, f}:
 					default:
 						w.dropped.Add(1)
 					}
 					continue
 				}
 				select {
-				case w.localIn <- f:
+				case w.localIn <- localMsg{c, f}:
 				case <-c.Done():
 					return
 				}
@@ -493,7 +498,16 @@ func (w *worker) subscribeLocal(ctx context.Context) error {
 	return nil
 }
 
-// takeLocal: a MESSAGE of the local subscriptions (direction out).
+// localMsg is a MESSAGE of a local subscription and the connection it came
+// on: its ACK goes there, and a message of a connection gone since is not
+// taken (its ack would go to nil, or to a connection that never sent it).
+type localMsg struct {
+	c *client.Conn
+	f *stomp.Frame
+}
+
+// takeLocal: a MESSAGE of the local subscriptions (direction out), of the
+// current local connection.
 func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 	dest := f.Get("destination")
 	m, rest, ok := matchLocal(w.maps, dest)
