@@ -227,7 +227,7 @@ type worker struct {
 	local     *client.Conn
 	localSubs []*client.Subscription
 	localIn   chan localMsg // direction out: MESSAGEs of the local subscriptions
-	remoteIn  chan inMsg        // direction in: messages of the peer
+	remoteIn  chan inMsg    // direction in: messages of the peer
 
 	// Direction in from JetStream: stream order (inorder_core.go).
 	seq          *Sequencer
