@@ -331,7 +331,19 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 			if msg == nil {
 				msg = &histMsg{id: id, headers: headers, body: body}
 			}
-			if b.holdLive(sub, name, seq, now, msg) {
+			held, gap := b.holdLive(sub, name, seq, now, msg)
+			if held {
+				return
+			}
+			if gap {
+				// The first message of a topic whose lost history no
+				// earlier one could report: its own frame, marked.
+				if sub.s.deliverTopic(sub, st, topicFrame(sub, prefixTopic+name, id, headers, body, gapHeader)) {
+					st.out.Add(1)
+					b.stats.topicOut.Add(1)
+				} else {
+					st.dropped.Add(1)
+				}
 				return
 			}
 		}

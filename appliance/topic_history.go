@@ -97,6 +97,14 @@ func (b *Broker) historyMax() int64 {
 	return min(b.cfg().Topics.HistoryMaxBytes, b.mem.limit/8)
 }
 
+// historyMarkMax bounds what the marks of emptied rings weigh (the highest
+// sequence each topic lost, so that a reader resuming after it is told):
+// a 64th of the history's bound, at least 64 KiB; older marks fold into
+// one mark for all topics the store no longer knows.
+func historyMarkMax(historyMax int64) int64 {
+	return max(64<<10, historyMax/64)
+}
+
 // histWeight is the weight of a kept message: name, headers, body and the
 // core's structures.
 func histWeight(name string, m *histMsg) int64 {
@@ -112,6 +120,7 @@ func (b *Broker) appendHistory(name string, rule TopicHistoryRule, seq uint64, n
 	h := &b.hist
 	if h.store == nil {
 		h.store = histcore.New(b.historyMax())
+		h.store.SetMarkMax(historyMarkMax(b.historyMax()))
 	}
 	w := histWeight(name, m)
 	b.mem.charge(w)
@@ -140,6 +149,7 @@ func (b *Broker) reloadHistory(now int64) {
 		return
 	}
 	released := h.store.SetMax(b.historyMax())
+	h.store.SetMarkMax(historyMarkMax(b.historyMax()))
 	var topics []string
 	h.store.Range(func(t string) bool { topics = append(topics, t); return true })
 	for _, t := range topics {
@@ -188,9 +198,9 @@ type subHistory struct {
 	n     int    // the last n messages of each topic
 	after uint64 // only those after this sequence (history-after)
 
-	done       atomic.Bool // the hand-over is finished: live messages go straight through
+	done       atomic.Bool // the hand-over is finished and marks no more gaps: live messages go straight through
 	mu         sync.Mutex
-	h          *histcore.Handover // nil once finished; under mu
+	h          *histcore.Handover // nil once done; under mu
 	heldBytes  int64
 	overflowed bool
 }
@@ -202,6 +212,8 @@ const (
 	hdrHistoryGap   = "history-gap"   // MESSAGE: true when messages after history-after were lost
 	hdrTimestampT   = "timestamp"     // MESSAGE: ms since the epoch the SEND was accepted
 )
+
+var gapHeader = stomp.Header{Key: hdrHistoryGap, Value: "true"}
 
 // parseHistory reads history and history-after from a topic SUBSCRIBE; false:
 // the session was failed.
@@ -247,29 +259,39 @@ func parseTopicID(s string) (uint64, bool) {
 	return n, err == nil && n > 0
 }
 
-// holdLive holds a live message back while sub's history is being read;
-// false: send it now.
-func (b *Broker) holdLive(sub *subscription, name string, seq uint64, now int64, m *histMsg) bool {
+// holdLive holds a live message back while sub's history is being read
+// (held); otherwise it is to be sent now, marked history-gap:true when gap
+// (the first message of a topic whose lost history no earlier message
+// could report).
+func (b *Broker) holdLive(sub *subscription, name string, seq uint64, now int64, m *histMsg) (held, gap bool) {
 	sh := sub.hist
 	if sh.done.Load() {
-		return false
+		return false, false
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.h == nil {
-		return false
+		return false, false
+	}
+	if sh.h.Done() {
+		_, gap = sh.h.Live(name, histcore.Entry{Seq: seq, At: now})
+		if !sh.h.Pending() {
+			sh.h = nil
+			sh.done.Store(true)
+		}
+		return false, gap
 	}
 	if sh.overflowed {
-		return true
+		return true, false
 	}
 	w := histWeight(name, m)
 	if sh.h.Held() >= b.cfg().Topics.SubscriberBuffer || sh.heldBytes+w > b.cfg().Topics.SubscriberBufferBytes {
 		sh.overflowed = true
-		return true
+		return true, false
 	}
 	sh.heldBytes += w
 	sh.h.Live(name, histcore.Entry{Seq: seq, At: now, Size: w, Value: m})
-	return true
+	return true, false
 }
 
 // sendHistory serves a new subscription's history request: the rings of
@@ -279,15 +301,11 @@ func (b *Broker) sendHistory(sub *subscription) {
 	sh := sub.hist
 	now := b.now().UnixMilli()
 	var hist []histcore.TopicHistory
+	var unknown bool
 	b.hist.mu.Lock()
 	if st := b.hist.store; st != nil {
 		if hasWildcard(sub.name) {
-			st.Range(func(t string) bool {
-				if MatchTopic(sub.name, t) {
-					hist = append(hist, st.Read(t, sh.n, sh.after, now))
-				}
-				return true
-			})
+			hist, unknown = st.ReadMatching(func(t string) bool { return MatchTopic(sub.name, t) }, sh.n, sh.after, now)
 		} else {
 			hist = append(hist, st.Read(sub.name, sh.n, sh.after, now))
 		}
@@ -295,21 +313,22 @@ func (b *Broker) sendHistory(sub *subscription) {
 	b.hist.mu.Unlock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	items := sh.h.Finish(hist)
-	sh.h, sh.heldBytes = nil, 0
+	items := sh.h.Finish(hist, unknown)
+	if !sh.h.Pending() {
+		sh.h = nil
+	}
+	sh.heldBytes = 0
 	for _, it := range items {
 		m := it.Entry.Value.(*histMsg)
 		st := b.topics.statsFor(it.Topic, now)
-		var f *stomp.Frame
+		var extra []stomp.Header
 		if it.History {
-			extra := []stomp.Header{{Key: hdrHistory, Value: "true"}}
-			if it.Gap {
-				extra = append(extra, stomp.Header{Key: hdrHistoryGap, Value: "true"})
-			}
-			f = topicFrame(sub, prefixTopic+it.Topic, m.id, m.headers, m.body, extra...)
-		} else {
-			f = topicFrame(sub, prefixTopic+it.Topic, m.id, m.headers, m.body)
+			extra = append(extra, stomp.Header{Key: hdrHistory, Value: "true"})
 		}
+		if it.Gap {
+			extra = append(extra, gapHeader)
+		}
+		f := topicFrame(sub, prefixTopic+it.Topic, m.id, m.headers, m.body, extra...)
 		if sub.s.deliverTopic(sub, st, f) {
 			st.out.Add(1)
 			b.stats.topicOut.Add(1)
@@ -317,7 +336,7 @@ func (b *Broker) sendHistory(sub *subscription) {
 			st.dropped.Add(1)
 		}
 	}
-	sh.done.Store(true)
+	sh.done.Store(sh.h == nil)
 	if sh.overflowed {
 		limit, byteLimit := b.cfg().Topics.SubscriberBuffer, b.cfg().Topics.SubscriberBufferBytes
 		sub.s.drop("slow consumer", fmt.Sprintf("More than %d topic messages or %d bytes arrived while this subscription's history was being read (topics.subscriber_buffer, topics.subscriber_buffer_bytes); subscribe again.", limit, byteLimit))

@@ -20,7 +20,9 @@
 //     than the bound is not kept;
 //   - Evicted(topic) is the highest sequence number that left the ring, so
 //     a reader resuming after sequence S knows it missed messages when
-//     Evicted > S;
+//     Evicted > S; an emptied ring's mark is remembered per topic within
+//     a byte bound of its own (SetMarkMax), then folded into one
+//     store-wide mark, which answers for every topic it no longer knows;
 //   - a Handover delivers, per topic, a suffix of the history followed by
 //     every later live message, each once, in sequence order.
 package histcore
@@ -28,6 +30,7 @@ package histcore
 import (
 	"container/list"
 	"slices"
+	"strings"
 )
 
 // Entry is one message kept in a ring.
@@ -77,15 +80,79 @@ type Store struct {
 	bytes    int64
 	rings    map[string]*ring
 	order    list.List // of *item, in append order: the oldest first
-	gone     uint64    // highest Seq evicted from a ring since forgotten
+	gone     uint64    // highest Seq of a mark folded out of marks
+	// marks are the evicted marks of emptied rings, per topic, oldest
+	// first in markOrder, weighing markBytes (markOverhead plus the name
+	// each) within markMax.
+	marks     map[string]*list.Element // of *mark
+	markOrder list.List
+	markBytes int64
+	markMax   int64
 	// Dropped counts messages that left a ring for the byte bound (or
 	// were larger than it); Expired those that left for keep or max_age.
 	Dropped, Expired uint64
 }
 
-// New returns an empty store bounded by maxBytes.
+// mark is an emptied ring's evicted mark.
+type mark struct {
+	topic   string
+	evicted uint64
+}
+
+// markOverhead is what a remembered mark weighs besides its topic's name.
+const markOverhead = 64
+
+// New returns an empty store bounded by maxBytes, remembering the marks of
+// emptied rings within maxBytes/64 (at least 64 KiB; see SetMarkMax).
 func New(maxBytes int64) *Store {
-	return &Store{maxBytes: maxBytes, rings: map[string]*ring{}}
+	return &Store{maxBytes: maxBytes, rings: map[string]*ring{}, marks: map[string]*list.Element{}, markMax: max(64<<10, maxBytes/64)}
+}
+
+// SetMarkMax changes the bytes the marks of emptied rings may weigh; the
+// oldest over it are folded into the store-wide mark.
+func (s *Store) SetMarkMax(n int64) {
+	s.markMax = max(n, 0)
+	s.foldMarks()
+}
+
+// MarkBytes is the weight of the remembered marks.
+func (s *Store) MarkBytes() int64 { return s.markBytes }
+
+// remember keeps topic's mark (an emptied ring's), replacing an older one.
+func (s *Store) remember(topic string, evicted uint64) {
+	s.unremember(topic)
+	s.marks[topic] = s.markOrder.PushBack(&mark{topic: topic, evicted: evicted})
+	s.markBytes += markOverhead + int64(len(topic))
+	s.foldMarks()
+}
+
+// unremember drops topic's mark and returns it (gone when it has none).
+func (s *Store) unremember(topic string) uint64 {
+	el := s.marks[topic]
+	if el == nil {
+		return s.gone
+	}
+	m := el.Value.(*mark)
+	s.markOrder.Remove(el)
+	delete(s.marks, topic)
+	s.markBytes -= markOverhead + int64(len(topic))
+	return m.evicted
+}
+
+// foldMarks folds the oldest marks into gone while they weigh over markMax.
+func (s *Store) foldMarks() {
+	for s.markBytes > s.markMax {
+		m := s.markOrder.Front().Value.(*mark)
+		s.gone = max(s.gone, s.unremember(m.topic))
+	}
+}
+
+// markOf is topic's mark when it has no ring.
+func (s *Store) markOf(topic string) uint64 {
+	if el := s.marks[topic]; el != nil {
+		return el.Value.(*mark).evicted
+	}
+	return s.gone
 }
 
 // Bytes is the weight of all messages held.
@@ -106,9 +173,9 @@ func (s *Store) Topics() int { return len(s.rings) }
 func (s *Store) Append(topic string, keep int, maxAge int64, e Entry, now int64) (released int64, kept bool) {
 	r := s.rings[topic]
 	if r == nil {
-		// A ring forgotten earlier may have held this topic: a reader
-		// resuming before gone may have missed messages.
-		r = &ring{topic: topic, evicted: s.gone}
+		// A ring forgotten earlier may have held this topic: its mark
+		// (or the store-wide one) says what a resuming reader missed.
+		r = &ring{topic: topic, evicted: s.unremember(topic)}
 		s.rings[topic] = r
 	}
 	r.keep, r.maxAge = max(keep, 1), max(maxAge, 0)
@@ -163,13 +230,16 @@ func (s *Store) evictOldest() int64 {
 }
 
 // dropIfEmpty forgets an empty ring, so that rings are at most as many as
-// messages held; its highest eviction joins gone, which Last reports for
-// a topic with no ring (conservatively: a reader resuming before it may
-// have missed messages, perhaps of another topic).
+// messages held; its highest eviction is remembered as the topic's mark
+// (within markMax; older marks fold into gone, which answers for a topic
+// with neither ring nor mark, conservatively: a reader resuming before it
+// may have missed messages, perhaps of another topic).
 func (s *Store) dropIfEmpty(r *ring) {
 	if r.len() == 0 {
-		s.gone = max(s.gone, r.evicted)
 		delete(s.rings, r.topic)
+		if r.evicted > 0 {
+			s.remember(r.topic, r.evicted)
+		}
 	}
 }
 
@@ -177,8 +247,17 @@ func (s *Store) dropIfEmpty(r *ring) {
 // and returns the bytes released.
 func (s *Store) Expire(now int64) int64 {
 	var n int64
+	var emptied []*ring
 	for _, r := range s.rings {
 		n += s.trim(r, now)
+		if r.len() == 0 {
+			emptied = append(emptied, r)
+		}
+	}
+	// Their marks are remembered in topic order, so that which fold first
+	// does not depend on the map's.
+	slices.SortFunc(emptied, func(a, b *ring) int { return strings.Compare(a.topic, b.topic) })
+	for _, r := range emptied {
 		s.dropIfEmpty(r)
 	}
 	return n
@@ -243,7 +322,7 @@ func (s *Store) Range(fn func(topic string) bool) {
 func (s *Store) Read(topic string, n int, after uint64, now int64) TopicHistory {
 	th := TopicHistory{Topic: topic}
 	r := s.rings[topic]
-	evicted := s.gone
+	evicted := s.markOf(topic)
 	if r != nil {
 		evicted = r.evicted
 	}
@@ -272,10 +351,31 @@ func (s *Store) Read(topic string, n int, after uint64, now int64) TopicHistory 
 	return th
 }
 
-// Evicted is the highest Seq that left topic's ring (or a forgotten ring).
+// Evicted is the highest Seq that left topic's ring (or a forgotten ring:
+// its mark, or the store-wide one).
 func (s *Store) Evicted(topic string) uint64 {
 	if r := s.rings[topic]; r != nil {
 		return r.evicted
 	}
-	return s.gone
+	return s.markOf(topic)
+}
+
+// ReadMatching is Read for every topic match accepts that has a ring or a
+// remembered mark (a pattern's subscriber). Unknown says that a topic the
+// store no longer knows may have lost messages after after (the
+// store-wide mark is above it): which topic, it cannot tell.
+func (s *Store) ReadMatching(match func(topic string) bool, n int, after uint64, now int64) (hist []TopicHistory, unknown bool) {
+	for t := range s.rings {
+		if match(t) {
+			hist = append(hist, s.Read(t, n, after, now))
+		}
+	}
+	if after > 0 {
+		for t, el := range s.marks {
+			if el.Value.(*mark).evicted > after && match(t) {
+				hist = append(hist, s.Read(t, n, after, now))
+			}
+		}
+	}
+	return hist, after > 0 && s.gone > after
 }

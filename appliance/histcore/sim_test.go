@@ -27,8 +27,42 @@ type model struct {
 	keep     map[string]int
 	maxAge   map[string]int64
 	maxBytes int64
-	evicted  map[string]uint64
+	evicted  map[string]uint64 // topics with a ring
+	marks    []mark            // emptied rings' marks, oldest first
+	markMax  int64
 	gone     uint64
+}
+
+func (m *model) markBytes() int64 {
+	var n int64
+	for _, k := range m.marks {
+		n += markOverhead + int64(len(k.topic))
+	}
+	return n
+}
+
+// unremember mirrors Store.unremember.
+func (m *model) unremember(topic string) uint64 {
+	for i, k := range m.marks {
+		if k.topic == topic {
+			m.marks = slices.Delete(m.marks, i, i+1)
+			return k.evicted
+		}
+	}
+	return m.gone
+}
+
+// hasMark reports whether topic has a ring or a remembered mark.
+func (m *model) known(topic string) bool {
+	if _, ok := m.evicted[topic]; ok {
+		return true
+	}
+	for _, k := range m.marks {
+		if k.topic == topic {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *model) heldOf(topic string) []*modelMsg {
@@ -41,9 +75,26 @@ func (m *model) heldOf(topic string) []*modelMsg {
 	return out
 }
 
+// drop evicts x; a ring it leaves empty is forgotten at once, in the order
+// the store forgets them (its mark remembered, the oldest marks over the
+// bound folded into gone).
 func (m *model) drop(x *modelMsg) {
 	x.held = false
 	m.evicted[x.topic] = max(m.evicted[x.topic], x.e.Seq)
+	if len(m.heldOf(x.topic)) == 0 {
+		ev := m.evicted[x.topic]
+		delete(m.evicted, x.topic)
+		m.unremember(x.topic)
+		m.marks = append(m.marks, mark{topic: x.topic, evicted: ev})
+		m.fold()
+	}
+}
+
+func (m *model) fold() {
+	for m.markBytes() > m.markMax {
+		m.gone = max(m.gone, m.marks[0].evicted)
+		m.marks = m.marks[1:]
+	}
 }
 
 // trim applies keep and max_age to topic at now.
@@ -79,19 +130,14 @@ func (m *model) bound() {
 	}
 }
 
-// forgetEmpty mirrors the store forgetting empty rings.
-func (m *model) forgetEmpty() {
-	for t, ev := range m.evicted {
-		if len(m.heldOf(t)) == 0 {
-			m.gone = max(m.gone, ev)
-			delete(m.evicted, t)
-		}
-	}
-}
-
 func (m *model) evictedOf(topic string) uint64 {
 	if ev, ok := m.evicted[topic]; ok {
 		return ev
+	}
+	for _, k := range m.marks {
+		if k.topic == topic {
+			return k.evicted
+		}
 	}
 	return m.gone
 }
@@ -109,6 +155,14 @@ type simSub struct {
 	// expected, per topic: the history part (computed at read) and the
 	// live part (every later publish)
 	want map[string][]uint64
+	// wild: the history is read as a pattern's (ReadMatching); gaps: the
+	// topics whose first message must be marked, and unknown: the first
+	// message of all (both decided at the read)
+	wild    bool
+	gaps    map[string]bool
+	unknown bool
+	// early: per topic, the live messages held before the read
+	early map[string][]uint64
 }
 
 var simTopics = []string{"a", "b", "c", "d"}
@@ -122,6 +176,8 @@ func runSim(t *testing.T, seed int64, steps int) {
 	maxBytes := int64(20 + r.IntN(200))
 	s := New(maxBytes)
 	m := &model{keep: map[string]int{}, maxAge: map[string]int64{}, maxBytes: maxBytes, evicted: map[string]uint64{}}
+	m.markMax = markOverhead * int64(r.IntN(4)) // 1-char topics: 0 to 3 marks
+	s.SetMarkMax(m.markMax)
 	for _, tp := range simTopics {
 		m.keep[tp] = 1 + r.IntN(6)
 		if r.IntN(2) == 0 {
@@ -147,14 +203,13 @@ func runSim(t *testing.T, seed int64, steps int) {
 			x := &modelMsg{topic: tp, e: e, held: true}
 			m.msgs = append(m.msgs, x)
 			if _, ok := m.evicted[tp]; !ok {
-				m.evicted[tp] = m.gone
+				m.evicted[tp] = m.unremember(tp)
 			}
 			if e.Size > m.maxBytes {
 				m.drop(x)
 			}
 			m.trim(tp, now)
 			m.bound()
-			m.forgetEmpty()
 			if kept != (e.Size <= m.maxBytes) {
 				fail(step, "kept %v for size %d bound %d", kept, e.Size, m.maxBytes)
 			}
@@ -167,13 +222,15 @@ func runSim(t *testing.T, seed int64, steps int) {
 				if !sb.registered || !sb.topics[tp] {
 					continue
 				}
-				if sb.h.Live(tp, e) {
-					sb.got = append(sb.got, Item{Topic: tp, Entry: e})
+				if send, gap := sb.h.Live(tp, e); send {
+					sb.got = append(sb.got, Item{Topic: tp, Entry: e, Gap: gap})
 				}
 				// After the read every message is expected: held
 				// until Finish, then straight through.
 				if sb.hist != nil || sb.h.Done() {
 					sb.want[tp] = append(sb.want[tp], e.Seq)
+				} else {
+					sb.early[tp] = append(sb.early[tp], e.Seq)
 				}
 			}
 		case k < 13: // expire
@@ -182,7 +239,6 @@ func runSim(t *testing.T, seed int64, steps int) {
 			for _, tp := range simTopics {
 				m.trim(tp, now)
 			}
-			m.forgetEmpty()
 			if released != before-m.bytes() {
 				fail(step, "expire released %d, want %d", released, before-m.bytes())
 			}
@@ -191,18 +247,16 @@ func runSim(t *testing.T, seed int64, steps int) {
 			before := m.bytes()
 			released := s.SetMax(m.maxBytes)
 			m.bound()
-			m.forgetEmpty()
 			tp := simTopics[r.IntN(len(simTopics))]
 			m.keep[tp] = 1 + r.IntN(6)
 			m.maxAge[tp] = int64(r.IntN(3)) * int64(1+r.IntN(50))
 			released += s.Limit(tp, m.keep[tp], m.maxAge[tp], now)
 			m.trim(tp, now)
-			m.forgetEmpty()
 			if released != before-m.bytes() {
 				fail(step, "reload released %d, want %d", released, before-m.bytes())
 			}
 		case k < 17: // a subscriber registers
-			sb := &simSub{h: &Handover{}, topics: map[string]bool{}, n: 1 + r.IntN(8), registered: true, want: map[string][]uint64{}}
+			sb := &simSub{h: &Handover{}, topics: map[string]bool{}, n: 1 + r.IntN(8), registered: true, want: map[string][]uint64{}, wild: r.IntN(2) == 0, gaps: map[string]bool{}, early: map[string][]uint64{}}
 			for _, tp := range simTopics {
 				if r.IntN(2) == 0 {
 					sb.topics[tp] = true
@@ -222,7 +276,7 @@ func runSim(t *testing.T, seed int64, steps int) {
 				}
 				if sb.hist != nil {
 					held := sb.h.Held()
-					items := sb.h.Finish(sb.hist)
+					items := sb.h.Finish(sb.hist, sb.unknown)
 					sb.hist = nil
 					live := 0
 					for _, it := range items {
@@ -240,12 +294,40 @@ func runSim(t *testing.T, seed int64, steps int) {
 					break
 				}
 				var hist []TopicHistory
+				if sb.wild {
+					var unknown bool
+					hist, unknown = s.ReadMatching(func(t string) bool { return sb.topics[t] }, sb.n, sb.after, now)
+					if want := sb.after > 0 && m.gone > sb.after; unknown != want {
+						fail(step, "pattern read after %d: unknown %v, gone %d", sb.after, unknown, m.gone)
+					}
+					sb.unknown = unknown
+					if unknown {
+						simCounts["unknown gap"]++
+					}
+				}
 				for _, tp := range simTopics {
 					if !sb.topics[tp] {
 						continue
 					}
-					th := s.Read(tp, sb.n, sb.after, now)
-					hist = append(hist, th)
+					var th TopicHistory
+					if sb.wild {
+						i := slices.IndexFunc(hist, func(th TopicHistory) bool { return th.Topic == tp })
+						if i < 0 {
+							// Not read: nothing held, and no loss the
+							// store can name for it. What was held back
+							// for it since the subscription is sent: the
+							// store no longer knows which were older.
+							if len(m.heldOf(tp)) > 0 || (sb.after > 0 && m.known(tp) && m.evictedOf(tp) > sb.after) {
+								fail(step, "pattern read after %d left out topic %s (held %d, evicted %d)", sb.after, tp, len(m.heldOf(tp)), m.evictedOf(tp))
+							}
+							sb.want[tp] = slices.Clone(sb.early[tp])
+							continue
+						}
+						th = hist[i]
+					} else {
+						th = s.Read(tp, sb.n, sb.after, now)
+						hist = append(hist, th)
+					}
 					// Expected history: the model's held messages above
 					// after, younger than max_age, the last n.
 					var w []uint64
@@ -269,6 +351,12 @@ func runSim(t *testing.T, seed int64, steps int) {
 					}
 					if wantGap := sb.after > 0 && (m.evictedOf(tp) > sb.after || above > len(w)); th.Gap != wantGap {
 						fail(step, "topic %s after %d: gap %v, model evicted %d", tp, sb.after, th.Gap, m.evictedOf(tp))
+					}
+					if th.Gap {
+						sb.gaps[tp] = true
+						if len(th.Entries) == 0 {
+							simCounts["gap without history"]++
+						}
 					}
 				}
 				sb.hist = hist
@@ -325,6 +413,26 @@ func runSim(t *testing.T, seed int64, steps int) {
 				t.Fatalf("seed %d sub %d topic %s: got %v, want %v (rerun with -histsim.seed=%d)", seed, i, tp, per[tp], sb.want[tp], seed)
 			}
 		}
+		// No silent gap, no false one: a gap the read found is marked on
+		// its topic's first message (or still pending when none came), an
+		// unknown one on the first message of all; nothing else is marked.
+		first := map[string]bool{}
+		for j, it := range sb.got {
+			isFirst := !first[it.Topic]
+			first[it.Topic] = true
+			want := isFirst && sb.gaps[it.Topic] || j == 0 && sb.unknown
+			if it.Gap != want {
+				t.Fatalf("seed %d sub %d: item %d (topic %s seq %d, first of topic %v) gap %v, want %v (gaps %v, unknown %v; rerun with -histsim.seed=%d)", seed, i, j, it.Topic, it.Entry.Seq, isFirst, it.Gap, want, sb.gaps, sb.unknown, seed)
+			}
+			if it.Gap && !it.History {
+				simCounts["gap on a live message"]++
+			}
+		}
+		for tp := range sb.gaps {
+			if !first[tp] && !sb.h.gaps[tp] && !(sb.unknown && len(sb.got) == 0 && sb.h.gapFirst) {
+				t.Fatalf("seed %d sub %d: topic %s's gap neither marked nor pending (rerun with -histsim.seed=%d)", seed, i, tp, seed)
+			}
+		}
 	}
 }
 
@@ -353,7 +461,7 @@ func TestSim_Coverage(t *testing.T) {
 	for seed := int64(0); seed < 50; seed++ {
 		runSim(t, seed, 400)
 	}
-	for _, k := range []string{"gap", "held duplicate skipped", "held sent", "dropped for bytes", "expired"} {
+	for _, k := range []string{"gap", "gap without history", "gap on a live message", "unknown gap", "held duplicate skipped", "held sent", "dropped for bytes", "expired"} {
 		if simCounts[k] == 0 {
 			t.Errorf("no %q in the schedules: %v", k, simCounts)
 		}
