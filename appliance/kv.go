@@ -366,7 +366,7 @@ func (kv *kvStore) flush(b *Broker) {
 			results[i] = kvResult{err: err}
 			continue
 		}
-		es[j].History = cfg.history(es[j].Bucket)
+		es[j].History, es[j].HistoryBytes = cfg.history(es[j].Bucket)
 		ops = append(ops, Op{Kind: OpKV, KV: &es[j]})
 		good = append(good, j)
 	}

@@ -65,14 +65,18 @@ const (
 	kvMaxHistory    = 64
 )
 
-// history returns how many revisions of each key of bucket are kept.
-func (c *KVConfig) history(bucket string) int {
+// history returns how many revisions of each key of bucket are kept, and
+// what the bucket's older revisions (all but the current ones) may weigh:
+// its max_bytes, as its live values.
+func (c *KVConfig) history(bucket string) (n int, olderBytes int64) {
+	lim, _ := c.limits(bucket)
+	n = c.History
 	for _, b := range c.Bucket {
 		if b.Name == bucket && b.History > 0 {
-			return b.History
+			n = b.History
 		}
 	}
-	return c.History
+	return n, lim.MaxBytes
 }
 
 // ttl returns the bucket's TTL in milliseconds (0: none).

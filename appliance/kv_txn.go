@@ -155,7 +155,7 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 	ops := make([]Op, len(es))
 	hasTTL := false
 	for i := range es {
-		es[i].History = cfg.history(es[i].Bucket)
+		es[i].History, es[i].HistoryBytes = cfg.history(es[i].Bucket)
 		ops[i] = Op{Kind: OpKV, KV: &es[i]}
 		hasTTL = hasTTL || es[i].Expires != 0
 	}

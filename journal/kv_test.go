@@ -161,7 +161,7 @@ func TestStore_KVMigratesExpiresAndLockTokens(t *testing.T) {
 	for _, q := range []string{`DROP TABLE kv`, `DROP TABLE lock_tokens`,
 		`CREATE TABLE kv(bucket TEXT NOT NULL, key TEXT NOT NULL, revision INTEGER NOT NULL, ctype TEXT NOT NULL DEFAULT '', value BLOB NOT NULL, PRIMARY KEY(bucket, key)) WITHOUT ROWID`,
 		`INSERT INTO kv VALUES('b', 'old', 1, '', x'6f6c64')`,
-		`INSERT INTO kv_buckets VALUES('b', 1)`,
+		`INSERT INTO kv_buckets(name, revision) VALUES('b', 1)`,
 	} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -194,5 +194,118 @@ func TestStore_KVMigratesExpiresAndLockTokens(t *testing.T) {
 	})
 	if fmt.Sprint(toks) != "[deploy=3]" {
 		t.Errorf("lock tokens %v", toks)
+	}
+}
+
+// olderBytes is what the journal counts for bucket's older revisions.
+func olderBytes(t *testing.T, s *Store, bucket string) (counted, held int64) {
+	t.Helper()
+	if err := s.db.QueryRow(`SELECT older_bytes FROM kv_buckets WHERE name=?`, bucket).Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.QueryRow(`SELECT coalesce(sum(`+kvWeight+`), 0) FROM kv_history h WHERE bucket=? AND revision < (SELECT revision FROM kv WHERE kv.bucket=h.bucket AND kv.key=h.key)`, bucket).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	return counted, held
+}
+
+// A bucket's older revisions weigh at most HistoryBytes (its max_bytes):
+// over it the oldest of the bucket go, whatever their key, never a key's
+// current revision; a delete takes its key's older revisions off the
+// count. The expiry of each revision is kept with it.
+func TestStore_KVHistoryBytesBound(t *testing.T) {
+	s := mustOpen(t, Config{})
+	const bound = 1000
+	rev := uint64(0)
+	put := func(key string, size int) {
+		rev++
+		op := kvOp("b", key, kvcore.Put, rev, strings.Repeat("x", size))
+		op.KV.ContentType = ""
+		op.KV.History, op.KV.HistoryBytes = 64, bound
+		op.KV.Expires = int64(rev) * 1000
+		if _, err := apply(t, s, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("old", 99) // current for ever: never trimmed
+	for range 50 {
+		put("k", 100) // 101 bytes each with the key
+	}
+	if h := kvHistory(t, s, "b", "old"); len(h) != 1 || !strings.HasPrefix(h[0], "1:") {
+		t.Fatalf("history of old: %v, want its one current revision", h)
+	}
+	h := kvHistory(t, s, "b", "k")
+	// 9 older revisions (909 bytes) fit in 1000, a 10th would not.
+	if len(h) != 10 || !strings.HasPrefix(h[len(h)-1], "51:") || !strings.HasPrefix(h[0], "42:") {
+		t.Fatalf("history of k: %d revisions from %.3s to %.3s, want 42 to 51 (9 older ones within %d bytes, and the current)", len(h), h[0], h[len(h)-1], bound)
+	}
+	if counted, held := olderBytes(t, s, "b"); counted != held || held != 9*101 {
+		t.Fatalf("older bytes counted %d, held %d, want %d", counted, held, 9*101)
+	}
+	err := s.KVHistory(context.Background(), "b", "k", func(e appliance.KVEntry) error {
+		if e.Expires != int64(e.Revision)*1000 {
+			return fmt.Errorf("revision %d expires %d, want %d", e.Revision, e.Expires, e.Revision*1000)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second key's churn takes the oldest of the bucket first: k's.
+	for range 5 {
+		put("j", 100)
+	}
+	if h := kvHistory(t, s, "b", "k"); len(h) != 6 || !strings.HasPrefix(h[0], "46:") {
+		t.Fatalf("history of k after j's puts: %v, want 46 to 51 (its 4 oldest gave way to j's 4 older ones)", h)
+	}
+	if _, err := apply(t, s, kvOp("b", "k", kvcore.Delete, rev+1, "")); err != nil {
+		t.Fatal(err)
+	}
+	if counted, held := olderBytes(t, s, "b"); counted != held || held != 4*101 {
+		t.Fatalf("older bytes after deleting k: counted %d, held %d, want %d (j's)", counted, held, 4*101)
+	}
+}
+
+// A data directory made before older revisions were counted gains the
+// count (and the expiry column) from what it holds, and trims to it.
+func TestStore_KVMigratesOlderBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s := mustOpen(t, Config{Path: path})
+	for i := uint64(1); i <= 5; i++ {
+		op := kvOp("b", "k", kvcore.Put, i, "0123456789")
+		op.KV.ContentType = ""
+		op.KV.History = 10
+		if _, err := apply(t, s, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close(context.Background())
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`DROP INDEX kv_history_older`,
+		`ALTER TABLE kv_history DROP COLUMN older`,
+		`ALTER TABLE kv_history DROP COLUMN expires`,
+		`ALTER TABLE kv_buckets DROP COLUMN older_bytes`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s = mustOpen(t, Config{Path: path})
+	if counted, held := olderBytes(t, s, "b"); counted != 4*11 || held != counted {
+		t.Fatalf("after migration: older bytes counted %d, held %d, want %d", counted, held, 4*11)
+	}
+	op := kvOp("b", "k", kvcore.Put, 6, "0123456789")
+	op.KV.ContentType = ""
+	op.KV.History, op.KV.HistoryBytes = 10, 25
+	if _, err := apply(t, s, op); err != nil {
+		t.Fatal(err)
+	}
+	if h := kvHistory(t, s, "b", "k"); strings.Join(h, " ") != "4:0123456789 5:0123456789 6:0123456789" {
+		t.Fatalf("history after a put with a 25-byte bound: %v, want revisions 4 to 6 (two older ones, 22 bytes)", h)
 	}
 }

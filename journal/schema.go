@@ -108,22 +108,9 @@ func migrate(ctx context.Context, c *sql.Conn) error {
 // addColumn adds column col (of type typ) to table unless it has it: for
 // data directories made by earlier versions.
 func addColumn(ctx context.Context, c *sql.Conn, table, col, typ string) error {
-	rows, err := c.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
+	has, err := hasColumn(ctx, c, table, col)
 	if err != nil {
-		return fmt.Errorf("%s schema: %w", table, err)
-	}
-	has := false
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return fmt.Errorf("%s schema: %w", table, err)
-		}
-		has = has || n == col
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%s schema: %w", table, err)
+		return err
 	}
 	if !has {
 		if _, err := c.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+col+` `+typ); err != nil {
@@ -173,4 +160,25 @@ func (st *stmts) close() {
 			s.Close()
 		}
 	}
+}
+
+// hasColumn reports whether table has column col.
+func hasColumn(ctx context.Context, c *sql.Conn, table, col string) (bool, error) {
+	rows, err := c.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
+	if err != nil {
+		return false, fmt.Errorf("%s schema: %w", table, err)
+	}
+	defer rows.Close()
+	has := false
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return false, fmt.Errorf("%s schema: %w", table, err)
+		}
+		has = has || n == col
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("%s schema: %w", table, err)
+	}
+	return has, nil
 }

@@ -45,6 +45,10 @@ type Entry struct {
 	// History, for the journal only: how many revisions of the key to
 	// keep, this one included (the core keeps the current one).
 	History int
+	// HistoryBytes, for the journal only: what the bucket's older
+	// revisions (every kept one but the keys' current ones) may weigh
+	// (Size each); over it the oldest of the bucket go first. 0: no bound.
+	HistoryBytes int64
 	// Expires: when a put's value expires, in Unix milliseconds (0:
 	// never). Journaled with the value, so expiry survives restarts.
 	Expires int64
