@@ -428,6 +428,10 @@ func (s *session) readError(err error) {
 			s.log.Warn("frame not complete in time; closing connection", "frame_timeout", cfg.FrameTimeout.Duration)
 			s.fail(nil, "frame timeout", fmt.Sprintf("A frame was started but not complete within %s (stomp.frame_timeout); the connection is closed.", cfg.FrameTimeout.Duration))
 		case waitHeartbeat:
+			// The peer is taken for dead: its last frames get the short
+			// deadline of a dropped session, not stomp.write_timeout.
+			s.hurry.Store(true)
+			s.conn.SetWriteDeadline(time.Now().Add(lastWriteTimeout))
 			s.log.Warn("peer silent past its heart-beat interval; closing connection", "heartbeat", s.hbRecv)
 			s.fail(nil, "heart-beat timeout", fmt.Sprintf("Nothing received for more than twice the negotiated heart-beat interval (%s).", s.hbRecv))
 		case waitIdle:
@@ -463,6 +467,11 @@ func (s *session) cleanup() {
 	s.outMu.Lock()
 	s.ending = true
 	s.outMu.Unlock()
+	// Locks are given up at once: their release does not depend on what
+	// the writer still flushes, which can take up to stomp.write_timeout
+	// for a peer that stopped reading, while the next waiter (and the
+	// holder's fencing token) would wait on a dead connection.
+	s.releaseLocks()
 	close(s.stopW)
 	s.writerWG.Wait()
 	// What was never written, open transactions and a body half read
@@ -484,6 +493,23 @@ func (s *session) cleanup() {
 	s.releaseUser()
 	s.conn.Close()
 	close(s.done)
+}
+
+// releaseLocks ends the session's lock subscriptions (held or waiting),
+// ahead of its other subscriptions.
+func (s *session) releaseLocks() {
+	var locks []*subscription
+	s.subsMu.Lock()
+	for id, sub := range s.subs {
+		if sub.kind == destLock {
+			locks = append(locks, sub)
+			delete(s.subs, id)
+		}
+	}
+	s.subsMu.Unlock()
+	for _, sub := range locks {
+		s.endSubscription(sub)
+	}
 }
 
 // lastWriteTimeout bounds the writes of a session that is being dropped (a
