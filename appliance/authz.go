@@ -135,11 +135,16 @@ func LoadAuth(cfg Config) (*auth.Policy, []string, error) {
 // auth.HashMemoryKiB of memory for its duration); other CONNECTs wait.
 const maxHashChecks = 4
 
+// maxCommandRuns bounds the auth.command processes running at once, apart
+// from the hash checks (a slow command must not hold their slots).
+const maxCommandRuns = 8
+
 // authState is the broker's part: the policy in force, the failed-login
 // throttle and the counters.
 type authState struct {
 	policy atomic.Pointer[auth.Policy]
 	sem    chan struct{}
+	cmdSem chan struct{} // maxCommandRuns
 
 	mu       sync.Mutex
 	throttle *auth.Throttle
@@ -164,6 +169,7 @@ func (a *authState) init(cfg Config) {
 	}
 	a.policy.Store(p)
 	a.sem = make(chan struct{}, maxHashChecks)
+	a.cmdSem = make(chan struct{}, maxCommandRuns)
 	a.throttle = auth.NewThrottle()
 	a.denied = map[string]uint64{}
 	a.perUser = map[string]int{}
@@ -204,37 +210,53 @@ func (b *Broker) SetAuth(p *auth.Policy) {
 	}
 	b.mu.Unlock()
 	for _, s := range ss {
-		id := s.ident.Load()
-		if id == nil || s.isEnding() {
-			continue
+		s.recheck(p)
+	}
+}
+
+// recheck holds the session's login and subscriptions against policy p (an
+// auth reload's); false: the session was dropped.
+func (s *session) recheck(p *auth.Policy) bool {
+	id := s.ident.Load()
+	if id == nil || s.isEnding() {
+		return true
+	}
+	if p.Open() && !s.loopbackPeer() {
+		// Without a users file only loopback clients are accepted;
+		// the open policy would give this one every permission.
+		s.log.Warn("users file dropped by an auth reload; closing a connection that is not from loopback", "user", id.Name(), "peer", s.peer)
+		s.drop("authentication revoked", "Authentication was turned off (no auth.users_file): only loopback clients are accepted without it.")
+		return false
+	}
+	if !p.Valid(*id) {
+		s.log.Warn("login no longer valid after an auth reload; closing connection", "user", id.Name())
+		s.drop("authentication revoked", "The user this connection logged in as is gone, or anonymous access was turned off.")
+		return false
+	}
+	for _, sd := range s.subDests() {
+		if sd.kind == auth.KindQueue && s.ownTemp(sd.name) {
+			continue // its own temporary queue or their dead letters: no grant needed
 		}
-		if p.Open() && !s.loopbackPeer() {
-			// Without a users file only loopback clients are accepted;
-			// the open policy would give this one every permission.
-			s.log.Warn("users file dropped by an auth reload; closing a connection that is not from loopback", "user", id.Name(), "peer", s.peer)
-			s.drop("authentication revoked", "Authentication was turned off (no auth.users_file): only loopback clients are accepted without it.")
-			continue
+		perm := auth.Read
+		if sd.kind == auth.KindLock {
+			perm = auth.Write // a lock is held with write
 		}
-		if !p.Valid(*id) {
-			s.log.Warn("login no longer valid after an auth reload; closing connection", "user", id.Name())
-			s.drop("authentication revoked", "The user this connection logged in as is gone, or anonymous access was turned off.")
-			continue
-		}
-		for _, sd := range s.subDests() {
-			if sd.kind == auth.KindQueue && s.ownTemp(sd.name) {
-				continue // its own temporary queue or their dead letters: no grant needed
-			}
-			perm := auth.Read
-			if sd.kind == auth.KindLock {
-				perm = auth.Write // a lock is held with write
-			}
-			if !p.Allowed(*id, perm, sd.kind, sd.name) {
-				s.log.Warn(perm.String()+" permission revoked; closing connection", "user", id.Name(), "destination", sd.dest)
-				s.drop("permission denied: "+perm.String()+" on "+sd.dest, fmt.Sprintf("The permission to %s %s was revoked; the subscription and the connection end.", perm, sd.dest))
-				break
-			}
+		if !p.Allowed(*id, perm, sd.kind, sd.name) {
+			s.log.Warn(perm.String()+" permission revoked; closing connection", "user", id.Name(), "destination", sd.dest)
+			s.drop("permission denied: "+perm.String()+" on "+sd.dest, fmt.Sprintf("The permission to %s %s was revoked; the subscription and the connection end.", perm, sd.dest))
+			return false
 		}
 	}
+	return true
+}
+
+// samePolicy checks the session again when the policy changed since p0 (an
+// auth reload during the frame just handled); false: it was dropped.
+func (s *session) samePolicy(p0 *auth.Policy) bool {
+	if p := s.b.authz.policy.Load(); p != p0 {
+		return s.recheck(p)
+	}
+	return true
 }
 
 func kindName(k destKind) string {
@@ -322,11 +344,19 @@ func (s *session) authenticate(f *stomp.Frame) bool {
 		}
 	}
 	id, err := p.Authenticate(f.Get("login"), f.Get("passcode"), certNames(s.conn), loopback)
-	if errors.Is(err, auth.ErrExternal) {
-		id, err = s.b.authz.external(s.b, p, f.Get("login"), f.Get("passcode"), s.log)
-	}
 	if !p.Open() {
 		<-s.b.authz.sem
+	}
+	if errors.Is(err, auth.ErrExternal) {
+		// Outside the hash-check slots: a slow auth.command must not
+		// hold up the users file's logins.
+		select {
+		case s.b.authz.cmdSem <- struct{}{}:
+		case <-s.b.stop:
+			return false
+		}
+		id, err = s.b.authz.external(s.b, p, f.Get("login"), f.Get("passcode"), s.log)
+		<-s.b.authz.cmdSem
 	}
 	a := &s.b.authz
 	if err == nil {

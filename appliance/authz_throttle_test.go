@@ -18,12 +18,22 @@ import (
 func TestAuth_ThrottleSlowsGuessing(t *testing.T) {
 	tb := authBroker(t, "[users.alice]\npassword = \"{pw:right}\"\n", nil)
 	tb.B.SetLoginThrottle(100*time.Millisecond, 1600*time.Millisecond)
-	for range 5 { // 100+200+400+800+1600 ms: the next login waits 1.6 s
+	for range 4 { // 100+200+400+800 ms
 		if c, err := dialAs(tb.Addr, "alice", "wrong"); err == nil {
 			c.Close()
 			t.Fatal("wrong password accepted")
 		}
 	}
+	// The fifth failure puts the next decision 1.6 s after it. The guesses
+	// start as soon as it is decided, not once its ERROR (held back those
+	// 1.6 s) arrives: by then the next slot would be free, and the first
+	// guess decided at once, as the throttle allows.
+	go func() {
+		if c, err := dialAs(tb.Addr, "alice", "wrong"); err == nil {
+			c.Close()
+		}
+	}()
+	waitFor(t, 5*time.Second, "the fifth failure decided", func() bool { return tb.B.AuthStats().Failures >= 5 })
 	// Ten guesses on parallel connections, each given up after 400 ms
 	// without an answer: none is decided in that time.
 	guesses := []string{"a", "b", "c", "d", "e", "f", "g", "h", "right", "i"}

@@ -19,13 +19,23 @@ var transportHeaders = map[string]bool{
 
 // handle processes one client frame; false ends the session.
 func (s *session) handle(f *stomp.Frame) bool {
-	s.waitOutput()
+	if s.waitOutput() {
+		// The session is ending (an ERROR is on its way, perhaps from
+		// outside its reader: an auth reload, an admin close): no frame
+		// read after that takes effect.
+		return false
+	}
+	// An auth reload while a CONNECT or SUBSCRIBE is decided may have
+	// looked at this session before the login or subscription it grants
+	// was in place: then the session is checked against the new policy
+	// here (SetAuth stores the policy before it looks at the sessions).
+	p0 := s.b.authz.policy.Load()
 	if !s.connected.Load() {
 		if f.Command != stomp.CmdConnect && f.Command != stomp.CmdStomp {
 			s.fail(f, "expected CONNECT", fmt.Sprintf("The first frame must be CONNECT or STOMP, got %s.", f.Command))
 			return false
 		}
-		return s.onConnect(f)
+		return s.onConnect(f) && s.samePolicy(p0)
 	}
 	if (f.Command == stomp.CmdSend || f.Command == stomp.CmdSubscribe) && (!s.authorize(f) || !s.tempRoom(f)) {
 		return false
@@ -40,7 +50,7 @@ func (s *session) handle(f *stomp.Frame) bool {
 	case stomp.CmdSend:
 		return s.onSend(f)
 	case stomp.CmdSubscribe:
-		return s.onSubscribe(f)
+		return s.onSubscribe(f) && s.samePolicy(p0)
 	case stomp.CmdUnsubscribe:
 		return s.onUnsubscribe(f)
 	case stomp.CmdAck, stomp.CmdNack:
@@ -574,7 +584,9 @@ func (s *session) onAckGroup() bool {
 	if len(fs) == 1 {
 		return s.handle(fs[0])
 	}
-	s.waitOutput()
+	if s.waitOutput() {
+		return false
+	}
 	var (
 		ops   []Op
 		parts []ackPart

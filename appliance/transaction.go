@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"fmt"
+	"github.com/herald-mq/herald/appliance/auth"
 	"strconv"
 
 	"github.com/herald-mq/herald/appliance/stomp"
@@ -21,6 +22,9 @@ type transaction struct {
 	frames []*stomp.Frame
 	bytes  int64  // txWeight of frames
 	kv     string // the bucket of its /kv/ SENDs (kv_txn.go); then it holds only those
+	// policy is the auth policy in force at BEGIN: if another is at
+	// COMMIT, the SENDs (authorized as they came) are authorized again.
+	policy *auth.Policy
 }
 
 func (s *session) onBegin(f *stomp.Frame) bool {
@@ -36,7 +40,7 @@ func (s *session) onBegin(f *stomp.Frame) bool {
 		s.fail(f, "too many transactions", "A connection may hold at most 16 open transactions.")
 		return false
 	}
-	s.txs[id] = &transaction{}
+	s.txs[id] = &transaction{policy: s.b.authz.policy.Load()}
 	s.receipt(f)
 	return true
 }
@@ -107,6 +111,14 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 	s.txBytes -= tx.bytes
 	s.b.mem.release(tx.bytes)
 	delete(s.txs, id)
+	if s.b.authz.policy.Load() != tx.policy {
+		// An auth reload since BEGIN: what it revoked is not written.
+		for _, bf := range tx.frames {
+			if bf.Command == stomp.CmdSend && !s.authorize(bf) {
+				return false
+			}
+		}
+	}
 	if tx.kv != "" {
 		return s.commitKV(f, id, tx)
 	}

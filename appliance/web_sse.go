@@ -557,11 +557,16 @@ func (b *Broker) overviewEvent(sessionID string) []byte {
 		}
 	}
 	for _, c := range b.cfg().Multicast.Channels {
+		// Only the patterns the user may read, as for topics: a channel's
+		// other patterns are not the user's to see.
+		var mine []string
 		for _, t := range c.Topics {
 			if may(auth.KindTopic, t) {
-				o.Channels = append(o.Channels, overviewChannel{Name: c.Name, Group: c.Group, Topics: c.Topics})
-				break
+				mine = append(mine, t)
 			}
+		}
+		if len(mine) > 0 {
+			o.Channels = append(o.Channels, overviewChannel{Name: c.Name, Group: c.Group, Topics: mine})
 		}
 	}
 	data, _ := json.Marshal(o)
