@@ -281,7 +281,7 @@ func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 func userHeaders(f *stomp.Frame) stomp.Headers {
 	h := make(stomp.Headers, 0, len(f.Headers))
 	for _, kv := range f.Headers {
-		if transportHeaders[kv.Key] {
+		if transportHeaders[kv.Key] || brokerOwned(kv.Key) {
 			continue
 		}
 		if _, dup := h.Lookup(kv.Key); dup {
@@ -290,6 +290,23 @@ func userHeaders(f *stomp.Frame) stomp.Headers {
 		h = append(h, kv)
 	}
 	return h
+}
+
+// brokerOwned reports whether key is a MESSAGE header the broker alone
+// sets on some destination: per delivery (message-id, subscription, ack,
+// redelivered, delivery-count), for dead letters (dlq-*), streams
+// (x-stream-*), key-value changes (revision, kv-*), locks (lock-*) and
+// topics (dropped-before, history, history-gap, last-value). A producer's
+// would pass for the broker's word (a message dead-lettered, a key's
+// revision, a gap), so SEND keeps none of them.
+func brokerOwned(key string) bool {
+	switch key {
+	case "message-id", "subscription", "ack", "redelivered", "delivery-count", "revision",
+		"dropped-before", hdrHistory, hdrHistoryGap, "last-value":
+		return true
+	}
+	return strings.HasPrefix(key, "dlq-") || strings.HasPrefix(key, "x-stream-") ||
+		strings.HasPrefix(key, "kv-") || strings.HasPrefix(key, "lock-")
 }
 
 var errHeader = errors.New("appliance: invalid header")
