@@ -27,7 +27,12 @@ type topicRegistry struct {
 	// their bytes; under mu.
 	lvOrder list.List // of *topicStats
 	lvBytes int64
-	mem     *memBudget // charged with lvBytes
+	// pubLocks serialise, per topic (by a hash of its name), a publish's
+	// sequence, last value and hand-out to the subscriptions when
+	// topics.last_value is on (and no history rule holds hist.mu), so the
+	// value kept is the last one every subscriber got.
+	pubLocks [64]sync.Mutex
+	mem      *memBudget // charged with lvBytes
 
 	lvEvicted atomic.Uint64 // last values dropped for the byte bound
 	forgotten atomic.Uint64 // idle topics forgotten
@@ -70,6 +75,15 @@ type topicStats struct {
 
 	lvElem *list.Element // in topicRegistry.lvOrder while last is set; under mu
 	lvSize int64         // last's weight; under mu
+}
+
+// topicLockIndex picks name's lock in topicRegistry.pubLocks (FNV-1a).
+func topicLockIndex(name string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint32(name[i])) * 16777619
+	}
+	return int(h % 64)
 }
 
 type lastValue struct {
@@ -292,10 +306,14 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 	if kept || keepLast {
 		build()
 	}
+	var pubLock *sync.Mutex
 	if kept {
 		// The sequence, the ring and the hand-out to the subscriptions
 		// in one critical section: see topic_history.go.
 		b.hist.mu.Lock()
+	} else if keepLast {
+		pubLock = &b.topics.pubLocks[topicLockIndex(name)]
+		pubLock.Lock()
 	}
 	seq := b.topics.seq.Add(1)
 	if shared != nil {
@@ -364,6 +382,8 @@ func (b *Broker) publish(name string, userHeaders stomp.Headers, body []byte, fr
 	}
 	if kept {
 		b.hist.mu.Unlock()
+	} else if pubLock != nil {
+		pubLock.Unlock()
 	}
 	for _, sink := range b.sinks {
 		if sink.Matches(name) {
