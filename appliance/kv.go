@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -516,6 +517,10 @@ func (s *session) onKVSubscribe(f *stomp.Frame, sub *subscription) bool {
 		id, snap, rev = kv.core.Watch(bucket, pattern)
 		kv.watches[id], kv.ids[sub] = sub, id
 	}
+	// A key past its expiry whose delete is not journaled yet is not
+	// shown (a watcher then gets that delete for a key it did not see).
+	now := s.b.now().UnixMilli()
+	snap = slices.DeleteFunc(snap, func(e kvcore.Entry) bool { return !e.Alive(now) })
 	s.subsMu.Lock()
 	s.subs[sub.id] = sub
 	s.subsMu.Unlock()
@@ -546,6 +551,11 @@ func (s *session) onKVHistory(f *stomp.Frame, sub *subscription, bucket, key str
 	kv := &s.b.kv
 	kv.mu.Lock()
 	j := kv.j
+	expired := false
+	if kv.core != nil {
+		e, ok := kv.core.Get(bucket, key)
+		expired = ok && !e.Alive(s.b.now().UnixMilli())
+	}
 	kv.mu.Unlock()
 	if j == nil {
 		s.fail(f, "key-value store unavailable", errKVUnavailable)
@@ -553,6 +563,9 @@ func (s *session) onKVHistory(f *stomp.Frame, sub *subscription, bucket, key str
 	}
 	var frames []*stomp.Frame
 	err := j.KVHistory(s.b.ctx, bucket, key, func(e KVEntry) error {
+		if expired {
+			return nil // its delete, not yet journaled, drops it all
+		}
 		m := kvFrame(sub, e, false)
 		m.Headers.Add("kv-history", "true")
 		frames = append(frames, m)

@@ -56,6 +56,11 @@ type Entry struct {
 	Expired bool
 }
 
+// Alive reports whether e's value is still readable at now (Unix ms): it
+// has no expiry, or its expiry is later. A key past its expiry stays in the
+// core until Expire's delete is journaled; reads do not show it meanwhile.
+func (e Entry) Alive(now int64) bool { return e.Expires == 0 || e.Expires > now }
+
 // Size is what an entry weighs against Limits.MaxBytes.
 func (e Entry) Size() int64 { return int64(len(e.Key) + len(e.ContentType) + len(e.Value)) }
 
