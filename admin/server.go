@@ -185,8 +185,9 @@ func (s *Server) Close(ctx context.Context) error {
 }
 
 // listenSocket creates the unix socket at path with mode 0660, without a
-// window in which it has another mode: it is bound under a temporary name,
-// chmodded, then renamed into place.
+// window in which another user can connect: it is bound in a fresh
+// directory of mode 0700 beside path (whatever the umask makes of the
+// socket's own mode there), chmodded, then renamed into place.
 func listenSocket(ctx context.Context, path string) (net.Listener, error) {
 	if path == "" {
 		return nil, errors.New("admin: no socket path: set admin.socket or --admin-socket")
@@ -211,11 +212,18 @@ func listenSocket(ctx context.Context, path string) (net.Listener, error) {
 			return nil, fmt.Errorf("admin: remove stale socket %s: %w", path, err)
 		}
 	}
-	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
-	os.Remove(tmp)
+	priv, err := os.MkdirTemp(filepath.Dir(path), ".h")
+	if err != nil {
+		return nil, fmt.Errorf("admin: socket directory: %w (is it writable by the daemon's user?)", err)
+	}
+	defer os.Remove(priv)
+	if err := os.Chmod(priv, 0o700); err != nil {
+		return nil, fmt.Errorf("admin: socket directory: %w", err)
+	}
+	tmp := filepath.Join(priv, "s")
 	ln, err := net.Listen("unix", tmp)
 	if err != nil {
-		return nil, fmt.Errorf("admin: listen on %s: %w (is the directory writable by the daemon's user? socket paths are limited to 107 bytes)", path, err)
+		return nil, fmt.Errorf("admin: listen on %s: %w (is the directory writable by the daemon's user? socket paths are limited to 107 bytes, and it is bound first as %s)", path, err, tmp)
 	}
 	ul := ln.(*net.UnixListener)
 	ul.SetUnlinkOnClose(false) // Close removes the final path itself
