@@ -871,15 +871,16 @@ func (s *session) wrote(n int64) {
 // waitOutput holds the reader while the frames waiting for the writer
 // weigh more than stomp.max_output_bytes: a client that sends but does not
 // read (its RECEIPTs, its MESSAGEs) is not read either (TCP backpressure)
-// until the writer's write timeout ends it.
-func (s *session) waitOutput() {
+// until the writer's write timeout ends it. Ending: the session is ending.
+func (s *session) waitOutput() (ending bool) {
 	limit := s.b.cfg().Stomp.MaxOutputBytes
 	counted := false
 	for {
 		s.outMu.Lock()
 		if s.outBytes <= limit || s.ending {
+			ending = s.ending
 			s.outMu.Unlock()
-			return
+			return ending
 		}
 		ch := s.drained
 		s.outMu.Unlock()
