@@ -139,6 +139,11 @@ const maxHashChecks = 4
 // from the hash checks (a slow command must not hold their slots).
 const maxCommandRuns = 8
 
+// loginFailFloor is authState.failFloor's default: above an argon2id check
+// with the default parameters (about 50 ms) or much heavier ones, and a
+// directory's usual answer.
+const loginFailFloor = time.Second
+
 // authState is the broker's part: the policy in force, the failed-login
 // throttle and the counters.
 type authState struct {
@@ -148,9 +153,14 @@ type authState struct {
 
 	mu       sync.Mutex
 	throttle *auth.Throttle
-	denied   map[string]uint64 // by user
-	failures uint64
-	perUser  map[string]int // open authenticated connections by user (auth.max_connections_per_user)
+	// failFloor: a refused login is answered no sooner than this after its
+	// check began (then the throttle's delay), so that how long the check
+	// took (an unknown user's dummy hash, a user's own hash parameters,
+	// auth.command) does not tell which logins exist.
+	failFloor time.Duration
+	denied    map[string]uint64 // by user
+	failures  uint64
+	perUser   map[string]int // open authenticated connections by user (auth.max_connections_per_user)
 
 	cmd authCommand // auth.command (authcmd.go)
 
@@ -171,6 +181,7 @@ func (a *authState) init(cfg Config) {
 	a.sem = make(chan struct{}, maxHashChecks)
 	a.cmdSem = make(chan struct{}, maxCommandRuns)
 	a.throttle = auth.NewThrottle()
+	a.failFloor = loginFailFloor
 	a.denied = map[string]uint64{}
 	a.perUser = map[string]int{}
 	a.cmd.init(cfg.Auth)
@@ -343,6 +354,7 @@ func (s *session) authenticate(f *stomp.Frame) bool {
 			return false
 		}
 	}
+	checked := time.Now()
 	id, err := p.Authenticate(f.Get("login"), f.Get("passcode"), certNames(s.conn), loopback)
 	if !p.Open() {
 		<-s.b.authz.sem
@@ -383,7 +395,11 @@ func (s *session) authenticate(f *stomp.Frame) bool {
 	a.mu.Lock()
 	a.failures++
 	delay := a.throttle.Fail(src, s.b.now().UnixMilli())
+	floor := a.failFloor
 	a.mu.Unlock()
+	if took := time.Since(checked); took < floor {
+		delay += floor - took
+	}
 	s.log.Warn("authentication failed", "login", f.Get("login"), "reason", strings.TrimPrefix(err.Error(), auth.ErrAuthFailed.Error()+": "), "delay", delay)
 	t := time.NewTimer(delay)
 	defer t.Stop()
