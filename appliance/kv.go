@@ -352,6 +352,10 @@ func (kv *kvStore) flush(b *Broker) {
 		idx = append(idx, i)
 	}
 	cfg := b.cfg().KV
+	now := b.now().UnixMilli()
+	for i := range reqs {
+		reqs[i].Now = now
+	}
 	kv.mu.Lock()
 	es, errs := kv.core.PrepareEach(reqs, func(bucket string) kvcore.Limits { l, _ := cfg.limits(bucket); return l })
 	kv.mu.Unlock()

@@ -125,6 +125,10 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 	// The core's lock is held while the set is prepared and while it is
 	// applied, not across the commit (commitMu keeps other writers out).
 	cfg := s.b.cfg().KV
+	now := s.b.now().UnixMilli()
+	for i := range reqs {
+		reqs[i].Now = now
+	}
 	kv.mu.Lock()
 	es, idx, err := kv.core.PrepareTxn(reqs, func(bucket string) kvcore.Limits { l, _ := cfg.limits(bucket); return l })
 	kv.mu.Unlock()

@@ -84,6 +84,11 @@ type Request struct {
 	// shell computes it from the time it passes in and the key's or
 	// bucket's TTL; Expire decides, given the time, what has expired.
 	Expires int64
+	// Now is the time of the request (Unix ms): a key past its expiry at
+	// Now is absent to it (if-revision, a delete, NoCreate), as it is to
+	// reads (Entry.Alive), though Expire's delete is still to come. 0:
+	// every key counts as alive.
+	Now int64
 }
 
 // Errors of Prepare. Conflicts are *ConflictError.
@@ -183,9 +188,16 @@ func (c *Core) Prepare(r Request, lim Limits) (Entry, error) {
 	if b != nil {
 		cur, exists = b.keys[r.Key]
 	}
+	// A key past its expiry is absent to the request; it still weighs
+	// against the limits below until Expire's delete (or this put) goes.
+	alive := exists && (r.Now == 0 || cur.Alive(r.Now))
+	var curRev uint64
+	if alive {
+		curRev = cur.Revision
+	}
 	if r.IfRevision != NoRevision {
-		if r.IfRevision < 0 || uint64(r.IfRevision) != cur.Revision {
-			return Entry{}, &ConflictError{Expected: uint64(max(r.IfRevision, 0)), Current: cur.Revision}
+		if r.IfRevision < 0 || uint64(r.IfRevision) != curRev {
+			return Entry{}, &ConflictError{Expected: uint64(max(r.IfRevision, 0)), Current: curRev}
 		}
 	}
 	e := Entry{Bucket: r.Bucket, Key: r.Key, Op: r.Op, Revision: 1}
@@ -194,7 +206,7 @@ func (c *Core) Prepare(r Request, lim Limits) (Entry, error) {
 	}
 	switch r.Op {
 	case Delete:
-		if !exists {
+		if !alive {
 			return Entry{}, ErrNoKey
 		}
 		return e, nil
@@ -227,7 +239,7 @@ func (c *Core) Prepare(r Request, lim Limits) (Entry, error) {
 	if total := c.bytes - cur.Size() + e.Size(); total > lim.MaxTotalBytes {
 		return Entry{}, ErrStoreFull
 	}
-	if !exists && r.NoCreate {
+	if !alive && r.NoCreate {
 		return Entry{}, ErrCreateDenied
 	}
 	return e, nil

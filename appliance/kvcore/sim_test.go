@@ -80,9 +80,20 @@ func (s *sim) write() {
 		req.Op = Delete
 	}
 	cur, exists := s.modelKey(b, k)
+	// A key past its expiry, its delete not yet made, is absent to the
+	// request (Request.Now); it still weighs against the limits.
+	req.Now = s.now
+	alive := exists && cur.Alive(s.now)
+	if exists && !alive {
+		simPastExpiry++
+	}
+	var curRev uint64
+	if alive {
+		curRev = cur.Revision
+	}
 	switch s.r.IntN(4) {
 	case 0:
-		req.IfRevision = int64(cur.Revision) // right
+		req.IfRevision = int64(curRev) // right
 	case 1:
 		req.IfRevision = int64(s.r.Uint64N(s.revs[b] + 2)) // often wrong
 	case 2:
@@ -100,16 +111,16 @@ func (s *sim) write() {
 	e, err := s.c.Prepare(req, s.lim)
 	// The model's verdict.
 	var ce *ConflictError
-	if req.IfRevision != NoRevision && uint64(req.IfRevision) != cur.Revision {
-		if !errors.As(err, &ce) || ce.Current != cur.Revision {
-			s.fatalf("CAS expected %d on %s.%s at %d: want conflict at %d, got %v", req.IfRevision, b, k, cur.Revision, cur.Revision, err)
+	if req.IfRevision != NoRevision && uint64(req.IfRevision) != curRev {
+		if !errors.As(err, &ce) || ce.Current != curRev {
+			s.fatalf("CAS expected %d on %s.%s at %d: want conflict at %d, got %v", req.IfRevision, b, k, curRev, curRev, err)
 		}
 		return
 	}
 	if errors.As(err, &ce) {
-		s.fatalf("CAS expected %d on %s.%s at %d: conflict reported (%v)", req.IfRevision, b, k, cur.Revision, err)
+		s.fatalf("CAS expected %d on %s.%s at %d: conflict reported (%v)", req.IfRevision, b, k, curRev, err)
 	}
-	if req.Op == Delete && !exists {
+	if req.Op == Delete && !alive {
 		if !errors.Is(err, ErrNoKey) {
 			s.fatalf("delete of absent %s.%s: got %v, want ErrNoKey", b, k, err)
 		}
@@ -137,7 +148,7 @@ func (s *sim) write() {
 			want = ErrBucketFull
 		case s.totalBytes()-cur.Size()+size > s.lim.MaxTotalBytes:
 			want = ErrStoreFull
-		case !exists && req.NoCreate:
+		case !alive && req.NoCreate:
 			want = ErrCreateDenied
 		}
 		if want != nil || err != nil {
@@ -268,6 +279,7 @@ func (s *sim) txn() {
 		if r.Op == Put && s.r.IntN(3) == 0 {
 			r.Expires = s.now + 1 + s.r.Int64N(50)
 		}
+		r.Now = s.now
 		rs = append(rs, r)
 	}
 	es, idx, err := s.c.PrepareTxn(rs, func(string) Limits { return s.lim })
@@ -298,10 +310,14 @@ func (s *sim) txn() {
 	j := 0
 	for _, r := range rs {
 		old, exists := rows[r.Bucket][r.Key]
-		if r.IfRevision != NoRevision && uint64(r.IfRevision) != old.Revision {
-			s.fatalf("txn committed a CAS expecting %d on %s.%s at %d", r.IfRevision, r.Bucket, r.Key, old.Revision)
+		var oldRev uint64
+		if exists && old.Alive(s.now) {
+			oldRev = old.Revision
 		}
-		if r.Op == Delete && !exists {
+		if r.IfRevision != NoRevision && uint64(r.IfRevision) != oldRev {
+			s.fatalf("txn committed a CAS expecting %d on %s.%s at %d", r.IfRevision, r.Bucket, r.Key, oldRev)
+		}
+		if r.Op == Delete && oldRev == 0 {
 			continue
 		}
 		if j >= len(es) {
@@ -615,23 +631,23 @@ func runSimWith(t *testing.T, seed int64, steps int, r *rand.Rand) {
 	simExpired += s.expired
 }
 
-var simTxns, simExpired int
+var simTxns, simExpired, simPastExpiry int
 
 func TestSim(t *testing.T) {
 	if *simSeed >= 0 {
 		runSim(t, *simSeed, *simSteps)
 		return
 	}
-	simTxns, simExpired = 0, 0
+	simTxns, simExpired, simPastExpiry = 0, 0, 0
 	for seed := int64(0); seed < int64(*simSeeds); seed++ {
 		runSim(t, seed, *simSteps)
 	}
 	// The schedules must commit transactions and expire keys, or the
 	// simulation proves nothing about them.
-	if *simSeeds >= 100 && (simTxns < 1000 || simExpired < 500) {
-		t.Errorf("%d transactions committed, %d keys expired over the seeds", simTxns, simExpired)
+	if *simSeeds >= 100 && (simTxns < 1000 || simExpired < 500 || simPastExpiry < 100) {
+		t.Errorf("%d transactions committed, %d keys expired, %d writes met a key past its expiry over the seeds", simTxns, simExpired, simPastExpiry)
 	}
-	t.Logf("%d transactions committed, %d keys expired", simTxns, simExpired)
+	t.Logf("%d transactions committed, %d keys expired, %d writes met a key past its expiry", simTxns, simExpired, simPastExpiry)
 }
 
 // The simulation must exercise every outcome, or it proves little.
