@@ -184,6 +184,13 @@ func (s *Server) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// TempSocketLen is the length of the path the admin socket at path is
+// bound under first (DIR/.hNNNNNNNNNN/s, see listenSocket): like path, it
+// must fit the 107 bytes of a unix socket address.
+func TempSocketLen(path string) int {
+	return len(filepath.Dir(path)) + len("/.h4294967295/s")
+}
+
 // listenSocket creates the unix socket at path with mode 0660, without a
 // window in which another user can connect: it is bound in a fresh
 // directory of mode 0700 beside path (whatever the umask makes of the

@@ -284,3 +284,29 @@ func TestCheckConfig_PreviousKeyFile(t *testing.T) {
 		t.Fatalf("--check-config with both keys: exit %d\n%s", code, out)
 	}
 }
+
+// An admin socket path whose directory leaves no room for the temporary
+// name the socket is bound under first (DIR/.hNNNNNNNNNN/s) is refused by
+// --check-config, though the path itself fits in 107 bytes (the check
+// still counted the old PATH.PID.tmp name: it passed, and the bind failed
+// at start); one with room passes.
+func TestCheckConfig_SocketPathWithTempName(t *testing.T) {
+	base := t.TempDir()
+	deep := filepath.Join(base, strings.Repeat("d", 92-len(base))) // 93 bytes
+	if err := os.MkdirAll(deep, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	src := func(sock string) string {
+		return fmt.Sprintf("data_dir = %q\n[stomp]\nlisten = \"127.0.0.1:0\"\n[admin]\nsocket = %q\n", data, sock)
+	}
+	sock := filepath.Join(deep, "s") // 95 bytes: fits, its temporary name (108) does not
+	code, out := checkConfig(t, "", src(sock))
+	if code != 78 || !strings.Contains(out, "temporary name") {
+		t.Fatalf("socket %s (%d bytes, temporary name %d): exit %d, output:\n%s\nwant 78 naming the temporary name", sock, len(sock), len(deep)+len("/.h4294967295/s"), code, out)
+	}
+	short := filepath.Join(base, "admin.sock")
+	if code, out := checkConfig(t, "", src(short)); strings.Contains(out, "temporary name") {
+		t.Fatalf("socket %s: exit %d, output:\n%s", short, code, out)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/herald-mq/herald/admin"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -282,13 +283,13 @@ func bindProblem(key, addr string, err error) problem {
 }
 
 // maxSocketPath: a unix socket path holds at most 107 bytes, and the admin
-// API binds PATH.PID.tmp first (up to 12 bytes more) and renames it.
-const maxSocketPath = 107 - len(".4194304.tmp")
+// API binds DIR/.hNNNNNNNNNN/s first and renames it (admin.TempSocketLen).
+const maxSocketPath = 107
 
 func checkSocketPath(key, path string) []problem {
 	var ps []problem
-	if len(path) > maxSocketPath {
-		ps = append(ps, problem{sevConfig, key, fmt.Sprintf("%q: %d bytes, longer than %d: unix socket paths are limited to 107 bytes (with the temporary name it is bound under first): choose a shorter path", path, len(path), maxSocketPath)})
+	if n := max(len(path), admin.TempSocketLen(path)); n > maxSocketPath {
+		ps = append(ps, problem{sevConfig, key, fmt.Sprintf("%q: %d bytes with the temporary name it is bound under first (%s/.hNNNNNNNNNN/s), longer than the %d a unix socket path may have: choose a shorter path", path, n, filepath.Dir(path), maxSocketPath)})
 	}
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSocket == 0 {
 		ps = append(ps, problem{sevConfig, key, fmt.Sprintf("%s exists and is not a socket: move it away or choose another admin.socket", path)})
