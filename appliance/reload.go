@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -205,6 +206,18 @@ type ConfigChanges struct {
 	Restart  []string // keep their old value until a restart
 }
 
+// keepForRestart moves keys that changed from Reloaded to Restart: their
+// old value stays in force until a restart.
+func (ch *ConfigChanges) keepForRestart(keys ...string) {
+	for _, k := range keys {
+		if i := slices.Index(ch.Reloaded, k); i >= 0 {
+			ch.Reloaded = slices.Delete(ch.Reloaded, i, i+1)
+			ch.Restart = append(ch.Restart, k)
+		}
+	}
+	sort.Strings(ch.Restart)
+}
+
 // DiffConfig compares old and new key by key.
 func DiffConfig(old, new Config) ConfigChanges {
 	var ch ConfigChanges
@@ -281,6 +294,13 @@ func (b *Broker) Reload(c Config) (ConfigChanges, error) {
 	old := b.cfg()
 	ch := DiffConfig(*old, c)
 	eff := mergeReloadable(*old, c)
+	if (old.Stomp.TLSListen != "" || old.Web.Listen != "" && old.Web.TLS) && c.Stomp.TLSCert == "" && c.Stomp.TLSKey == "" {
+		// TLS turned off in the file: its listeners (restart-only) run on
+		// until a restart, with the certificate they have, which is then
+		// restart-only too, not a reason to refuse the reload.
+		eff.Stomp.TLSCert, eff.Stomp.TLSKey, eff.Stomp.TLSClientCA = old.Stomp.TLSCert, old.Stomp.TLSKey, old.Stomp.TLSClientCA
+		ch.keepForRestart("stomp.tls_cert", "stomp.tls_key", "stomp.tls_client_ca")
+	}
 	// The users file and the certificates are read again whether or not
 	// their keys changed (a user added, a certificate renewed under the
 	// same name), before anything is applied: a file that does not load
@@ -344,6 +364,7 @@ func (r *topicRegistry) trimLast(maxBytes int64) int {
 	n := 0
 	for r.lvBytes > maxBytes && r.lvOrder.Len() > 0 {
 		r.dropLast(r.lvOrder.Front().Value.(*topicStats))
+		r.lvEvicted.Add(1) // dropped for the byte bound, as in setLast
 		n++
 	}
 	return n

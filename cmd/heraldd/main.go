@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -103,6 +104,12 @@ func run(args []string) int {
 		return code
 	}
 	d := &daemon{cfg: cfg, configPath: *configPath, overrides: overrides, notes: problems}
+	// A SIGHUP while starting (a long journal recovery) is a reload asked
+	// early, not the end of the process (its default action): it waits on
+	// this channel and is applied once serving. SIGTERM and SIGINT keep
+	// their default until then.
+	d.sigs = make(chan os.Signal, 2)
+	signal.Notify(d.sigs, syscall.SIGHUP)
 	return d.run()
 }
 
@@ -110,6 +117,7 @@ type daemon struct {
 	cfg        appliance.Config
 	configPath string
 	overrides  func(*appliance.Config) // the command line's flags, applied over the file
+	sigs       chan os.Signal          // SIGHUP from the start, SIGTERM and SIGINT once serving
 	notes      []problem               // preflight's notes, logged once the log is set up
 	level      slog.LevelVar
 	log        *slog.Logger
@@ -196,12 +204,12 @@ func (d *daemon) run() int {
 	if err := d.listenTLS(); err != nil {
 		d.log.Error("cannot start the TLS listener", "err", err)
 		d.shutdown()
-		return 69
+		return listenExit(err)
 	}
 	if err := d.listenWeb(); err != nil {
 		d.log.Error("cannot start the web listener", "err", err)
 		d.shutdown()
-		return 69
+		return listenExit(err)
 	}
 	if err := d.startAdmin(ctx); err != nil {
 		d.log.Error("cannot start the admin API", "err", err)
@@ -216,7 +224,7 @@ func (d *daemon) run() int {
 	d.log.Info("heraldd ready", "version", version, "stomp", addr.String(), "data_dir", d.cfg.DataDir, "sync", d.cfg.Journal.Sync, "startup", time.Since(start).Round(time.Millisecond))
 	notify("READY=1\nSTATUS=serving STOMP on " + addr.String())
 
-	sigs := make(chan os.Signal, 2)
+	sigs := d.sigs
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
@@ -295,4 +303,15 @@ func setGoMemoryLimit(log *slog.Logger) {
 		debug.SetMemoryLimit(lim / 4 * 3)
 		log.Debug("Go memory limit set", "bytes", lim/4*3)
 	}
+}
+
+// listenExit is the exit code of a listener that could not start: 69 when
+// the address could not be bound (a port held by another program), 78 for
+// a configuration problem (a certificate that does not load).
+func listenExit(err error) int {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "listen" {
+		return 69
+	}
+	return 78
 }

@@ -85,6 +85,12 @@ func preflight(cfg appliance.Config) []problem {
 	}
 	if cfg.Web.Listen != "" {
 		add(checkListen("web.listen", cfg.Web.Listen, running, cfg.DataDir))
+		if cfg.Web.TLS && cfg.Stomp.TLSListen == "" {
+			// web.tls serves the STOMP listener's certificate.
+			if _, err := appliance.TLSConfig(cfg.Stomp); err != nil {
+				ps = append(ps, problem{sev: sevConfig, key: "stomp.tls_cert", msg: "web.tls: " + err.Error()})
+			}
+		}
 	}
 	if cfg.Admin.MetricsListen != "" {
 		add(checkListen("admin.metrics_listen", cfg.Admin.MetricsListen, running, cfg.DataDir))
