@@ -699,7 +699,7 @@ func (c *Config) Validate() error {
 			bad("%s.rate_limit: must be 0 (unlimited) or positive, got %d", where, ch.RateLimit)
 		}
 		if ch.Window < 0 {
-			bad("%s.window: must be 0 (the default, 16 MiB) or positive, got %d", where, ch.Window)
+			bad("%s.window: must be 0 (the default, 64 MiB) or positive, got %d", where, ch.Window)
 		}
 		if ch.RepairRate < 0 || ch.RepairRate > 1<<34 {
 			bad("%s.repair_rate: %d: want 0 (the default, 32 MiB/s) to 17179869184 bytes per second", where, ch.RepairRate)

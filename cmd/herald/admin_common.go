@@ -172,6 +172,7 @@ func adminFailure(what, sock string, ctx context.Context, err error) error {
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // as the API writes it: "prices.>", not "prices.\u003e"
 	return enc.Encode(v)
 }
 

@@ -77,6 +77,11 @@ func runTop(cCtx *cli.Context) error {
 	if err := checkArgs(cCtx, 0, 0, "top [flags]"); err != nil {
 		return err
 	}
+	if cCtx.Bool("json") {
+		// A live screen of rates between samples, not a document: the
+		// figures it shows are each command's own --json.
+		return usageErrorf("herald top has no --json: use herald status, queues, topics or channels --json for its figures")
+	}
 	interval := cCtx.Duration("interval")
 	if interval < 100*time.Millisecond {
 		return usageErrorf("--interval %s: want at least 100ms", interval)

@@ -341,9 +341,16 @@ func writeFileAtomic(path string, data []byte, old fs.FileInfo) error {
 		if st, ok := old.Sys().(*syscall.Stat_t); ok {
 			uid, gid = int(st.Uid), int(st.Gid)
 		}
+	} else if ci, err := os.Stat(filepath.Join(dir, "herald.toml")); err == nil {
+		// The daemon's config beside it (packaged 0640 root:herald in a
+		// root:root /etc/herald): its group is the daemon's, which must
+		// read the new file.
+		if st, ok := ci.Sys().(*syscall.Stat_t); ok {
+			gid = int(st.Gid)
+		}
 	} else if di, err := os.Stat(dir); err == nil {
 		if st, ok := di.Sys().(*syscall.Stat_t); ok {
-			gid = int(st.Gid) // as /etc/herald root:herald: the daemon's group can read
+			gid = int(st.Gid) // a directory of the daemon's group
 		}
 	}
 	if err := tmp.Chmod(mode); err != nil {
