@@ -164,15 +164,22 @@ func (s *Server) resetCursor(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	old, pos, err := sb.ResetCursor(ctx, name, cursor, to)
 	if err != nil {
-		if errors.Is(err, appliance.ErrNoStream) || errors.Is(err, appliance.ErrNoCursor) || errors.Is(err, appliance.ErrCursorActive) {
-			s.fail(w, r, classifyStream(err))
-		} else {
-			s.fail(w, r, errorf(http.StatusBadRequest, "give to=first, to=last, to=next or an offset up to the stream's next offset (herald stream show NAME)", err.Error()))
-		}
+		s.fail(w, r, classifyReset(err))
 		return
 	}
 	s.audit(r, "admin: stream cursor reset", "stream", name, "cursor", cursor, "from", old, "to", pos)
 	writeJSON(w, http.StatusOK, CursorReset{Stream: name, Cursor: cursor, Previous: old, Offset: pos})
+}
+
+// classifyReset maps a cursor reset's error: a bad target is the
+// request's (400); the stream's own errors as for other stream requests;
+// a journal that did not commit in time or failed is 504 or 500, not the
+// caller's mistake.
+func classifyReset(err error) error {
+	if errors.Is(err, appliance.ErrCursorTarget) {
+		return errorf(http.StatusBadRequest, "give to=first, to=last, to=next or an offset up to the stream's next offset (herald stream show NAME)", err.Error())
+	}
+	return classifyStream(err)
 }
 
 func spath(name, rest string) string { return "/v1/streams/" + url.PathEscape(name) + rest }

@@ -21,6 +21,7 @@ var (
 	ErrStreamBusy     = errors.New("appliance: stream has subscribers")
 	ErrNoCursor       = errors.New("appliance: no such cursor")
 	ErrCursorActive   = errors.New("appliance: cursor has an active consumer")
+	ErrCursorTarget   = errors.New("appliance: invalid cursor target")
 	ErrStreamDeleting = errors.New("appliance: stream is being deleted")
 )
 
@@ -284,7 +285,7 @@ func ParseCursorTarget(v string, first, next uint64) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(strings.TrimPrefix(v, "offset="), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("cursor target %q: want first, last, next or an offset", v)
+		return 0, fmt.Errorf("%w %q: want first, last, next or an offset", ErrCursorTarget, v)
 	}
 	return n, nil
 }
@@ -314,7 +315,7 @@ func (b *Broker) ResetCursor(ctx context.Context, name, cursor, target string) (
 		return 0, 0, err
 	}
 	if pos > next {
-		return 0, 0, fmt.Errorf("offset %d is past the stream's next offset %d", pos, next)
+		return 0, 0, fmt.Errorf("%w: offset %d is past the stream's next offset %d", ErrCursorTarget, pos, next)
 	}
 	// Hold the cursor while the move commits: a SUBSCRIBE with its name
 	// waits for the commit's outcome by being refused (ErrCursorInUse).
