@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,14 @@ import (
 // TestMain lets the test binary act as heraldd in a child process.
 func TestMain(m *testing.M) {
 	if os.Getenv("HERALDD_TEST_CHILD") == "1" {
+		if d, err := time.ParseDuration(os.Getenv("HERALDD_TEST_START_PAUSE")); err == nil {
+			// A start that takes its time (a long journal recovery): the
+			// test learns it has begun from this line.
+			startHook = func() {
+				fmt.Fprintln(os.Stderr, "test: recovering the journal")
+				time.Sleep(d)
+			}
+		}
 		os.Exit(run(os.Args[1:]))
 	}
 	code := m.Run()

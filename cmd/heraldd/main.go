@@ -113,6 +113,10 @@ func run(args []string) int {
 	return d.run()
 }
 
+// startHook, when set (by the tests' child process only), runs as the
+// journal is about to be recovered: a start that takes its time.
+var startHook func()
+
 type daemon struct {
 	cfg        appliance.Config
 	configPath string
@@ -148,6 +152,9 @@ func (d *daemon) run() int {
 		return 73
 	}
 	notify("STATUS=recovering journal")
+	if startHook != nil {
+		startHook()
+	}
 	d.store = journal.New(journal.Config{
 		Path:               filepath.Join(d.cfg.DataDir, "herald.db"),
 		Sync:               d.cfg.Journal.Sync,
