@@ -460,16 +460,27 @@ func (w *worker) connect(ctx context.Context) error {
 }
 
 // subscribeLocal subscribes to the out maps' local destinations: queues
-// with client-individual acks and a prefetch of the window, topics with
-// auto acks.
+// with client-individual acks, a prefetch of the window and no ack timeout,
+// topics with auto acks.
+//
+// ack-timeout:0: the core holds what it was given until the peer confirmed
+// it, however long the link is down. With the queue's own ack_timeout
+// (queues.ack_timeout or a [[queues.policy]]), the queue would take back
+// the messages the bridge holds during an outage, count a delivery each
+// time and dead-letter them after max_deliveries, while the core still
+// forwards its copy once the link is back: a link outage alone would move
+// bridged messages to the DLQ, and deliver them as well.
 func (w *worker) subscribeLocal(ctx context.Context) error {
 	c := w.local
 	for _, m := range w.maps {
 		ack := "client-individual"
+		hdrs := []stomp.Header{{Key: "prefetch-count", Value: strconv.Itoa(w.cfg().MaxInFlight)}}
 		if strings.HasPrefix(m.Local, "/topic/") {
 			ack = "auto"
+		} else {
+			hdrs = append(hdrs, stomp.Header{Key: "ack-timeout", Value: "0"})
 		}
-		sub, err := c.SubscribeReceipt(ctx, m.Local, ack, stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(w.cfg().MaxInFlight)})
+		sub, err := c.SubscribeReceipt(ctx, m.Local, ack, hdrs...)
 		if err != nil {
 			return fmt.Errorf("subscribe to %s on this appliance: %w", m.Local, err)
 		}
