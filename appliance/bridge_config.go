@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/herald-mq/herald/appliance/stomp"
 )
 
 // BridgeConfig is one [[bridge]]: a link to a NATS JetStream cluster or to
@@ -126,6 +128,23 @@ func BridgeDefaults(b BridgeConfig) BridgeConfig {
 		}
 	}
 	return b
+}
+
+// BridgeLocalLimits are the frame limits a bridge reads this appliance's
+// MESSAGEs with (and a STOMP peer's, whose messages it sends here): the
+// listener's (stomp.max_body_bytes, max_headers, max_header_bytes,
+// max_header_line), with room for the headers a MESSAGE carries beyond
+// those of the SEND (subscription, message-id, ack, delivery-count,
+// timestamp...). A message this appliance accepted must never be too large
+// for its own bridge: it would break the bridge's connection at every
+// delivery and go to the dead-letter queue without ever going out.
+func BridgeLocalLimits(c *Config) stomp.Limits {
+	return stomp.Limits{
+		MaxHeaderBytes: c.Stomp.MaxHeaderBytes + 16<<10,
+		MaxHeaders:     c.Stomp.MaxHeaders + 32,
+		MaxHeaderLine:  c.Stomp.MaxHeaderLine,
+		MaxBody:        c.Stomp.MaxBodyBytes,
+	}
 }
 
 // validBridgeName: letters, digits, '-' and '_' (it names a consumer).

@@ -34,14 +34,31 @@ type Options struct {
 	// LocalAddr is this appliance's STOMP listener (host:port), which the
 	// bridge connects to over loopback.
 	LocalAddr string
-	// LocalLimits are the frame limits of the local connection's reader.
+	// LocalLimits are the frame limits of the local connection's reader,
+	// and of a STOMP peer's (whose messages are sent here): at least what
+	// this appliance's listener accepts (appliance.BridgeLocalLimits), or
+	// a message it accepted breaks the bridge's connection at every
+	// delivery. Zero fields: the STOMP client's defaults (16 MiB bodies,
+	// 128 headers).
 	LocalLimits stomp.Limits
-	Logger      *slog.Logger
+	// LocalLimitsFunc, if set, is called at each connection instead of
+	// reading LocalLimits, so that limits raised by a reload apply from
+	// the next connection.
+	LocalLimitsFunc func() stomp.Limits
+	Logger          *slog.Logger
 	// QueueDepth returns a local queue's messages and bytes (the lag of
 	// direction out); nil: unknown.
 	QueueDepth func(name string) (msgs, bytes int64, ok bool)
 	// Seed seeds the back-off jitter; 0: from the clock.
 	Seed uint64
+}
+
+// limits are the frame limits of the connections' readers.
+func (o *Options) limits() stomp.Limits {
+	if o.LocalLimitsFunc != nil {
+		return o.LocalLimitsFunc()
+	}
+	return o.LocalLimits
 }
 
 // Bridge is one [[bridge]]: a worker per direction.
@@ -443,7 +460,7 @@ func (w *worker) connect(ctx context.Context) error {
 		c, err := client.Dial(cctx, w.o.LocalAddr, client.Options{
 			Login: w.cfg().LocalLogin, Passcode: w.cfg().LocalPasscode,
 			DialTimeout: 5 * time.Second, HeartBeat: [2]time.Duration{10 * time.Second, 0},
-			Limits: w.o.LocalLimits, SubscriptionBuffer: w.cfg().MaxInFlight + 16,
+			Limits: w.o.limits(), SubscriptionBuffer: w.cfg().MaxInFlight + 16,
 		})
 		if err != nil {
 			return fmt.Errorf("connect to this appliance at %s: %w", w.o.LocalAddr, err)

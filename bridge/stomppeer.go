@@ -21,6 +21,9 @@ func stompDial(ctx context.Context, w *worker) (*client.Conn, error) {
 		Login: c.User, Passcode: c.Password, TLS: tc,
 		DialTimeout: 5 * time.Second, HeartBeat: [2]time.Duration{10 * time.Second, 10 * time.Second},
 		SubscriptionBuffer: c.MaxInFlight + 16,
+		// What this appliance accepts: a peer's message within it is
+		// read and sent here (direction in).
+		Limits: w.o.limits(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to the STOMP peer %s: %w", c.Host, err)

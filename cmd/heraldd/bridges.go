@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/herald-mq/herald/admin"
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/bridge"
 	"github.com/herald-mq/herald/bridge/bridgeview"
 )
@@ -30,7 +32,11 @@ func (d *daemon) startBridges(stompAddr net.Addr) error {
 		b, err := bridge.New(bridge.Options{
 			Config:    bc,
 			LocalAddr: addr,
-			Logger:    d.log.With("component", "bridge"),
+			// The listener's frame limits (a reload's from the next
+			// connection): a message this daemon accepted is one its
+			// bridge can read.
+			LocalLimitsFunc: func() stomp.Limits { return appliance.BridgeLocalLimits(d.broker.Config()) },
+			Logger:          d.log.With("component", "bridge"),
 			QueueDepth: func(name string) (int64, int64, bool) {
 				q, ok := d.broker.Queue(name)
 				return int64(q.Messages), q.Bytes, ok
