@@ -124,9 +124,10 @@ func New(o Options) (*Bridge, error) {
 				AckTimeout: int64(cfg.AckTimeout.Duration),
 				SeqOrder:   cfg.Kind == "jetstream" && dir.name == "out",
 			}, o.Seed+uint64(i)),
-			handles: map[uint64]handle{},
-			checks:  make(chan bool, 1),
-			results: make(chan result, cfg.MaxInFlight*2+16),
+			handles:   map[uint64]handle{},
+			topicBoot: bootStamp(),
+			checks:    make(chan bool, 1),
+			results:   make(chan result, cfg.MaxInFlight*2+16),
 		}
 		switch {
 		case cfg.Kind == "jetstream" && dir.name == "out":
@@ -262,7 +263,32 @@ type worker struct {
 	lastLogAt     time.Time
 	suppressed    int
 	dropped       atomic.Uint64 // topic messages dropped
-	topicSeq      uint64
+	// Topic messages' dedup ids are APPLIANCE_ID:tBOOT.N: N counts from 1
+	// in each worker, BOOT (topicBoot) tells the workers of this process
+	// and of earlier ones apart (bootStamp).
+	topicSeq  uint64
+	topicBoot string
+}
+
+// lastBoot is the last stamp bootStamp gave.
+var lastBoot atomic.Int64
+
+// bootStamp returns the time in Unix nanoseconds, base 36, and never the
+// same twice in a process: it names a worker's run in the dedup ids of its
+// topic messages. A counter alone started at 1 again in each process, and a
+// bridge restarted within the stream's duplicate window (2 minutes for a
+// stream the bridge creates) sent its topic messages under the ids of the
+// previous process's: JetStream took them for duplicates and dropped them.
+func bootStamp() string {
+	for {
+		last, now := lastBoot.Load(), time.Now().UnixNano()
+		if now <= last {
+			now = last + 1
+		}
+		if lastBoot.CompareAndSwap(last, now) {
+			return strconv.FormatInt(now, 36)
+		}
+	}
 }
 
 // inMsg is one message of the peer (direction in).
@@ -564,7 +590,7 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 			return
 		}
 		w.topicSeq++
-		id = w.cfg().ApplianceID + ":t" + strconv.FormatUint(w.topicSeq, 10)
+		id = w.cfg().ApplianceID + ":t" + w.topicBoot + "." + strconv.FormatUint(w.topicSeq, 10)
 	} else {
 		id = w.cfg().ApplianceID + ":" + f.Get("message-id")
 		c := w.local
