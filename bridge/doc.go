@@ -15,9 +15,10 @@
 // APPLIANCE_ID:MESSAGE_ID (Nats-Msg-Id, or dedup-id for a STOMP peer), and
 // ACKed locally only once the JetStream PubAck (or the RECEIPT) arrived.
 // In: a durable JetStream consumer (or a STOMP subscription with client
-// acks) feeds local SENDs with a dedup-id of js:STREAM:SEQUENCE (or
-// stomp:BRIDGE:MESSAGE_ID); the remote ack follows the local RECEIPT, which
-// Herald sends once the message is committed to its journal.
+// acks) feeds local SENDs with a dedup-id of
+// js:BRIDGE:STREAM:CREATED:SEQUENCE (CREATED: the stream's creation time)
+// or stomp:BRIDGE:MESSAGE_ID; the remote ack follows the local RECEIPT,
+// which Herald sends once the message is committed to its journal.
 //
 // Order: out to JetStream, a publish behind an unconfirmed one carries
 // Nats-Expected-Last-Sequence (the sequence the one before is predicted to

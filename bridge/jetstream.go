@@ -405,7 +405,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 	}
 	w.execSeq(ctx, w.seq.Start(ci.AckFloor.Stream, si.State.FirstSeq, time.Now().UnixNano()))
 	in := w.remoteIn
-	stream := c.Stream
+	idPrefix := inIDPrefix(c.Name, c.Stream, si.Created)
 	nc := j.nc
 	base := nc.Stats().Reconnects
 	j.base = base
@@ -441,7 +441,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 			seq:     md.Sequence.Stream,
 			dseq:    md.Sequence.Consumer,
 			first:   md.NumDelivered == 1,
-			id:      "js:" + stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10),
+			id:      idPrefix + strconv.FormatUint(md.Sequence.Stream, 10),
 			dest:    mapName(m.Local, rest),
 			headers: hdrs,
 			body:    msg.Data(),
@@ -455,6 +455,23 @@ func (j *jsIn) connect(ctx context.Context) error {
 	}
 	j.cc = cc
 	return nil
+}
+
+// inIDPrefix is the start of the dedup id of a message of the stream
+// (direction in): js:BRIDGE:STREAM:CREATED:, then the stream sequence;
+// CREATED is the stream's creation time (Unix nanoseconds, base 36), which
+// its replicas share. The stream's name and sequence alone name a message
+// only within one stream's life in one cluster: two bridges bringing into
+// one queue from two clusters whose streams share a name (the documented
+// HERALD), or a stream deleted and created again, gave another message an
+// id the local queue's dedup window still held, and it was refused there
+// as a copy, and acknowledged at its source: lost.
+func inIDPrefix(bridge, stream string, created time.Time) string {
+	var c int64
+	if !created.IsZero() {
+		c = created.UnixNano()
+	}
+	return "js:" + bridge + ":" + stream + ":" + strconv.FormatInt(c, 36) + ":"
 }
 
 // lag is the consumer's messages not yet delivered plus not yet acked.
