@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,6 +146,30 @@ func BridgeLocalLimits(c *Config) stomp.Limits {
 		MaxHeaderLine:  c.Stomp.MaxHeaderLine,
 		MaxBody:        c.Stomp.MaxBodyBytes,
 	}
+}
+
+// BridgeInHeaderOK reports whether a message a bridge brings in (from
+// NATS, or a STOMP peer) may carry header key with value into its local
+// SEND: the headers that steer a queue message (expires, delay,
+// AMQ_SCHEDULED_DELAY) must have a value newMessage accepts, or the SEND
+// fails the bridge's connection, again at every attempt. A bridge drops
+// such a header instead (and counts it).
+func BridgeInHeaderOK(key, value string) bool {
+	switch key {
+	case "expires":
+		if value == "" || value == "0" {
+			return true
+		}
+		n, err := strconv.ParseInt(value, 10, 64)
+		return err == nil && n >= 0
+	case "delay", "AMQ_SCHEDULED_DELAY":
+		if value == "" {
+			return true
+		}
+		n, err := strconv.ParseInt(value, 10, 64)
+		return err == nil && n >= 0 && n <= maxDelayMs
+	}
+	return true
 }
 
 // validBridgeName: letters, digits, '-' and '_' (it names a consumer).

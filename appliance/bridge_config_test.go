@@ -61,3 +61,24 @@ remote = "news.>"
 		}
 	}
 }
+
+// TestBridgeInHeaderOK: the header values a bridge may carry into a local
+// SEND are those the SEND handler accepts (expires, delay and
+// AMQ_SCHEDULED_DELAY steer the message); any other header passes.
+func TestBridgeInHeaderOK(t *testing.T) {
+	for _, c := range []struct {
+		k, v string
+		ok   bool
+	}{
+		{"expires", "0", true}, {"expires", "", true}, {"expires", "1796175963734", true},
+		{"expires", "-1", false}, {"expires", "tomorrow", false},
+		{"delay", "0", true}, {"delay", "60000", true}, {"delay", "-5", false}, {"delay", "1e3", false},
+		{"delay", "315360000001", false}, // over 10 years
+		{"AMQ_SCHEDULED_DELAY", "soon", false}, {"AMQ_SCHEDULED_DELAY", "10", true},
+		{"anything", "goes: here", true},
+	} {
+		if got := appliance.BridgeInHeaderOK(c.k, c.v); got != c.ok {
+			t.Errorf("BridgeInHeaderOK(%q, %q) = %v, want %v", c.k, c.v, got, c.ok)
+		}
+	}
+}

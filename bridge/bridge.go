@@ -263,6 +263,9 @@ type worker struct {
 	lastLogAt     time.Time
 	suppressed    int
 	dropped       atomic.Uint64 // topic messages dropped
+	// headers dropped from messages crossing the link (headers.go)
+	headersDropped atomic.Uint64
+	lastHdrLogAt   time.Time
 	// Topic messages' dedup ids are APPLIANCE_ID:tBOOT.N: N counts from 1
 	// in each worker, BOOT (topicBoot) tells the workers of this process
 	// and of earlier ones apart (bootStamp).
@@ -667,7 +670,7 @@ func (w *worker) offerRemote(ctx context.Context, m inMsg) {
 		}
 		return
 	}
-	hdrs := append(m.headers, stomp.Header{Key: "dedup-id", Value: m.id}, stomp.Header{Key: HeaderVia, Value: w.cfg().Name})
+	hdrs := append(w.inHeaders(m.headers), stomp.Header{Key: "dedup-id", Value: m.id}, stomp.Header{Key: HeaderVia, Value: w.cfg().Name})
 	w.handles[key] = handle{ack: m.ack, id: m.id, dest: m.dest, headers: hdrs, body: m.body}
 	w.exec(ctx, acts)
 }
@@ -783,7 +786,7 @@ func carried(h stomp.Headers, keepLoop bool) stomp.Headers {
 		}
 		switch x.Key {
 		case "subscription", "message-id", "destination", "ack", "redelivered", "delivery-count",
-			"content-length", "receipt", "dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id",
+			"content-length", "receipt", "transaction", "dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id",
 			HeaderOrigin, HeaderHops, HeaderVia, "expires", "persistent", "last-value":
 			continue
 		}

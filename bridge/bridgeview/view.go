@@ -36,14 +36,18 @@ type DirView struct {
 	Held        int64 `json:"held"` // taken from the source, not yet acknowledged there
 	HeldBytes   int64 `json:"held_bytes"`
 	// Counters since start.
-	Taken      uint64 `json:"taken_total"`
-	Forwarded  uint64 `json:"forwarded_total"` // sends, resends included
-	Resent     uint64 `json:"resent_total"`
-	Confirmed  uint64 `json:"confirmed_total"`
-	Skipped    uint64 `json:"skipped_total"` // loops refused
-	Dropped    uint64 `json:"dropped_total"` // topic messages dropped while the link was down or full
-	Reconnects uint64 `json:"reconnects_total"`
-	Failures   uint64 `json:"failures_total"`
+	Taken     uint64 `json:"taken_total"`
+	Forwarded uint64 `json:"forwarded_total"` // sends, resends included
+	Resent    uint64 `json:"resent_total"`
+	Confirmed uint64 `json:"confirmed_total"`
+	Skipped   uint64 `json:"skipped_total"` // loops refused
+	Dropped   uint64 `json:"dropped_total"` // topic messages dropped while the link was down or full
+	// HeadersDropped: headers dropped from messages crossing the link
+	// because the other side would refuse them (a key NATS does not take,
+	// a transaction header or an invalid expires or delay coming in).
+	HeadersDropped uint64 `json:"headers_dropped_total"`
+	Reconnects     uint64 `json:"reconnects_total"`
+	Failures       uint64 `json:"failures_total"`
 	// Refused: forwards the other side refused because the message before
 	// them was not the last it stored (direction out to JetStream; each is
 	// sent again in order).
