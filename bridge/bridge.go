@@ -573,6 +573,14 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 	}
 	remoteDest := mapName(m.Remote, rest)
 	topic := strings.HasPrefix(dest, "/topic/")
+	if topic && f.Get("last-value") == "true" {
+		// The topic's last value (topics.last_value), given to every new
+		// subscription first: this bridge's at each start and each local
+		// reconnection. It went out when it was published (or was
+		// dropped then); sent now it would reach the far side's
+		// subscribers again as a new message.
+		return
+	}
 	hops, _ := strconv.Atoi(f.Get(HeaderHops))
 	hdrs := carried(f.Headers, false)
 	origin := f.Get(HeaderOrigin)
