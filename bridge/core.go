@@ -58,8 +58,9 @@ type Core struct {
 	order    []uint64 // unconfirmed keys in source order (compacted lazily)
 	sent     int      // items forwarded and not yet confirmed
 	state    LinkState
-	fails    int   // consecutive failed attempts
+	fails    int   // consecutive failed attempts (a link up without a confirmation is one)
 	retryAt  int64 // next attempt while down
+	upAt     int64 // when the link last came up
 	everUp   bool
 	tailID   string // ID of the last item offered (its successor's predecessor)
 	seqKnown bool   // lastSeq was read from the sink when the link came up
@@ -323,6 +324,9 @@ func (c *Core) Confirmed(key, seq uint64, now int64) []Action {
 	if seq > c.lastSeq {
 		c.lastSeq = seq
 	}
+	if c.state == LinkUp {
+		c.fails = 0 // the sink stores: the link works (backoff)
+	}
 	e := c.items[key]
 	if e == nil {
 		return nil
@@ -379,6 +383,9 @@ func (c *Core) SinkFailed(now int64) []Action {
 }
 
 func (c *Core) down(now int64) {
+	if c.state == LinkUp && now-c.upAt >= c.cfg.BackoffMax {
+		c.fails = 0 // a link that stood this long was a success
+	}
 	for _, e := range c.items {
 		if e.sentAt != 0 {
 			e.sentAt = 0
@@ -394,7 +401,12 @@ func (c *Core) down(now int64) {
 // backoff is the delay before the next attempt: doubling from BackoffMin
 // with each consecutive failure up to BackoffMax, of which a random half
 // is taken off (jitter, so that bridges restarting together do not retry
-// together).
+// together). A connection that comes up does not end the run of failures:
+// a confirmation does (Confirmed), or the link staying up for BackoffMax
+// (down). A failure that follows every successful connection (a message
+// the sink refuses each time, a publish that times out) backs off like a
+// failed connection; when the link came up counted as a success, it was
+// retried every BackoffMin forever, each time reconnecting.
 func (c *Core) backoff() int64 {
 	d := c.cfg.BackoffMin
 	for i := 1; i < c.fails && d < c.cfg.BackoffMax; i++ {
@@ -421,7 +433,8 @@ func (c *Core) MarkShared() { c.shared = true }
 
 // LinkUp: the attempt succeeded; the held items are forwarded in order.
 // sinkLast is the sink's last sequence read while connecting (SeqOrder;
-// else 0).
+// else 0). The back-off starts again from BackoffMin only once the sink
+// confirms something, or the link stood for BackoffMax.
 func (c *Core) LinkUp(now int64, sinkLast uint64) []Action {
 	if c.state == LinkUp {
 		return nil
@@ -431,11 +444,12 @@ func (c *Core) LinkUp(now int64, sinkLast uint64) []Action {
 	}
 	c.everUp = true
 	c.state = LinkUp
+	c.upAt = now
 	if c.cfg.SeqOrder {
 		c.lastSeq = max(c.lastSeq, sinkLast)
 		c.seqKnown = true
 	}
-	c.fails = 0
+	// The failures go on counting until a confirmation (backoff).
 	return c.pump(now, nil)
 }
 

@@ -221,6 +221,7 @@ func (w *simWorld) step(chaos bool) {
 		w.up = false
 		w.gen++
 		w.apply(w.core.SinkFailed(w.now))
+		w.checkBackoff()
 	case r < 85 && chaos && w.up && len(w.transit) > 1:
 		// A stream leader change: the first forward on the wire is
 		// answered "no responders" (not stored), which fails the link;
@@ -230,6 +231,7 @@ func (w *simWorld) step(chaos bool) {
 		w.up = false
 		w.gen++
 		w.apply(w.core.SinkFailed(w.now))
+		w.checkBackoff()
 	case r == 85 && chaos && w.foreignOn:
 		// Another writer stores into the same stream.
 		w.foreign++
@@ -253,15 +255,24 @@ func (w *simWorld) step(chaos bool) {
 		w.connDue = 0
 		if chaos && w.rng.IntN(3) == 0 {
 			w.core.ConnectFailed(w.now)
-			if d := w.core.RetryAt() - w.now; d < w.cfg.BackoffMin/2 || d > w.cfg.BackoffMax {
-				w.t.Fatalf("back-off %d outside [%d, %d]", d, w.cfg.BackoffMin/2, w.cfg.BackoffMax)
-			}
+			w.checkBackoff()
 		} else {
 			w.up = true
 			w.apply(w.core.LinkUp(w.now, w.lastSeq))
 		}
 	}
 	w.apply(w.core.Tick(w.now))
+}
+
+// checkBackoff: after a failure, the next attempt is due within the
+// back-off's bounds.
+func (w *simWorld) checkBackoff() {
+	if w.core.State() != LinkDown {
+		return
+	}
+	if d := w.core.RetryAt() - w.now; d < w.cfg.BackoffMin/2 || d > w.cfg.BackoffMax {
+		w.t.Fatalf("back-off %d outside [%d, %d]", d, w.cfg.BackoffMin/2, w.cfg.BackoffMax)
+	}
 }
 
 func (w *simWorld) done() bool {
@@ -460,7 +471,8 @@ func countTrue(b []bool) int {
 }
 
 // TestCoreBackoff: consecutive failures double the delay up to the
-// maximum, each jittered into its upper half; a success resets it.
+// maximum, each jittered into its upper half; a success (a confirmation)
+// resets it.
 func TestCoreBackoff(t *testing.T) {
 	c := NewCore(CoreConfig{Window: 1, BackoffMin: 100, BackoffMax: 1600}, 42)
 	now := int64(0)
@@ -482,9 +494,75 @@ func TestCoreBackoff(t *testing.T) {
 	}
 	c.Tick(now)
 	c.LinkUp(now, 0)
+	k, _, _ := c.Offer(Item{ID: "a:1"}, now)
+	c.Confirmed(k, 0, now)
 	c.SinkFailed(now)
 	if got := c.RetryAt() - now; got < 50 || got > 100 {
 		t.Fatalf("after a success the delay starts again from the minimum, got %d", got)
+	}
+}
+
+// TestCoreBackoffAfterConnect: a link that comes up and fails before the
+// sink confirmed anything (a message the sink refuses each time, a
+// publish timing out) is a failure of the run: the delay goes on doubling
+// up to the maximum, as for failed connections; a confirmation, or the
+// link standing for BackoffMax, starts it again from the minimum.
+//
+// Before, LinkUp reset the count: such a failure was retried every
+// BackoffMin forever, each time reconnecting (TestBridge_BackoffAfterConnect).
+func TestCoreBackoffAfterConnect(t *testing.T) {
+	c := NewCore(CoreConfig{Window: 4, BackoffMin: 100, BackoffMax: 1600}, 42)
+	now := int64(0)
+	k, _, _ := c.Offer(Item{ID: "a:poison"}, now)
+	upAndFail := func(after int64) int64 {
+		t.Helper()
+		if acts := c.Tick(now); len(acts) != 1 || acts[0].Kind != ActConnect {
+			t.Fatalf("want a connect at %d, got %v", now, acts)
+		}
+		acts := c.LinkUp(now, 0)
+		if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k}) {
+			t.Fatalf("want the held item forwarded, got %v", acts)
+		}
+		now += after
+		c.SinkFailed(now)
+		d := c.RetryAt() - now
+		now = c.RetryAt()
+		return d
+	}
+	for i, d := range []int64{100, 200, 400, 800, 1600, 1600} {
+		if got := upAndFail(1); got < d/2 || got > d {
+			t.Fatalf("failure %d right after connecting: delay %d, want %d..%d", i+1, got, d/2, d)
+		}
+	}
+	// The link stood for BackoffMax before it failed: a success.
+	if got := upAndFail(1600); got < 50 || got > 100 {
+		t.Fatalf("a failure after the link stood for BackoffMax: delay %d, want 50..100", got)
+	}
+	if got := upAndFail(1599); got < 100 || got > 200 {
+		t.Fatalf("a failure just before BackoffMax: delay %d, want 100..200 (the second of a run)", got)
+	}
+	// A confirmation ends the run.
+	c.Tick(now)
+	c.LinkUp(now, 0)
+	c.Confirmed(k, 0, now+1)
+	c.SinkFailed(now + 2)
+	if got := c.RetryAt() - (now + 2); got < 50 || got > 100 {
+		t.Fatalf("a failure after a confirmation: delay %d, want 50..100", got)
+	}
+	// A confirmation of a forward of a failed link, while down, is not one
+	// of this link's: it ends nothing.
+	now = c.RetryAt()
+	k2, _, _ := c.Offer(Item{ID: "a:2"}, now)
+	for range 3 {
+		c.Tick(now)
+		c.ConnectFailed(now)
+		now = c.RetryAt()
+	}
+	c.Confirmed(k2, 0, now)
+	c.Tick(now)
+	c.ConnectFailed(now)
+	if got := c.RetryAt() - now; got < 800 || got > 1600 {
+		t.Fatalf("the fifth failure of a run (a confirmation came while down): delay %d, want 800..1600", got)
 	}
 }
 
