@@ -211,8 +211,9 @@ type remote interface {
 
 // handle is how to acknowledge an item at its source.
 type handle struct {
-	ack func() error
-	id  string // dedup id
+	ack   func() error
+	id    string // dedup id
+	topic bool   // best effort: dropped rather than fail the link
 	// what to forward
 	dest    string
 	headers stomp.Headers
@@ -456,6 +457,16 @@ func (w *worker) exec(ctx context.Context, acts []Action) {
 				continue
 			}
 			if err := w.forward(a.Key, a.AfterSeq, h); err != nil {
+				if h.topic && perMessage(err) {
+					// Best effort: the topic message goes, not the link.
+					// The rest of acts (forwards behind it) may name it
+					// in their conditions: the core forwards them again.
+					delete(w.handles, a.Key)
+					w.dropped.Add(1)
+					w.b.log.Debug("topic message dropped: the sink's client refused it", "direction", w.dir, "destination", h.dest, "err", err)
+					w.exec(ctx, w.core.Drop(a.Key, time.Now().UnixNano()))
+					return
+				}
 				w.fail(err)
 				return
 			}
@@ -594,10 +605,18 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 	var ack func() error
 	if topic {
 		// Best effort: a topic message is forwarded only while the link
-		// is up with room in the window, else dropped (counted).
+		// is up with room in the window, else dropped (counted); so is
+		// one whose subject NATS refuses (a space is legal in a Herald
+		// topic name), which would otherwise fail the link at every
+		// attempt and hold up every queue message behind it.
 		st := w.core.Stats()
 		if w.core.State() != LinkUp || st.PendingItems >= int64(w.cfg().MaxInFlight) {
 			w.dropped.Add(1)
+			return
+		}
+		if w.cfg().Kind == "jetstream" && !natsSubjectOK(remoteDest) {
+			w.dropped.Add(1)
+			w.b.log.Debug("topic message dropped: its subject is not one NATS takes", "direction", w.dir, "subject", remoteDest)
 			return
 		}
 		w.topicSeq++
@@ -616,7 +635,7 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 		}
 		return
 	}
-	w.handles[key] = handle{ack: ack, id: id, dest: remoteDest, headers: hdrs, body: f.Body}
+	w.handles[key] = handle{ack: ack, id: id, topic: topic, dest: remoteDest, headers: hdrs, body: f.Body}
 	w.exec(ctx, acts)
 }
 

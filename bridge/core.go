@@ -155,6 +155,7 @@ type Action struct {
 type CoreStats struct {
 	Taken, Forwarded, Resent, Confirmed, Skipped, Redelivered uint64
 	Reconnects, Failures, Refused                             uint64
+	Dropped                                                   uint64 // items the shell could not forward (Drop)
 	// Shared: a confirmation came at a sequence the core did not predict:
 	// someone else writes to the sink, and the core forwards one at a time.
 	Shared                     bool
@@ -503,6 +504,55 @@ func (c *Core) Tick(now int64) []Action {
 		}
 	}
 	return nil
+}
+
+// Drop: the shell could not forward item key, which is best effort (a
+// topic message the sink's client refuses before sending it, for its
+// subject, headers or size): the item is forgotten, not acknowledged at
+// its source (a topic message is not), and the link does not fail for
+// it. The shell abandons the rest of the actions it was carrying out: the
+// forwards after key's, of the items behind it, which may name it in
+// their conditions. Those items are forwarded again (the actions
+// returned), the one after the dropped item now following the one before
+// it. A refusal comes at an item's first forward (its subject, headers and
+// size do not change), so nothing behind it was on the wire before.
+// Dropping an item not held does nothing.
+func (c *Core) Drop(key uint64, now int64) []Action {
+	e := c.items[key]
+	if e == nil {
+		return nil
+	}
+	behind := false
+	for _, k := range c.order {
+		x := c.items[k]
+		if x == nil {
+			continue
+		}
+		if x == e {
+			behind = true
+			continue
+		}
+		if !behind {
+			continue
+		}
+		if x.prevID == e.ID {
+			x.prevID = e.prevID
+		}
+		if x.sentAt != 0 {
+			x.sentAt = 0
+			c.sent--
+			c.stats.Forwarded-- // never sent: the shell abandoned it
+		}
+	}
+	if c.tailID == e.ID {
+		c.tailID = e.prevID
+	}
+	if e.sentAt != 0 {
+		c.sent--
+	}
+	c.forget(e)
+	c.stats.Dropped++
+	return c.pump(now, nil)
 }
 
 // Conditioned reports whether item key is in flight with AfterSeq (a

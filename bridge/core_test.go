@@ -54,6 +54,12 @@ type simWorld struct {
 	connDue  int64 // a pending connection attempt answers at this time (0: none)
 	maxSent  int
 	crashes  int
+	// dropOn: now and then the shell cannot forward a message at its
+	// first forward (a topic message NATS refuses for its subject or
+	// size) and drops it (Drop); dropped messages are not stored.
+	dropOn  bool
+	everFwd []bool // forwarded at least once, by any core
+	dropped []bool
 }
 
 // simFwd is one forward on the wire.
@@ -67,7 +73,8 @@ type simFwd struct {
 }
 
 func newSim(t *testing.T, seed uint64, n, window int) *simWorld {
-	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}, seqOf: map[string]uint64{}, foreignSeq: map[uint64]bool{}}
+	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), n: n, acked: make([]bool, n), deliv: make([]bool, n), seen: map[string]bool{}, seqOf: map[string]uint64{}, foreignSeq: map[uint64]bool{},
+		everFwd: make([]bool, n), dropped: make([]bool, n)}
 	w.cfg = CoreConfig{Window: window, BackoffMin: 10, BackoffMax: 1000, AckTimeout: 5000, SeqOrder: true}
 	w.restart()
 	return w
@@ -95,7 +102,22 @@ func (w *simWorld) apply(acts []Action) {
 			if !w.up {
 				w.t.Fatalf("forward of %d while the link is down", a.Key)
 			}
-			w.transit = append(w.transit, simFwd{key: a.Key, i: w.keyIdx[a.Key], afterSeq: a.AfterSeq, gen: w.gen, core: w.core})
+			i := w.keyIdx[a.Key]
+			if w.dropOn && !w.everFwd[i] && w.rng.IntN(20) == 0 {
+				// The sink's client refuses it before sending: the
+				// shell drops it and abandons the rest of acts (the
+				// forwards behind it).
+				if _, ok := w.handle[a.Key]; ok {
+					delete(w.handle, a.Key)
+					w.acked[i] = true // best effort: not delivered again
+					w.deliv[i] = false
+				}
+				w.dropped[i] = true
+				w.apply(w.core.Drop(a.Key, w.now))
+				return
+			}
+			w.everFwd[i] = true
+			w.transit = append(w.transit, simFwd{key: a.Key, i: i, afterSeq: a.AfterSeq, gen: w.gen, core: w.core})
 		case ActAckSource:
 			i, ok := w.handle[a.Key]
 			if !ok {
@@ -308,6 +330,83 @@ func TestCoreSimulation(t *testing.T) {
 	t.Logf("%d refusals; %d checks for another writer (each found none)", refused, shared)
 }
 
+// TestCoreSimulationDrops: the shell drops now and then a message it
+// cannot forward (at its first forward, in the middle of a window whose
+// later forwards name it in their conditions); with the faults of
+// TestCoreSimulation, the sink still gets every other message once, in
+// source order, and the core ends holding nothing.
+func TestCoreSimulationDrops(t *testing.T) {
+	drops := 0
+	for seed := uint64(1); seed <= 80; seed++ {
+		window := []int{1, 2, 8, 64}[seed%4]
+		w := newSim(t, seed, 200, window)
+		w.dropOn = true
+		if err := w.run(); err != "" {
+			t.Fatalf("seed %d (window %d): %s", seed, window, err)
+		}
+		if st := w.core.Stats(); st.PendingItems != 0 || st.PendingBytes != 0 || st.InFlight != 0 {
+			t.Fatalf("seed %d: core still holds %+v after all were acknowledged", seed, st)
+		}
+		if w.core.Stats().Shared {
+			t.Fatalf("seed %d: the core took a sink it writes alone for shared", seed)
+		}
+		drops += countTrue(w.dropped)
+	}
+	if drops == 0 {
+		t.Fatal("nothing dropped: the simulation does not exercise Drop")
+	}
+	t.Logf("%d messages dropped", drops)
+}
+
+// TestCoreDrop: a dropped item is forgotten without an ack at its source;
+// the items behind it (whose forwards the shell abandoned) are forwarded
+// again, the one after the dropped one following the one before it (its
+// condition names that one's predicted sequence); those before it stay in
+// flight.
+func TestCoreDrop(t *testing.T) {
+	c := NewCore(CoreConfig{Window: 8, BackoffMin: 10, BackoffMax: 10, SeqOrder: true}, 1)
+	c.Tick(0)
+	c.LinkUp(0, 10)
+	var keys []uint64
+	for i := range 4 {
+		k, _, _ := c.Offer(Item{ID: fmt.Sprint("a:", i), Bytes: 1}, 1)
+		keys = append(keys, k)
+	}
+	acts := c.Drop(keys[1], 2)
+	want := []Action{{Kind: ActForward, Key: keys[2], AfterSeq: 11}, {Kind: ActForward, Key: keys[3], AfterSeq: 12}}
+	if fmt.Sprint(acts) != fmt.Sprint(want) {
+		t.Fatalf("after dropping the second: got %v, want %v", acts, want)
+	}
+	if st := c.Stats(); st.PendingItems != 3 || st.Dropped != 1 || st.InFlight != 3 || st.Forwarded != 4 || st.Resent != 0 || c.State() != LinkUp || st.Failures != 0 {
+		t.Fatalf("stats %+v, state %s", st, c.State())
+	}
+	keys = append(keys[:1], keys[2:]...)
+	c.Confirmed(keys[1], 12, 3) // before its predecessor: the stream keeps the order
+	if acts := c.Confirmed(keys[0], 11, 3); len(acts) != 1 || acts[0] != (Action{Kind: ActAckSource, Key: keys[0]}) {
+		t.Fatalf("got %v", acts)
+	}
+	if acts := c.Confirmed(keys[2], 13, 3); len(acts) != 1 || acts[0] != (Action{Kind: ActAckSource, Key: keys[2]}) {
+		t.Fatalf("got %v (confirmed where predicted: no check)", acts)
+	}
+	// The next offered follows the last one, with a condition.
+	k, _, _ := c.Offer(Item{ID: "a:4"}, 4)
+	k2, _, acts := c.Offer(Item{ID: "a:5"}, 4)
+	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k2, AfterSeq: 14}) {
+		t.Fatalf("got %v", acts)
+	}
+	// Dropping the tail: the next offered follows the one before it.
+	if acts := c.Drop(k2, 5); len(acts) != 0 {
+		t.Fatalf("dropping the tail: got %v, want nothing", acts)
+	}
+	k3, _, acts := c.Offer(Item{ID: "a:6"}, 5)
+	if len(acts) != 1 || acts[0] != (Action{Kind: ActForward, Key: k3, AfterSeq: 14}) {
+		t.Fatalf("after dropping the tail: got %v, want a:6 behind a:4 (key %d)", acts, k)
+	}
+	if c.Drop(999, 6) != nil {
+		t.Fatal("dropping an item not held")
+	}
+}
+
 // TestCoreSequences: forwards behind an unconfirmed item carry the
 // predicted sequence of the one before; a confirmation at another
 // sequence (another writer) makes the core forward one at a time.
@@ -443,7 +542,7 @@ func (w *simWorld) run() string {
 	}
 	want := 0
 	for _, i := range w.stored {
-		for want < w.n && w.isSkip(want) {
+		for want < w.n && (w.isSkip(want) || w.dropped[want]) {
 			want++
 		}
 		if i != want {
@@ -451,7 +550,7 @@ func (w *simWorld) run() string {
 		}
 		want++
 	}
-	for want < w.n && w.isSkip(want) {
+	for want < w.n && (w.isSkip(want) || w.dropped[want]) {
 		want++
 	}
 	if want != w.n {

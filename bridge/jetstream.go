@@ -82,6 +82,28 @@ func ensureStream(ctx context.Context, w *worker, js jetstream.JetStream) error 
 	return nil
 }
 
+// natsSubjectOK reports whether s can be published to: not empty, no
+// white space, no empty token (a leading or trailing dot, or two in a
+// row), no wildcard token.
+func natsSubjectOK(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	for _, t := range strings.Split(s, ".") {
+		if t == "" || t == "*" || t == ">" {
+			return false
+		}
+	}
+	return true
+}
+
+// perMessage reports whether err, from a publish refused before it was
+// sent, is the message's own (its subject, its headers, its size) rather
+// than the link's.
+func perMessage(err error) bool {
+	return errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg)
+}
+
 // natsControl reports whether k is a header JetStream acts on when a
 // message is published (conditions, batches, rollups, TTLs): one that came
 // in with a message must not go out again with it (a relayed message
