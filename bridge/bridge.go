@@ -742,6 +742,13 @@ func (w *worker) onResult(ctx context.Context, r result) {
 		w.exec(ctx, w.core.Confirmed(r.key, r.seq, now))
 		return
 	}
+	if r.refused && !w.core.Holds(r.key) {
+		// Stored already: another copy of it was confirmed. A stream
+		// that is not clustered checks the condition before the
+		// Nats-Msg-Id, so a resend of a message stored late (a failed
+		// link's forward) is refused rather than answered "duplicate".
+		return
+	}
 	if r.refused && r.gen == w.gen && !w.core.Conditioned(r.key) {
 		// Refused without a condition of the core's: not an order
 		// matter; a failure, retried with back-off.
