@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/herald-mq/herald/appliance"
-	"github.com/herald-mq/herald/appliance/stomp"
 )
 
 // natsConnect opens a connection to the bridge's NATS servers. nats.go
@@ -102,6 +101,17 @@ func natsSubjectOK(s string) bool {
 // than the link's.
 func perMessage(err error) bool {
 	return errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg)
+}
+
+// skipIn: the headers of a NATS message that do not go into its local
+// SEND: dedup ids (the bridge sets its own), those of the STOMP frame, and
+// those JetStream acts on.
+func skipIn(k string) bool {
+	switch k {
+	case "Nats-Msg-Id", "dedup-id", "_AMQ_DUPL_ID", "content-length", "destination", "receipt":
+		return true
+	}
+	return natsControl(k)
 }
 
 // natsControl reports whether k is a header JetStream acts on when a
@@ -233,9 +243,7 @@ func (j *jsOut) publish(key, gen, afterSeq uint64, h handle) error {
 	}
 	m := nats.NewMsg(h.dest)
 	m.Data = h.body
-	for _, x := range h.headers {
-		m.Header.Add(x.Key, x.Value)
-	}
+	m.Header = natsHeaders(h.headers)
 	// No retries inside nats.go: its retry of a "no responders" answer
 	// (a stream leader election) would store this message after the ones
 	// sent behind it. A failure fails the link; the core sends it and
@@ -446,19 +454,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 			msg.Term()
 			return
 		}
-		var hdrs stomp.Headers
-		for k, vs := range msg.Headers() {
-			switch k {
-			case "Nats-Msg-Id", "dedup-id", "_AMQ_DUPL_ID", "content-length", "destination", "receipt":
-				continue
-			}
-			if natsControl(k) {
-				continue
-			}
-			for _, v := range vs {
-				hdrs = append(hdrs, stomp.Header{Key: k, Value: v})
-			}
-		}
+		hdrs := stompHeaders(msg.Headers(), skipIn)
 		in <- inMsg{
 			seq:     md.Sequence.Stream,
 			dseq:    md.Sequence.Consumer,
