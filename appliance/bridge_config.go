@@ -236,6 +236,22 @@ func (c *Config) validateBridges() []error {
 			if b.Replicas < 1 || b.Replicas > 5 {
 				bad("%s.replicas: %d: want 1 to 5", where, b.Replicas)
 			}
+			for _, sub := range b.StreamSubjects {
+				if sub == "" || strings.ContainsAny(sub, " \t\r\n") || !natsSubjectTokens(sub) {
+					bad("%s.stream_subjects: %q: not a NATS subject (no spaces, no empty token: no leading or trailing '.', no \"..\")", where, sub)
+				}
+			}
+			// Direction in: the consumer redelivers a message whose
+			// acknowledgement was lost after its ack wait (3 x
+			// ack_timeout, at least 1s); the local queue's dedup window
+			// must still hold its dedup-id then, or it is stored twice.
+			in := false
+			for _, m := range b.Map {
+				in = in || m.Direction == "in" || m.Direction == "both"
+			}
+			if wait := max(time.Second, 3*b.AckTimeout.Duration); in && c.Queues.DedupWindow.Duration <= wait {
+				bad("%s.ack_timeout: %s: direction in's consumer redelivers after 3 x ack_timeout (%s), which must be shorter than queues.dedup_window (%s), or a message whose acknowledgement was lost is stored twice: lower ack_timeout or raise queues.dedup_window", where, b.AckTimeout, wait, c.Queues.DedupWindow)
+			}
 		case "stomp":
 			if b.Host == "" {
 				bad("%s.host: name the STOMP peer (example: \"site-b.example:61613\")", where)
@@ -311,6 +327,17 @@ func (c *Config) validateBridges() []error {
 	return errs
 }
 
+// natsSubjectTokens reports whether the dot-separated tokens of a NATS
+// subject (or pattern) are all non-empty.
+func natsSubjectTokens(s string) bool {
+	for _, t := range strings.Split(s, ".") {
+		if t == "" {
+			return false
+		}
+	}
+	return true
+}
+
 // CheckBridgeMap checks one map entry: the local destination kind and the
 // wildcard on both sides.
 func CheckBridgeMap(kind string, m BridgeMap) error {
@@ -345,8 +372,11 @@ func CheckBridgeMap(kind string, m BridgeMap) error {
 	if strings.Count(name, ">") > 1 || strings.Count(m.Remote, ">") > 1 {
 		return fmt.Errorf("'>' only as the last dot segment")
 	}
-	if kind == "jetstream" && strings.ContainsAny(m.Remote, " \t/") {
+	if kind == "jetstream" && strings.ContainsAny(m.Remote, " \t\r\n/") {
 		return fmt.Errorf("remote %q: a NATS subject has no spaces or '/' (example: \"orders.>\")", m.Remote)
+	}
+	if kind == "jetstream" && !natsSubjectTokens(m.Remote) {
+		return fmt.Errorf("remote %q: a NATS subject has no empty token: no leading or trailing '.', no \"..\" (example: \"sites.a.orders\")", m.Remote)
 	}
 	if kind == "stomp" && !strings.HasPrefix(m.Remote, "/") {
 		return fmt.Errorf("remote %q: want a STOMP destination (example: \"/queue/orders\")", m.Remote)

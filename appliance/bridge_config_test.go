@@ -82,3 +82,63 @@ func TestBridgeInHeaderOK(t *testing.T) {
 		}
 	}
 }
+
+// TestBridgeConfigRefusesUnsafeCombinations: configurations the design
+// says break the bridge's guarantees, or that cannot work, are refused,
+// naming the key: an ack wait (3 x ack_timeout) of direction in that
+// outlasts queues.dedup_window, and remote subjects or stream_subjects
+// that are not NATS subjects (an empty token). The same ack_timeout with
+// direction out only, or within the window, passes.
+//
+// Before: Validate accepted them; the first stores a message twice when
+// its acknowledgement is lost, the others fail every publish (nats:
+// invalid subject) and stop the direction.
+func TestBridgeConfigRefusesUnsafeCombinations(t *testing.T) {
+	bridge := func(ack, dir, remote, extra string) string {
+		return `
+[[bridge]]
+name = "backbone"
+kind = "jetstream"
+urls = ["nats://10.0.0.1:4222"]
+stream = "HERALD"
+ack_timeout = "` + ack + `"
+` + extra + `
+[[bridge.map]]
+local = "/queue/in"
+remote = "` + remote + `"
+direction = "` + dir + `"
+`
+	}
+	for _, c := range []struct {
+		name, src, want string // want: "" accepted, else in the error
+	}{
+		// docs/design.md: queues.dedup_window "must exceed the consumer's
+		// ack wait, 3 x ack_timeout": here 30m against 5m. A redelivery
+		// after a lost ack is stored a second time.
+		{"ack wait beyond dedup_window", bridge("10m", "in", "orders", ""), "bridge[0].ack_timeout"},
+		{"ack wait equal to dedup_window", bridge("100s", "in", "orders", ""), "queues.dedup_window"},
+		{"ack wait within dedup_window", bridge("1m", "in", "orders", ""), ""},
+		{"long ack_timeout, out only", bridge("10m", "out", "orders", ""), ""},
+		{"ack wait within a raised dedup_window", "[queues]\ndedup_window = \"1h\"\n" + bridge("10m", "in", "orders", ""), ""},
+		// Not NATS subjects (an empty token): every publish fails
+		// (nats: invalid subject) and the direction is stuck.
+		{"remote with an empty token", bridge("10s", "out", "sites..orders", ""), "empty token"},
+		{"remote with a leading dot", bridge("10s", "out", ".orders", ""), "empty token"},
+		{"remote with a trailing dot", bridge("10s", "out", "orders.", ""), "empty token"},
+		{"stream subject with an empty token", bridge("10s", "out", "orders", `stream_subjects = ["orders", "sites..>"]`), "bridge[0].stream_subjects"},
+	} {
+		cfg := appliance.DefaultConfig()
+		if err := appliance.DecodeConfig(c.src, &cfg); err != nil {
+			t.Fatalf("%s: decode: %v", c.name, err)
+		}
+		err := cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.want != "" && err == nil:
+			t.Errorf("%s: accepted", c.name)
+		case c.want != "" && !strings.Contains(err.Error(), c.want):
+			t.Errorf("%s: %v: want it to name %q", c.name, err, c.want)
+		}
+	}
+}
