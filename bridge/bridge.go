@@ -624,7 +624,7 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 	} else {
 		id = w.cfg().ApplianceID + ":" + f.Get("message-id")
 		c := w.local
-		ack = func() error { return c.Ack(f) }
+		ack = func() error { return w.guarded(c, func() error { return c.Ack(f) }) }
 	}
 	skip := hops >= w.cfg().MaxHops || f.Get(HeaderVia) == w.cfg().Name
 	key, dup, acts := w.core.Offer(Item{ID: id, Bytes: len(f.Body), Skip: skip}, time.Now().UnixNano())
@@ -711,7 +711,12 @@ func (w *worker) forward(key uint64, afterSeq uint64, h handle) error {
 		if w.local == nil {
 			return errors.New("not connected to this appliance")
 		}
-		ch, err := w.local.SendAsync(h.dest, h.body, h.headers...)
+		c := w.local
+		var ch <-chan client.Result
+		err := w.guarded(c, func() (err error) {
+			ch, err = c.SendAsync(h.dest, h.body, h.headers...)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("send to %s on this appliance: %w", h.dest, err)
 		}
@@ -726,6 +731,23 @@ func (w *worker) forward(key uint64, afterSeq uint64, h handle) error {
 		return nil
 	}
 	return w.remote.(sink).publish(key, gen, afterSeq, h)
+}
+
+// guarded runs write, a write to conn made on the worker's goroutine,
+// closing conn if it takes longer than ack_timeout or the worker is
+// stopped: the write then fails (and the link with it). A STOMP peer (or
+// this appliance) that stops reading its socket, say a queue full with
+// full_policy block, otherwise blocked the worker inside the write once
+// the socket's buffer was full: the ack timeout, which the worker's
+// goroutine runs, never fired, the view stayed "up", and Close waited
+// until the peer gave up.
+func (w *worker) guarded(conn *client.Conn, write func() error) error {
+	t := time.AfterFunc(w.cfg().AckTimeout.Duration, func() { conn.Close() })
+	stop := context.AfterFunc(w.runCtx, func() { conn.Close() })
+	err := write()
+	t.Stop()
+	stop()
+	return err
 }
 
 // sink is the remote side of direction out. afterSeq is the sequence the

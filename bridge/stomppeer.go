@@ -77,7 +77,12 @@ func (s *stompOut) publish(key, gen, _ uint64, h handle) error {
 		return errors.New("not connected to the STOMP peer")
 	}
 	hdrs := append(append(stomp.Headers(nil), h.headers...), stomp.Header{Key: "dedup-id", Value: h.id}, stomp.Header{Key: "persistent", Value: "true"})
-	ch, err := s.conn.SendAsync(h.dest, h.body, hdrs...)
+	c := s.conn
+	var ch <-chan client.Result
+	err := s.w.guarded(c, func() (err error) {
+		ch, err = c.SendAsync(h.dest, h.body, hdrs...)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("send to %s at the peer: %w", h.dest, err)
 	}
@@ -145,7 +150,7 @@ func (s *stompIn) connect(ctx context.Context) error {
 					dest:    mapName(mm.Local, rest),
 					headers: carried(f.Headers, true),
 					body:    f.Body,
-					ack:     func() error { return c.Ack(f) },
+					ack:     func() error { return w.guarded(c, func() error { return c.Ack(f) }) },
 				}
 				select {
 				case in <- msg:
