@@ -605,5 +605,15 @@ func conformanceCases() []confCase {
 		at(150000).send("RDATA 3", g.rdata(3, 1, pxeu(2, "b"))).
 		at(600000).send("RDATA 5, too late", g.rdata(5, 1, pxeu(4, "d"))).
 		end(1000000, S1, "msg px.eu 1 a", "msg px.eu 2 b", "msg px.eu 3 c", "gap px.eu 4-4 expired", "msg px.eu 5 e"))
+	// Revision 6: a session change reports every stream sequence the old session showed and did
+	// not deliver (section 4.7), a message partly reassembled included.
+	add(newVec("session-change-partial", "the sender restarts after two of the three fragments of px.eu 2: the session change reports px.eu 2 as a session-restart gap").
+		send("CATALOG", catAB).
+		send("DATA", g.data(2, 1, pxeu(1, "a"))).
+		send("fragment 1/3 of px.eu 2", g.fdata(3, 1, false, frags(1, 2, big, 3)[0])).
+		send("fragment 2/3 of px.eu 2", g.fdata(4, 1, false, frags(1, 2, big, 3)[1])).
+		at(3500000).send("new session CATALOG (old silent for 3 s: switch)", g2.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("new session DATA 2", g2.data(2, 1, pxeu(1, "new"))).
+		end(4000000, S1, "msg px.eu 1 a", "gap px.eu 2-2 session-restart", S12, "msg px.eu 1 new"))
 	return cases
 }

@@ -150,6 +150,16 @@ type rstream struct {
 	queued   bool                // in ReceiverCore.gapq
 	frags    map[uint64]*partial // messages being reassembled, by stream sequence
 	ljStart  uint64              // a HISTORY answer says the stream starts here (0: none)
+	// top is the highest stream sequence the session showed for it: a record, a fragment or a
+	// record dropped for room. A session change reports what is missing up to it.
+	top uint64
+}
+
+// seen notes that stream sequence seq of st exists.
+func (st *rstream) seen(seq uint64) {
+	if seq > st.top {
+		st.top = seq
+	}
 }
 
 // put holds h as stream sequence seq.
@@ -743,21 +753,23 @@ func (r *ReceiverCore) switchSession(p *Packet, from netip.AddrPort, young bool)
 	}
 }
 
-// flushSession delivers what the old session left, with gaps for its holes.
+// flushSession delivers what the old session left, with gaps for its holes: every stream
+// sequence it showed (a record held, a message partly reassembled, a record dropped for room, a
+// HEARTBEAT tail) that was not delivered is reported, reason session-restart.
 func (r *ReceiverCore) flushSession() {
 	for _, st := range r.slist {
 		if !st.known || !st.wanted {
 			continue
 		}
 		if !st.started {
-			if len(st.held) == 0 {
+			m, dg, ok := r.lowest(st)
+			if !ok {
 				continue
 			}
 			// Its start was never decided: what it held comes with a gap before it when a
 			// datagram between the join and its first record was lost.
-			m := st.minHeld()
 			st.started, st.expected = true, m
-			if r.firstLost != 0 && r.firstLost < st.held[m].dg {
+			if r.firstLost != 0 && r.firstLost < dg {
 				st.expected = min(st.base+1, m)
 			}
 		}
@@ -769,11 +781,30 @@ func (r *ReceiverCore) flushSession() {
 			}
 			r.drain(st)
 		}
-		if st.tail >= st.expected {
-			r.gap(st, st.expected, st.tail, ReasonSessionRestart)
-			st.expected = st.tail + 1
+		if last := max(st.tail, st.top); last >= st.expected {
+			r.gap(st, st.expected, last, ReasonSessionRestart)
+			st.expected = last + 1
 		}
 	}
+}
+
+// lowest is the lowest stream sequence st holds, has partly reassembled or dropped for room, and
+// the datagram it came in (math.MaxUint64 for a dropped record: not known). ok is false when
+// there is none.
+func (r *ReceiverCore) lowest(st *rstream) (seq, dg uint64, ok bool) {
+	if len(st.held) > 0 {
+		seq = st.minHeld()
+		dg, ok = st.held[seq].dg, true
+	}
+	for q, pa := range st.frags {
+		if !ok || q < seq {
+			seq, dg, ok = q, pa.dg, true
+		}
+	}
+	if st.dropMin != 0 && (!ok || st.dropMin < seq) {
+		seq, dg, ok = st.dropMin, math.MaxUint64, true
+	}
+	return seq, dg, ok
 }
 
 // trail moves the frontier to t: anything older that is still missing is lost for reason.
@@ -1095,6 +1126,7 @@ func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bo
 		r.c.ForgedFragments++
 		return nil
 	}
+	st.seen(rec.Seq)
 	pa := st.frags[rec.Seq]
 	if pa == nil {
 		if !r.reassemblyRoom(partialOverhead, nil) {
@@ -1283,6 +1315,7 @@ func (r *ReceiverCore) dropPartials(st *rstream, upTo uint64) {
 // dropped notes that record seq of st was dropped for want of room: a hole of the stream that
 // resolve reports as a gap (reason expired unless a datagram loss says otherwise).
 func (r *ReceiverCore) dropped(st *rstream, seq uint64) {
+	st.seen(seq)
 	if !st.started && (st.dropMin == 0 || seq < st.dropMin) {
 		st.dropMin = seq
 	}
@@ -1315,6 +1348,7 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 		r.c.Overflow++ // the stream table is full
 		return
 	}
+	st.seen(seq)
 	if !st.known || (st.wanted && !st.started) {
 		if !st.known && r.catDue.IsZero() {
 			r.catDue = r.now.Add(r.backoff())
