@@ -615,5 +615,15 @@ func conformanceCases() []confCase {
 		at(3500000).send("new session CATALOG (old silent for 3 s: switch)", g2.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
 		send("new session DATA 2", g2.data(2, 1, pxeu(1, "new"))).
 		end(4000000, S1, "msg px.eu 1 a", "gap px.eu 2-2 session-restart", S12, "msg px.eu 1 new"))
+	// Revision 6: a receiver that was following a session recovers the next one from its start
+	// while the sender holds sequence 1, whatever it lost of its first datagrams (section 4.3).
+	rb := newVec("restart-burst-loss", "with a key: the sender restarts and the receiver loses the new session's first 69 datagrams (its CATALOG and px.eu 1-68); first heard at DATA 70, trailing edge 1, the session is recovered from 1, not joined late: the LOSS for 1-69 makes px.eu 1-68 a gap")
+	rb.c.cfg.KeyHex, rb.c.cfg.KeyID = hex.EncodeToString(key), 1
+	add(rb.send("session 1 CATALOG", ga.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("session 1 DATA", ga.data(2, 1, pxeu(1, "one"))).
+		send("session 2 DATA 70, trailing 1 (1-69 lost)", ga2.data(70, 1, pxeu(69, "69"))).
+		send("session 2 CATALOG 71", ga2.cat(71, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("session 2 LOSS 1-69 gone", ga2.loss(71, 1, ReasonGone, Range{1, 69})).
+		end(20000, S1, "msg px.eu 1 one", S12, "gap px.eu 1-68 gone", "msg px.eu 69 69"))
 	return cases
 }

@@ -279,7 +279,7 @@ type ReceiverCore struct {
 
 	cand struct { // the latest other session heard while the current one was live
 		session uint64
-		young   bool // first heard at sequence <= youngSession with trailing edge <= 1
+		young   bool // first heard with trailing edge <= 1 (see otherSession)
 		from    netip.AddrPort
 		kept    [][]byte // its datagrams, replayed when it takes over (at most CandidateBytes)
 		bytes   int
@@ -321,7 +321,9 @@ type ReceiverCore struct {
 }
 
 // youngSession: a receiver that first hears a session at or below this sequence, while the sender
-// still holds sequence 1, recovers the session from its start instead of joining late.
+// still holds sequence 1, recovers the session from its start instead of joining late. (A
+// receiver that was following a session recovers the next one from its start whatever the
+// sequence, while the sender holds sequence 1: see otherSession.)
 const youngSession = 64
 
 // NewReceiverCore returns a receiver that joins whatever session it hears first.
@@ -668,7 +670,11 @@ func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packe
 		r.c.Replays++
 		return nil, from, ErrStale
 	}
-	young := p.Trailing <= 1 && p.Seq <= youngSession
+	// Young: the receiver was there (or nearly) when the session began, and recovers it from its
+	// start. A receiver that was following a session was there when the sender restarted,
+	// whatever it lost of the new session's first datagrams: while the sender still holds
+	// sequence 1 they are repaired, not left behind as a late join.
+	young := p.Trailing <= 1 && (p.Seq <= youngSession || r.joined)
 	if r.joined && !r.keyed() && now.Sub(r.heard) < r.cfg.SessionTimeout {
 		// The current session is live: one unauthenticated datagram does not retire it. Keep
 		// the candidate's datagrams (bounded) and whether it was young when first heard, so a
@@ -741,10 +747,16 @@ func (r *ReceiverCore) switchSession(p *Packet, from netip.AddrPort, young bool)
 	if !p.Type.Sequenced() {
 		first = p.Seq + 1 // control datagrams carry the leading edge: start after it
 	}
+	start := first
 	if young {
 		first = 1 // we were there (or nearly) when it began: recover the session from its start
 	}
 	r.join, r.next, r.leading = first, first, first-1
+	if start-first >= MaxHole {
+		// Recovered from 1 but heard first beyond the window: what the window cannot hold is
+		// lost (reported as gaps once records show it), the rest is NAKed as usual.
+		r.learn(r.now, start-1)
+	}
 	if (r.cfg.LateJoin > 0 || r.cfg.LateJoinAge > 0) && first > 1 {
 		// Joined late: ask for the history before the join point; the streams that began
 		// before it wait for the answer (or for HistoryWait without one).
