@@ -625,5 +625,16 @@ func conformanceCases() []confCase {
 		send("session 2 CATALOG 71", ga2.cat(71, 1, CatalogEntry{1, 1, "px.eu"})).
 		send("session 2 LOSS 1-69 gone", ga2.loss(71, 1, ReasonGone, Range{1, 69})).
 		end(20000, S1, "msg px.eu 1 one", S12, "gap px.eu 1-68 gone", "msg px.eu 69 69"))
+	// Revision 6: only a datagram taken as new moves the key rotation (section 6).
+	g1b, g2b := dgb{session: cs1, seal: NewSealer(Key{ID: 1, Secret: sk})}, dgb{session: cs2, seal: NewSealer(Key{ID: 2, Secret: nk})}
+	kr := newVec("key-rotation-replay", "keys 1 and 2, seal on: the receiver starts on a session under key 2; a replayed datagram of an older session under key 1 is dropped as a replay and does not make key 1 current: key 2 is still accepted 13 s later")
+	kr.c.cfg.KeyHex, kr.c.cfg.KeyID, kr.c.cfg.Seal = hex.EncodeToString(sk), 1, true
+	kr.c.cfg.Keys = []confKey{{ID: 2, KeyHex: hex.EncodeToString(nk)}}
+	add(kr.send("CATALOG, key 2", g2b.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("DATA 2, key 2", g2b.data(2, 1, pxeu(1, "one"))).
+		at(1000000).send("replayed: an older session's DATA, key 1", g1b.data(2, 1, pxeu(1, "replayed"))).
+		at(2000000).send("DATA 3, key 2", g2b.data(3, 1, pxeu(2, "two"))).
+		at(15000000).send("DATA 4, key 2, 13 s later: still accepted", g2b.data(4, 1, pxeu(3, "three"))).
+		end(15100000, "session 0 3333", "msg px.eu 1 one", "msg px.eu 2 two", "msg px.eu 3 three"))
 	return cases
 }

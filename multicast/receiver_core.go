@@ -486,13 +486,14 @@ func edges(p *Packet) bool {
 
 // Handle processes one datagram from the group (or a unicast from the sender).
 func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) error {
+	key := -1 // the ring's key that opened b: current once b is taken as new (section 6)
 	if r.ring != nil {
 		ob, err := r.ring.Open(b, now)
 		if err != nil {
 			r.c.AuthFailures++
 			return err
 		}
-		b = ob
+		b, key = ob, r.ring.last
 	} else if !r.cfg.Auth.Verify(b) {
 		r.c.AuthFailures++
 		return ErrAuth
@@ -519,6 +520,7 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 		if err != nil {
 			return err
 		}
+		r.takeKey(key, now) // it started a session
 		if len(kept) > 0 {
 			// The new session's datagrams heard while the old one was live come first.
 			b = append([]byte(nil), b...)
@@ -557,6 +559,7 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 	case TypeData, TypeRData, TypeCatalog:
 		seq := p.Seq
 		if r.lj.hist[seq] != nil {
+			r.takeKey(key, now)
 			r.historyData(p)
 			break
 		}
@@ -564,6 +567,7 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 			r.c.Duplicates++
 			return nil
 		}
+		r.takeKey(key, now) // a sequence we did not have
 		if seq > r.leading {
 			r.learn(now, seq-1)
 			if seq-r.next >= MaxHole {
@@ -647,6 +651,15 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 	}
 	r.advance()
 	return nil
+}
+
+// takeKey tells the key ring that the datagram opened under its key i was taken as new: the
+// rotation rule (section 6) may make that key current. Datagrams dropped after they were opened
+// (replays, duplicates, stale sessions) and control datagrams do not.
+func (r *ReceiverCore) takeKey(i int, now time.Time) {
+	if r.ring != nil {
+		r.ring.use(i, now)
+	}
 }
 
 func later(a, b time.Time) time.Time {

@@ -97,15 +97,17 @@ type keyEntry struct {
 }
 
 // Keyring opens and verifies the datagrams a receiver gets under any of its keys, with
-// rotation: the key id of the latest datagram accepted under a new key is current; the one
-// before stays accepted for KeyOverlap, then is retired (refused) until restart. Not safe for
-// concurrent use.
+// rotation: the key of the latest datagram taken as new (Accept) under a key other than the
+// current one becomes current; the one before stays accepted for KeyOverlap, then is retired
+// (refused) until restart. A datagram the receiver drops after opening it (a replay, a
+// duplicate, a stale session) changes nothing. Not safe for concurrent use.
 type Keyring struct {
 	keys     []keyEntry
 	seal     bool // unsealed datagrams are refused
 	current  int  // index in keys of the current key, -1 before the first datagram
 	previous int  // index of the key before it (-1: none), accepted until prevEnd
 	prevEnd  time.Time
+	last     int // index of the key that opened the datagram Open last accepted
 	opened   []byte
 	nonce    [chacha20poly1305.NonceSizeX]byte
 }
@@ -119,7 +121,7 @@ func NewKeyring(keys []Key, seal bool) (*Keyring, error) {
 		}
 		return nil, nil
 	}
-	k := &Keyring{seal: seal, current: -1, previous: -1}
+	k := &Keyring{seal: seal, current: -1, previous: -1, last: -1}
 	for _, key := range keys {
 		if len(key.Secret) == 0 {
 			return nil, fmt.Errorf("key id %d: empty key: %w", key.ID, ErrBadConfig)
@@ -144,17 +146,31 @@ func (k *Keyring) Auth() *Auth {
 	return k.keys[max(k.current, 0)].auth
 }
 
-// accept applies the rotation rule to a datagram that verified under keys[i] at now.
-func (k *Keyring) accept(i int, now time.Time) bool {
-	if k.keys[i].retired {
-		return false
-	}
+// admit reports whether a datagram that verified under keys[i] at now is accepted: its key is
+// not retired (the previous key is retired once its overlap has run out). It does not change
+// which key is current.
+func (k *Keyring) admit(i int, now time.Time) bool {
 	if k.previous >= 0 && !now.Before(k.prevEnd) {
 		k.keys[k.previous].retired = true
 		k.previous = -1
-		if k.keys[i].retired {
-			return false
-		}
+	}
+	return !k.keys[i].retired
+}
+
+// Accept applies the rotation rule to the datagram Open accepted last, once the receiver has
+// taken it as new (it started a session, or filled a sequence): under a key other than the
+// current one, that key becomes current and the one in use until now is accepted for KeyOverlap
+// more. A key the receiver has left is retired (refused by Open), so it never becomes current
+// again.
+func (k *Keyring) Accept(now time.Time) {
+	if k != nil {
+		k.use(k.last, now)
+	}
+}
+
+func (k *Keyring) use(i int, now time.Time) {
+	if i < 0 || k.keys[i].retired {
+		return
 	}
 	switch {
 	case k.current < 0:
@@ -166,12 +182,12 @@ func (k *Keyring) accept(i int, now time.Time) bool {
 		}
 		k.previous, k.current, k.prevEnd = k.current, i, now.Add(KeyOverlap)
 	}
-	return true
 }
 
 // Open checks b at now: a sealed datagram is opened (the result is the plain datagram, valid
 // until the next call), an HMAC-signed one verified (returned as is). It returns nil with
-// ErrSealed when b is sealed and k is nil, ErrAuth when b is not acceptable.
+// ErrSealed when b is sealed and k is nil, ErrAuth when b is not acceptable. Which key is current
+// changes only with Accept.
 func (k *Keyring) Open(b []byte, now time.Time) ([]byte, error) {
 	sealed := len(b) >= HeaderSize && b[4]&FlagSealed != 0
 	if k == nil {
@@ -194,9 +210,10 @@ func (k *Keyring) Open(b []byte, now time.Time) ([]byte, error) {
 	}
 	e := &k.keys[i]
 	if !sealed {
-		if k.seal || !e.auth.Verify(b) || !k.accept(i, now) {
+		if k.seal || !e.auth.Verify(b) || !k.admit(i, now) {
 			return nil, ErrAuth
 		}
+		k.last = i
 		return b, nil
 	}
 	if len(b) < HeaderSize+SealOverhead || b[4]&FlagAuth != 0 {
@@ -207,9 +224,10 @@ func (k *Keyring) Open(b []byte, now time.Time) ([]byte, error) {
 	session := binary.LittleEndian.Uint64(b[8:])
 	out := append(k.opened[:0], b[:HeaderSize]...)
 	out, err := e.aead.Open(out, sealNonce(&k.nonce, session, counter), b[HeaderSize+8:], ad)
-	if err != nil || !k.accept(i, now) {
+	if err != nil || !k.admit(i, now) {
 		return nil, ErrAuth
 	}
+	k.last = i
 	k.opened = out
 	out[4] &^= FlagSealed
 	return out, nil
