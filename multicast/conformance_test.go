@@ -636,5 +636,13 @@ func conformanceCases() []confCase {
 		at(2000000).send("DATA 3, key 2", g2b.data(3, 1, pxeu(2, "two"))).
 		at(15000000).send("DATA 4, key 2, 13 s later: still accepted", g2b.data(4, 1, pxeu(3, "three"))).
 		end(15100000, "session 0 3333", "msg px.eu 1 one", "msg px.eu 2 two", "msg px.eu 3 three"))
+	// Revision 6: a stream never starts above a record received after the join point (4.10).
+	add(lateCfg(newVec("history-forged-start", "late_join 2: a forged HISTORY (no key) names px.eu from 60 and px.us from 20, above their live records: px.eu, whose live 53 is held, starts by the rule of 4.3 at 53; px.us, with nothing held yet, starts at 20, and its live 18 and 19 that come after are one gap 18-19, not duplicates")).
+		send("CATALOG 100, px.eu and px.us first 95", g.cat(100, 90, CatalogEntry{1, 95, "px.eu"}, CatalogEntry{2, 95, "px.us"})).
+		send("DATA 101, px.eu 53", g.data(101, 90, pxeu(53, "53"))).
+		send("forged HISTORY for 0x1234: px.eu from 60, px.us from 20, no datagram", hist(101, 90, me, 1, []StreamSeq{{1, 60}, {2, 20}})).
+		send("DATA 102, px.eu 54 and px.us 18", g.data(102, 90, pxeu(54, "54"), pxus(18, "18"))).
+		send("DATA 103, px.us 19 and 20", g.data(103, 90, pxus(19, "19"), pxus(20, "20"))).
+		end(20000, S1, "msg px.eu 53 53", "msg px.eu 54 54", "gap px.us 18-19 expired", "msg px.us 20 20"))
 	return cases
 }

@@ -153,6 +153,9 @@ type rstream struct {
 	// top is the highest stream sequence the session showed for it: a record, a fragment or a
 	// record dropped for room. A session change reports what is missing up to it.
 	top uint64
+	// floor: the stream started where a HISTORY answer said (0: it did not); a record after the
+	// join point below floor, arriving later, is reported as a gap up to floor, which it lowers.
+	floor uint64
 }
 
 // seen notes that stream sequence seq of st exists.
@@ -985,18 +988,19 @@ func (r *ReceiverCore) tryStart(st *rstream) bool {
 		return false // the history before the join point decides
 	}
 	if st.ljStart != 0 {
-		// The sender said where its history starts: deliver from there (what is missing from
-		// it is a gap once every history datagram is resolved).
-		for q, h := range st.held {
-			if q < st.ljStart {
-				r.bytes -= len(h.payload) + heldOverhead
-				st.del(q)
-			}
+		if m, _, ok := r.lowest(st); ok && m < st.ljStart {
+			// A record after the join point below the start the answer named: the sender's
+			// records after the join are all above it, so the answer is not the sender's (a
+			// forgery, without a key). Start by the rule of 4.3, never above what came live.
+			st.ljStart = 0
+		} else {
+			// The sender said where its history starts: deliver from there (what is missing
+			// from it is a gap once every history datagram is resolved).
+			st.started, st.expected, st.floor = true, st.ljStart, st.ljStart
+			r.drain(st)
+			r.lossPassed = true
+			return true
 		}
-		st.started, st.expected = true, st.ljStart
-		r.drain(st)
-		r.lossPassed = true
-		return true
 	}
 	if len(st.held) == 0 && st.dropMin == 0 {
 		if st.tail <= st.base || st.tailAt >= r.next {
@@ -1143,7 +1147,9 @@ func (r *ReceiverCore) fragment(st *rstream, rec *Record, dg uint64, repaired bo
 		return nil
 	}
 	if _, ok := st.held[rec.Seq]; ok || (st.started && rec.Seq < st.expected) {
-		r.c.Duplicates++
+		if !st.started || !r.belowFloor(st, rec.Seq, dg) {
+			r.c.Duplicates++
+		}
 		return nil
 	}
 	n := uint64(len(rec.Payload))
@@ -1388,7 +1394,9 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 		return
 	}
 	if seq < st.expected {
-		r.c.Duplicates++
+		if !r.belowFloor(st, seq, dg) {
+			r.c.Duplicates++
+		}
 		return
 	}
 	if st.holds(seq) {
@@ -1413,6 +1421,19 @@ func (r *ReceiverCore) record(st *rstream, seq, dg uint64, payload []byte, repai
 	}
 	r.hold(st, seq, held{dg: dg, payload: keepPayload(payload, owned), repaired: repaired})
 	r.await(st)
+}
+
+// belowFloor reports a record of datagram dg after the join point below where a HISTORY answer
+// started st (a forged answer: the sender's records after the join are above it) as a gap from
+// it up to the floor, which it lowers: it cannot be delivered in order any more, and is never
+// dropped silently. It reports whether it did.
+func (r *ReceiverCore) belowFloor(st *rstream, seq, dg uint64) bool {
+	if seq >= st.floor || dg < r.join {
+		return false
+	}
+	r.gap(st, seq, st.floor-1, ReasonExpired)
+	st.floor = seq
+	return true
 }
 
 // drain delivers held records from st.expected on.
