@@ -644,5 +644,14 @@ func conformanceCases() []confCase {
 		send("DATA 102, px.eu 54 and px.us 18", g.data(102, 90, pxeu(54, "54"), pxus(18, "18"))).
 		send("DATA 103, px.us 19 and 20", g.data(103, 90, pxus(19, "19"), pxus(20, "20"))).
 		end(20000, S1, "msg px.eu 53 53", "msg px.eu 54 54", "gap px.us 18-19 expired", "msg px.us 20 20"))
+	// Revision 6: an NCF applies to history holes as to any missing datagram (4.10, step 3).
+	add(lateCfg(newVec("history-ncf-delayed", "late_join 2: history datagrams 98-99; 98 is repaired at once, an NCF delayed for 99 at 150 ms moves its give-up to 350 ms, and its repair at 310 ms is delivered")).
+		send("CATALOG 100, px.eu first 95", g.cat(100, 90, CatalogEntry{1, 95, "px.eu"})).
+		send("DATA 101, px.eu 53", g.data(101, 90, pxeu(53, "53"))).
+		send("HISTORY for 0x1234: px.eu from 51, datagrams 98-99", hist(101, 90, me, 1, []StreamSeq{{1, 51}}, Range{98, 99})).
+		send("RDATA 98, px.eu 51", g.rdata(98, 90, pxeu(51, "51"))).
+		at(150000).send("NCF delayed 99", g.ncf(101, 90, NCFDelayed, Range{99, 99})).
+		at(310000).send("RDATA 99, px.eu 52", g.rdata(99, 90, pxeu(52, "52"))).
+		end(1000000, S1, "msg px.eu 51 51", "msg px.eu 52 52", "msg px.eu 53 53"))
 	return cases
 }

@@ -337,6 +337,26 @@ func (r *ReceiverCore) eachHist(rg Range, reason Reason) {
 	}
 }
 
+// eachHistHole calls f for the history holes in rg (an NCF will-send or delayed).
+func (r *ReceiverCore) eachHistHole(rg Range, f func(*hole)) {
+	if rg.To-rg.From < uint64(len(r.lj.hist)) {
+		for q := rg.From; ; q++ {
+			if m := r.lj.hist[q]; m != nil {
+				f(m)
+			}
+			if q == rg.To {
+				break
+			}
+		}
+		return
+	}
+	for q, m := range r.lj.hist {
+		if rg.Contains(q) && m != nil {
+			f(m)
+		}
+	}
+}
+
 // ljFinish ends the late join: the streams that waited start (at the history's start when the
 // answer named them, else by the rule of 4.3) and their holes are reported.
 func (r *ReceiverCore) ljFinish() {

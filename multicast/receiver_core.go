@@ -621,21 +621,28 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 		r.c.NCFs++
 		r.learn(now, p.Seq)
 		bo := r.backoff() // one draw per NCF: the sequences it names stay together
+		promised := func(m *hole) {
+			switch p.Status {
+			case NCFWillSend:
+				m.due = now.Add(r.t.ncfWait + bo)
+			case NCFDelayed:
+				m.due = now.Add(4*r.t.ncfWait + bo)
+				// The sender promised it: the budget runs again from now.
+				m.giveUp = later(m.giveUp, now.Add(r.t.budget))
+			}
+		}
 		for _, rg := range p.Ranges {
 			r.eachMissing(rg, func(q uint64, m *hole) {
-				switch p.Status {
-				case NCFWillSend:
-					m.due = now.Add(r.t.ncfWait + bo)
-				case NCFDelayed:
-					m.due = now.Add(4*r.t.ncfWait + bo)
-					// The sender promised it: the budget runs again from now.
-					m.giveUp = later(m.giveUp, now.Add(r.t.budget))
-				case NCFGone:
+				if p.Status == NCFGone {
 					r.lose(q, ReasonGone)
+				} else {
+					promised(m)
 				}
 			})
 			if p.Status == NCFGone {
 				r.eachHist(rg, ReasonGone)
+			} else {
+				r.eachHistHole(rg, promised) // history holes are NAKed like any other (4.10)
 			}
 		}
 	case TypeLoss:

@@ -86,3 +86,45 @@ func TestReceiverCore_ForgedHistoryStartReportsLaterLiveRecords(t *testing.T) {
 		t.Errorf("events:\n got %s\nwant %s", got, want)
 	}
 }
+
+// Section 4.10: a history hole is "retried and given up exactly as a missing datagram (4.4)";
+// 4.4: an NCF delayed "moves its give-up to at least the NCF's time + budget (the sender
+// promised it)". A history hole the sender has promised (delayed: queued behind other
+// receivers' repairs) must wait for its repair. Before, the core applied NCFs to live holes
+// only: the history hole was given up 200 ms after its first NAK anyway, and the repair that then
+// came was dropped as a duplicate.
+func TestReceiverCore_HistoryHoleHonoursNCFDelayed(t *testing.T) {
+	g := dgb{session: uint64(t0.Unix())<<32 | 7}
+	r := mustReceiverCore(t, ReceiverCoreConfig{Profile: ProfileLowLatency, ID: 77, LateJoin: 4})
+	var evs []Event
+	take := func() {
+		e, _ := r.Ready()
+		evs = append(evs, e...)
+	}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	r.Handle(at(0), sndAddr, g.data(100, 1, rec(1, 50, "50")))
+	r.Handle(at(0), sndAddr, g.cat(101, 1, CatalogEntry{Stream: 1, First: 10, Topic: "a"}))
+	r.Tick(at(0)) // the history request, NAK counter 1
+	take()
+	ans := g.enc(&Packet{PacketHeader: PacketHeader{Type: TypeHistory, Seq: 101, Trailing: 1},
+		Receiver: 77, Request: 1, Streams: []StreamSeq{{Stream: 1, Seq: 46}}, Ranges: []Range{{96, 99}}})
+	r.Handle(at(time.Millisecond), sndAddr, ans)
+	r.Tick(at(time.Millisecond)) // first NAK of 96-99
+	for q := uint64(96); q <= 98; q++ {
+		r.Handle(at(2*time.Millisecond), sndAddr, g.rdata(q, 1, rec(1, q-50, fmt.Sprint(q-50))))
+	}
+	take()
+	for d := 3 * time.Millisecond; d <= 300*time.Millisecond; d += time.Millisecond {
+		if d == 150*time.Millisecond { // the sender: 99 is queued, it will come
+			r.Handle(at(d), sndAddr, g.ncf(101, 1, NCFDelayed, Range{99, 99}))
+		}
+		r.Tick(at(d))
+		take()
+	}
+	r.Handle(at(310*time.Millisecond), sndAddr, g.rdata(99, 1, rec(1, 49, "49")))
+	take()
+	want := "session, msg a#46, msg a#47, msg a#48, msg a#49, msg a#50"
+	if got := eventLine(evs); got != want {
+		t.Errorf("events:\n got %s\nwant %s\n(budget-expired %d, duplicates %d)", got, want, r.Counters().BudgetExpired, r.Counters().Duplicates)
+	}
+}
