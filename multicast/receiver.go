@@ -1,12 +1,15 @@
 package multicast
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -105,8 +108,8 @@ type Receiver struct {
 
 	mu     sync.Mutex // guards core, pend, and what Open sets up against Close and Stats
 	core   *ReceiverCore
-	pend   map[uint32]*Gap // slow-consumer gaps waiting for room in events
-	closed bool            // Close has run: Open gives up
+	pend   map[uint32][]Gap // slow-consumer gaps waiting for room in events: per stream, sorted, disjoint
+	closed bool             // Close has run: Open gives up
 
 	conn    *net.UDPConn // bound to the group
 	raw     syscall.RawConn
@@ -160,7 +163,7 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Receiver{cfg: cfg, group: g, log: cfg.Logger.With(logGroup, g.String()),
-		events: make(chan Event, cfg.EventsLen), wake: make(chan struct{}, 1), pend: map[uint32]*Gap{},
+		events: make(chan Event, cfg.EventsLen), wake: make(chan struct{}, 1), pend: map[uint32][]Gap{},
 		warn: map[error]*warnLimiter{}}, nil
 }
 
@@ -402,10 +405,12 @@ func (r *Receiver) emit(ctx context.Context, e Event) {
 	var stream uint32
 	switch e := e.(type) {
 	case SessionChange:
-		for _, g := range r.pend { // the old session's dropped tail comes first
-			select {
-			case r.events <- *g:
-			case <-ctx.Done():
+		for _, gs := range r.pend { // the old session's dropped tail comes first
+			for _, g := range gs {
+				select {
+				case r.events <- g:
+				case <-ctx.Done():
+				}
 			}
 		}
 		clear(r.pend)
@@ -419,10 +424,14 @@ func (r *Receiver) emit(ctx context.Context, e Event) {
 	case Gap:
 		stream = e.Stream
 	}
-	if g := r.pend[stream]; g != nil {
-		if !r.send(ctx, *g) {
-			r.drop(e)
-			return
+	if gs := r.pend[stream]; len(gs) > 0 {
+		for len(gs) > 0 {
+			if !r.send(ctx, gs[0]) {
+				r.pend[stream] = gs
+				r.drop(e)
+				return
+			}
+			gs = gs[1:]
 		}
 		delete(r.pend, stream)
 	}
@@ -468,11 +477,27 @@ func (r *Receiver) drop(e Event) {
 		g = e
 	}
 	g.Reason = ReasonSlowConsumer
-	if p := r.pend[g.Stream]; p != nil {
-		p.From, p.To = min(p.From, g.From), max(p.To, g.To)
-		return
+	r.pend[g.Stream] = addGap(r.pend[g.Stream], g)
+}
+
+// addGap adds g to gs (sorted, disjoint ranges of one stream), merging it with the ranges it
+// overlaps or touches only: in skip mode a repair delivered later may lie between two dropped
+// messages, and a Gap never covers a delivered sequence (section 4.5).
+func addGap(gs []Gap, g Gap) []Gap {
+	from1, to1 := g.From, g.To // the sequences g touches
+	if from1 > 0 {
+		from1--
 	}
-	r.pend[g.Stream] = &g
+	if to1 < math.MaxUint64 {
+		to1++
+	}
+	lo, _ := slices.BinarySearchFunc(gs, from1, func(x Gap, q uint64) int { return cmp.Compare(x.To, q) })
+	hi := lo
+	for hi < len(gs) && gs[hi].From <= to1 {
+		g.From, g.To = min(g.From, gs[hi].From), max(g.To, gs[hi].To)
+		hi++
+	}
+	return slices.Replace(gs, lo, hi, g)
 }
 
 // Stats returns the counters.
