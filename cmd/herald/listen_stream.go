@@ -23,15 +23,26 @@ import (
 //
 // (with --json: {"catchup":{"stream","from","to","command"}}).
 
-// catchUpState is one listen's: each stream topic's reference (a sequence
-// and its offset) and the gaps waiting for one.
+// catchUpState is one listen's: each stream's reference (a sequence and its
+// offset) and the gaps waiting for one.
 type catchUpState struct {
-	refs    map[string]seqOffset
+	refs    map[refKey]seqOffset
 	pending []multicast.Gap
 }
 
+// refKey names the stream a reference holds for: sequences follow offsets
+// one for one only within one stream id of one session. The sender forgets
+// a stream topic idle for stream_idle and its next append starts a new
+// stream id at sequence 1, so a reference of the topic's old stream id
+// says nothing of the new one.
+type refKey struct {
+	session uint64
+	stream  uint32
+	topic   string
+}
+
 type seqOffset struct {
-	session, seq, off uint64
+	seq, off uint64
 }
 
 // Bounds: a listener hears at most this many stream topics' references and
@@ -54,7 +65,7 @@ func catchUpFor(p *listenPrinter) *catchUpState {
 	defer catchUpMu.Unlock()
 	st := catchUpStates[p]
 	if st == nil {
-		st = &catchUpState{refs: map[string]seqOffset{}}
+		st = &catchUpState{refs: map[refKey]seqOffset{}}
 		catchUpStates[p] = st
 	}
 	return st
@@ -85,7 +96,7 @@ func streamCatchUp(p *listenPrinter, e multicast.Event) error {
 						if len(st.refs) >= maxCatchUpRefs {
 							clear(st.refs)
 						}
-						st.refs[e.Topic] = seqOffset{e.Session, e.StreamSeq, off}
+						st.refs[refKey{e.Session, e.Stream, e.Topic}] = seqOffset{e.StreamSeq, off}
 					}
 					break
 				}
@@ -107,8 +118,8 @@ func streamCatchUp(p *listenPrinter, e multicast.Event) error {
 	keep := st.pending[:0]
 	var err error
 	for _, g := range st.pending {
-		r, ok := st.refs[g.Topic]
-		if !ok || r.session != g.Session {
+		r, ok := st.refs[refKey{g.Session, g.Stream, g.Topic}]
+		if !ok {
 			keep = append(keep, g)
 			continue
 		}

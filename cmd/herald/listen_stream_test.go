@@ -123,3 +123,33 @@ func FuzzStreamCatchUp(f *testing.F) {
 		}
 	})
 }
+
+// Within one session the sender forgets a stream topic idle for stream_idle (10 min) and its
+// next append starts a new stream id at stream sequence 1 (protocol section 3, "Catalog"). A
+// tail gap of the new stream id must not be mapped to offsets with the old stream id's
+// reference: the reference is kept per (session, stream id). Before, it was kept per topic, and
+// #CATCHUP named the wrong offsets (the user read back old appends, believing them the lost
+// ones).
+func TestListen_CatchUpReferencePerStreamID(t *testing.T) {
+	var buf bytes.Buffer
+	p := catchUpPrinter(&buf, false)
+	old := streamMsg("/stream/s", 1, 100, 99) // stream id 1: offset = seq - 1
+	old.Stream = 1
+	events := []multicast.Event{
+		old,
+		// 10 minutes idle: the sender forgot stream 1; offsets 100..102 went as stream id 2,
+		// sequences 1..3, all lost (a tail gap announced by a heartbeat).
+		multicast.Gap{Topic: "/stream/s", Stream: 2, Session: 1, From: 1, To: 3, Reason: multicast.ReasonExpired},
+		multicast.Message{Topic: "plain.topic", Stream: 3, Session: 1, StreamSeq: 7, Body: []byte("x")},
+	}
+	for _, e := range events {
+		if err := p.print(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.out.Flush()
+	got := buf.String()
+	if strings.Contains(got, "#CATCHUP") && !strings.Contains(got, "--offset 100 --count 3") {
+		t.Errorf("catch-up for offsets 100-102 (stream id 2, sequences 1-3) names other offsets:\n%s", got)
+	}
+}
