@@ -653,5 +653,16 @@ func conformanceCases() []confCase {
 		at(150000).send("NCF delayed 99", g.ncf(101, 90, NCFDelayed, Range{99, 99})).
 		at(310000).send("RDATA 99, px.eu 52", g.rdata(99, 90, pxeu(52, "52"))).
 		end(1000000, S1, "msg px.eu 51 51", "msg px.eu 52 52", "msg px.eu 53 53"))
+	// Revision 6: with a key, a session of the same start second waits for the current one's
+	// silence (section 4.2, step 4).
+	ga3 := dgb{session: cs1&^0xffffffff | 0x99998888, auth: NewAuth(key, 1)}
+	ss := newVec("hmac-same-second", "with a key: a session with the same start second as the current one (a sender restarted twice within a second, or the older of the two replayed) is kept as a candidate while the current one is live, and taken once it has been silent for 3 s")
+	ss.c.cfg.KeyHex, ss.c.cfg.KeyID = hex.EncodeToString(key), 1
+	add(ss.send("session 1 CATALOG", ga.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("session 1 DATA", ga.data(2, 1, pxeu(1, "one"))).
+		send("same second, another session: CATALOG (kept)", ga3.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("session 1 DATA", ga.data(3, 1, pxeu(2, "two"))).
+		at(3500000).send("same-second session DATA 2 (session 1 silent for 3 s: switch)", ga3.data(2, 1, pxeu(1, "new"))).
+		end(4000000, S1, "msg px.eu 1 one", "msg px.eu 2 two", "session 2222 8888", "msg px.eu 1 new"))
 	return cases
 }

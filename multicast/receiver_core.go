@@ -284,7 +284,7 @@ type ReceiverCore struct {
 		session uint64
 		young   bool // first heard with trailing edge <= 1 (see otherSession)
 		from    netip.AddrPort
-		kept    [][]byte // its datagrams, replayed when it takes over (at most CandidateBytes)
+		kept    []keptDatagram // its datagrams, replayed when it takes over (at most CandidateBytes)
 		bytes   int
 	}
 
@@ -321,6 +321,13 @@ type ReceiverCore struct {
 	pkt    Packet
 	keys   []uint64
 	c      ReceiverCounters
+}
+
+// keptDatagram is a candidate session's datagram, authenticated (and opened) when it came, and
+// the key ring's key that opened it (-1: none).
+type keptDatagram struct {
+	b   []byte
+	key int
 }
 
 // youngSession: a receiver that first hears a session at or below this sequence, while the sender
@@ -501,6 +508,12 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 		r.c.AuthFailures++
 		return ErrAuth
 	}
+	return r.handle(now, from, b, key)
+}
+
+// handle processes an authenticated datagram b (opened, when it was sealed) that key opened
+// (-1: no key ring).
+func (r *ReceiverCore) handle(now time.Time, from netip.AddrPort, b []byte, key int) error {
 	p := &r.pkt
 	if err := Decode(b, p); err != nil {
 		if errors.Is(err, ErrSealed) {
@@ -519,16 +532,17 @@ func (r *ReceiverCore) Handle(now time.Time, from netip.AddrPort, b []byte) erro
 		return ErrStale
 	}
 	if !r.joined || p.Session != r.session {
-		kept, keptFrom, err := r.otherSession(now, from, p, b)
+		kept, keptFrom, err := r.otherSession(now, from, p, b, key)
 		if err != nil {
 			return err
 		}
 		r.takeKey(key, now) // it started a session
 		if len(kept) > 0 {
-			// The new session's datagrams heard while the old one was live come first.
+			// The new session's datagrams heard while the old one was live come first (they
+			// were authenticated when they came).
 			b = append([]byte(nil), b...)
 			for _, d := range kept {
-				r.Handle(now, keptFrom, d)
+				r.handle(now, keptFrom, d.b, d.key)
 			}
 			if err := Decode(b, p); err != nil {
 				return err
@@ -683,7 +697,7 @@ func later(a, b time.Time) time.Time {
 // (the first session heard; with a key, a session not older than the current one; without a key,
 // once the current session has been silent for the session timeout), or nothing.
 // It returns the datagrams of the new session kept while it waited, to be handled first.
-func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packet, b []byte) ([][]byte, netip.AddrPort, error) {
+func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packet, b []byte, key int) ([]keptDatagram, netip.AddrPort, error) {
 	if p.Flags&FlagRepair != 0 {
 		r.c.Replays++
 		return nil, from, ErrStale // a repair for others is no place to start a session
@@ -698,22 +712,26 @@ func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packe
 	// whatever it lost of the new session's first datagrams: while the sender still holds
 	// sequence 1 they are repaired, not left behind as a late join.
 	young := p.Trailing <= 1 && (p.Seq <= youngSession || r.joined)
-	if r.joined && !r.keyed() && now.Sub(r.heard) < r.cfg.SessionTimeout {
-		// The current session is live: one unauthenticated datagram does not retire it. Keep
-		// the candidate's datagrams (bounded) and whether it was young when first heard, so a
-		// restarted sender loses nothing.
+	// With a key, a session whose start second is later is a restart: taken at once. One
+	// with the same start second (a sender restarted twice within a second) may be the older
+	// one, replayed: it is taken only as one would be without a key.
+	sameSecond := r.keyed() && p.Session>>32 == r.session>>32
+	if r.joined && (!r.keyed() || sameSecond) && now.Sub(r.heard) < r.cfg.SessionTimeout {
+		// The current session is live: one datagram of another (unauthenticated, or of the same
+		// start second) does not retire it. Keep the candidate's datagrams (bounded) and
+		// whether it was young when first heard, so a restarted sender loses nothing.
 		if r.cand.session != p.Session || r.cand.from != from {
 			r.dropCandidate()
 			r.cand.session, r.cand.young, r.cand.from = p.Session, young, from
 		}
 		if r.cand.bytes+len(b) <= CandidateBytes {
-			r.cand.kept = append(r.cand.kept, append([]byte(nil), b...))
+			r.cand.kept = append(r.cand.kept, keptDatagram{append([]byte(nil), b...), key})
 			r.cand.bytes += len(b)
 		}
 		r.c.OtherSession++
 		return nil, from, ErrOtherSession
 	}
-	var kept [][]byte
+	var kept []keptDatagram
 	keptFrom := from
 	if r.cand.session == p.Session && r.cand.from == from {
 		young = young || r.cand.young
@@ -721,7 +739,7 @@ func (r *ReceiverCore) otherSession(now time.Time, from netip.AddrPort, p *Packe
 		if len(kept) > 0 {
 			// Start the session from its earliest datagram we kept.
 			var first Packet
-			if Decode(kept[0], &first) == nil {
+			if Decode(kept[0].b, &first) == nil {
 				p = &first
 			}
 		}
