@@ -664,5 +664,17 @@ func conformanceCases() []confCase {
 		send("session 1 DATA", ga.data(3, 1, pxeu(2, "two"))).
 		at(3500000).send("same-second session DATA 2 (session 1 silent for 3 s: switch)", ga3.data(2, 1, pxeu(1, "new"))).
 		end(4000000, S1, "msg px.eu 1 one", "msg px.eu 2 two", "session 2222 8888", "msg px.eu 1 new"))
+	// Revision 6: a CATALOG conflict never silences a stream (4.6).
+	cc := newVec("catalog-conflict", "topics [\"px.*\"]: a forged CATALOG (no key) names stream 2, not yet started, \"junk\" and takes the sequence of the sender's own CATALOG delta; px.us's first records are dropped as unwanted. The sender's next CATALOG names stream 2 px.us: a conflict, and the stream is delivered since that name matches; what it dropped is a gap")
+	cc.c.cfg.Topics = []string{"px.*"}
+	add(cc.send("CATALOG 1, px.eu", g.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("DATA 2, px.eu 1", g.data(2, 1, pxeu(1, "a"))).
+		send("forged CATALOG 3: stream 2 is junk", g.cat(3, 1, CatalogEntry{2, 3, "junk"})).
+		send("the sender's CATALOG 3 (stream 2 is px.us): a duplicate", g.cat(3, 1, CatalogEntry{2, 3, "px.us"})).
+		send("DATA 4, px.us 1 (dropped: unwanted junk)", g.data(4, 1, pxus(1, "x"))).
+		send("DATA 5, px.us 2 (dropped)", g.data(5, 1, pxus(2, "y"))).
+		send("CATALOG 6, periodic: px.eu and px.us", g.cat(6, 1, CatalogEntry{1, 1, "px.eu"}, CatalogEntry{2, 3, "px.us"})).
+		send("DATA 7, px.us 3", g.data(7, 1, pxus(3, "z"))).
+		end(20000, S1, "msg px.eu 1 a", "gap px.us 1-2 expired", "msg px.us 3 z"))
 	return cases
 }

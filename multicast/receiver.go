@@ -82,6 +82,7 @@ type ReceiverStats struct {
 	ForeignSource     uint64 // datagrams of the current session from another address
 	OtherSession      uint64 // datagrams of another session while the current one was live
 	Overflow          uint64 // records dropped for MaxBytes or MaxStreams (reported as gaps)
+	CatalogConflicts  uint64 // CATALOG entries naming a known stream id with another topic (one is forged)
 	WindowExpired     uint64 // missing datagrams given up: the leading edge ran MaxHole past them
 	BudgetExpired     uint64 // missing datagrams given up: the repair budget passed, no repair coming
 	SlowConsumerDrops uint64 // messages dropped because Events was full
@@ -127,6 +128,7 @@ type Receiver struct {
 	lastOvfl    uint32
 	stalled     bool // the application took nothing for SlowConsumerWait: drop without waiting
 	warn        map[error]*warnLimiter
+	conflicts   uint64 // the core's CatalogConflicts when last logged
 	slowDrops   atomic.Uint64
 	sendErrors  atomic.Uint64
 	stallRead   atomic.Int64 // tests: the read goroutine sleeps this many ns before its next read
@@ -292,6 +294,9 @@ func (r *Receiver) readLoop(ctx context.Context) {
 			if err := r.core.Handle(now, from.AddrPort(), m.Buffers[0][:m.N]); err != nil {
 				r.rejected(now, from.AddrPort(), err)
 			}
+			if r.core.c.CatalogConflicts != r.conflicts {
+				r.conflict(now, from.AddrPort())
+			}
 		}
 		after := r.core.Deadline()
 		r.flushLocked(ctx)
@@ -382,6 +387,26 @@ func (r *Receiver) rejected(now time.Time, from netip.AddrPort, err error) {
 	}
 	if n, ok := w.note(now, WarnInterval); ok {
 		r.log.Warn(msg, "count", n, "since", WarnInterval.String(), "last_from", from.String())
+	}
+}
+
+// errCatalogConflict keys the warning of CATALOG conflicts.
+var errCatalogConflict = errors.New("catalog conflict")
+
+// conflict logs the CATALOG conflicts the core counted since the last call (a stream id named
+// with two topics: one of them is forged), at most once per WarnInterval. Call with r.mu held.
+func (r *Receiver) conflict(now time.Time, from netip.AddrPort) {
+	n := r.core.c.CatalogConflicts - r.conflicts
+	r.conflicts = r.core.c.CatalogConflicts
+	w := r.warn[errCatalogConflict]
+	if w == nil {
+		w = &warnLimiter{}
+		r.warn[errCatalogConflict] = w
+	}
+	w.n += n - 1
+	if n, ok := w.note(now, WarnInterval); ok {
+		r.log.Warn("multicast CATALOG entries name a known stream id with another topic (a forger: use a key); the stream is delivered if either topic matches",
+			"count", n, "since", WarnInterval.String(), "last_from", from.String())
 	}
 }
 
@@ -512,7 +537,7 @@ func (r *Receiver) Stats() ReceiverStats {
 		NAKs: c.NAKs, NAKedSeqs: c.NAKedSeqs, Repairs: c.Repairs, Gaps: c.Gaps, GapMessages: c.GapMessages,
 		Duplicates: c.Duplicates, KernelDrops: r.kernelDrops.Load(), AuthFailures: c.AuthFailures,
 		Malformed: c.Malformed, Replays: c.Replays, Ahead: c.Ahead, ForeignSource: c.ForeignSource,
-		OtherSession: c.OtherSession, Overflow: c.Overflow, WindowExpired: c.WindowExpired, BudgetExpired: c.BudgetExpired, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
+		OtherSession: c.OtherSession, Overflow: c.Overflow, CatalogConflicts: c.CatalogConflicts, WindowExpired: c.WindowExpired, BudgetExpired: c.BudgetExpired, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
 		Sealed: c.Sealed, Reassembled: c.Reassembled, ForgedFragments: c.ForgedFragments, ReassemblyDrops: c.ReassemblyDrops,
 		Fragments: c.Fragments, Incomplete: r.core.State().Partials,
 		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRepairs: c.HistoryRepairs,

@@ -96,6 +96,7 @@ type ReceiverCounters struct {
 	ForeignSource    uint64 // datagrams of the current session from another address than its sender's
 	OtherSession     uint64 // datagrams of another session while the current one was live
 	Overflow         uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
+	CatalogConflicts uint64 // CATALOG entries naming a known stream id with another topic (one is forged)
 	// Missing datagrams given up (reason expired): WindowExpired because the leading edge ran
 	// MaxHole past them, BudgetExpired because the repair budget passed with no repair coming.
 	WindowExpired, BudgetExpired uint64
@@ -153,6 +154,7 @@ type rstream struct {
 	// top is the highest stream sequence the session showed for it: a record, a fragment or a
 	// record dropped for room. A session change reports what is missing up to it.
 	top uint64
+	low uint64 // the lowest stream sequence seen (0: none)
 	// floor: the stream started where a HISTORY answer said (0: it did not); a record after the
 	// join point below floor, arriving later, is reported as a gap up to floor, which it lowers.
 	floor uint64
@@ -162,6 +164,9 @@ type rstream struct {
 func (st *rstream) seen(seq uint64) {
 	if seq > st.top {
 		st.top = seq
+	}
+	if st.low == 0 || seq < st.low {
+		st.low = seq
 	}
 }
 
@@ -1120,6 +1125,9 @@ func (r *ReceiverCore) catalog(entries []CatalogEntry) {
 			continue
 		}
 		if st.known {
+			if e.Topic != st.topic {
+				r.conflict(st, e)
+			}
 			continue
 		}
 		if r.bytes+len(e.Topic) > r.cfg.MaxBytes {
@@ -1133,19 +1141,55 @@ func (r *ReceiverCore) catalog(entries []CatalogEntry) {
 			r.unhold(st)
 			continue
 		}
-		if e.First >= r.join {
-			st.started, st.expected = true, 1 // we were there when it began
-			if st.dropMin != 0 {
-				r.lossPassed = true
-			}
-			r.drain(st) // held records were kept raw; turn them into deliveries in order
-			r.lossPassed = r.lossPassed || r.lossEver
-			continue
-		}
-		if !r.tryStart(st) {
-			r.waiting = append(r.waiting, st)
-		}
+		r.start(st, e.First)
 	}
+}
+
+// start decides where a wanted stream that a CATALOG entry (first: its first datagram) just
+// named starts.
+func (r *ReceiverCore) start(st *rstream, first uint64) {
+	if first >= r.join {
+		st.started, st.expected = true, 1 // we were there when it began
+		if st.dropMin != 0 {
+			r.lossPassed = true
+		}
+		r.drain(st) // held records were kept raw; turn them into deliveries in order
+		r.lossPassed = r.lossPassed || r.lossEver
+		return
+	}
+	if !r.tryStart(st) {
+		r.waiting = append(r.waiting, st)
+	}
+}
+
+// conflict handles a CATALOG entry naming a known stream id with another topic. The sender
+// never renames a stream, so one of the two is forged (without a key); which one cannot be told.
+// It is counted, and the stream is delivered if either name matches the filter: a stream the
+// first name made unwanted becomes wanted under the later one, and what it showed while its
+// records were dropped as unwanted is reported as a gap. A forged entry can thus make a stream
+// be delivered (as it can inject messages), never silence one.
+func (r *ReceiverCore) conflict(st *rstream, e CatalogEntry) {
+	r.c.CatalogConflicts++
+	if st.wanted || !r.cfg.Filter(e.Topic) {
+		return
+	}
+	if r.bytes+len(e.Topic)-len(st.topic) > r.cfg.MaxBytes {
+		r.c.Overflow++
+		return
+	}
+	r.bytes += len(e.Topic) - len(st.topic)
+	st.topic, st.wanted = e.Topic, true
+	if st.top == 0 {
+		r.start(st, e.First) // nothing dropped yet
+		return
+	}
+	from := uint64(1)
+	if e.First < r.join {
+		from = st.low // it began before the join: what came before its first record is not ours
+	}
+	st.started, st.expected = true, from
+	r.gap(st, from, st.top, ReasonExpired)
+	st.expected = st.top + 1
 }
 
 // unhold drops every record st holds, and its fragments.
