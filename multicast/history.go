@@ -248,7 +248,10 @@ func (r *ReceiverCore) history(now time.Time, p *Packet) {
 		if e.Seq == 0 {
 			continue
 		}
-		st := r.stream(e.Stream)
+		st := r.streams[e.Stream]
+		if st == nil {
+			st = r.newStream(e.Stream, false)
+		}
 		if st == nil {
 			r.c.Overflow++
 			continue

@@ -97,6 +97,7 @@ type ReceiverCounters struct {
 	OtherSession     uint64 // datagrams of another session while the current one was live
 	Overflow         uint64 // records dropped (and reported as gaps) to stay within MaxBytes or MaxStreams
 	CatalogConflicts uint64 // CATALOG entries naming a known stream id with another topic (one is forged)
+	StreamsEvicted   uint64 // streams evicted from a full stream table (MaxStreams or MaxBytes)
 	// Missing datagrams given up (reason expired): WindowExpired because the leading edge ran
 	// MaxHole past them, BudgetExpired because the repair budget passed with no repair coming.
 	WindowExpired, BudgetExpired uint64
@@ -155,6 +156,13 @@ type rstream struct {
 	// record dropped for room. A session change reports what is missing up to it.
 	top uint64
 	low uint64 // the lowest stream sequence seen (0: none)
+	// resume: the stream was evicted from the table after delivering up to resume-1 (see
+	// ghost); a CATALOG entry naming it wanted makes it go on from there.
+	resume uint64
+	// The stream table's order of activity (newer, older: the neighbours; the table's newest
+	// and oldest are ReceiverCore.newest and oldest), and the index in ReceiverCore.slist.
+	newer, older *rstream
+	idx          int
 	// floor: the stream started where a HISTORY answer said (0: it did not); a record after the
 	// join point below floor, arriving later, is reported as a gap up to floor, which it lowers.
 	floor uint64
@@ -299,14 +307,18 @@ type ReceiverCore struct {
 
 	streams  map[uint32]*rstream
 	slist    []*rstream
-	waiting  []*rstream // known, wanted, not started: the start is decided by the frontier
-	tried    uint64     // the frontier when waiting streams were last tried
-	gapq     []*rstream // streams with a hole or tail the frontier has not reached yet
-	resolved uint64     // the frontier when gapq was last looked at
-	bytes    int        // held payloads, topics and overheads
-	fbytes   int        // fragments of incomplete messages and their overheads (MaxReassembly)
-	pfifo    []pentry   // partials in the order they were started: the oldest is evicted first
-	nparts   int        // partials in the streams' frags maps
+	newest   *rstream         // the stream with a record, fragment or first CATALOG entry last
+	oldest   *rstream         // the stream idle the longest: eviction looks from here
+	ghosts   map[uint32]ghost // streams evicted from a full table (at most MaxStreams)
+	ghostq   []uint32         // ghosts' ids in the order they were made
+	waiting  []*rstream       // known, wanted, not started: the start is decided by the frontier
+	tried    uint64           // the frontier when waiting streams were last tried
+	gapq     []*rstream       // streams with a hole or tail the frontier has not reached yet
+	resolved uint64           // the frontier when gapq was last looked at
+	bytes    int              // held payloads, topics and overheads
+	fbytes   int              // fragments of incomplete messages and their overheads (MaxReassembly)
+	pfifo    []pentry         // partials in the order they were started: the oldest is evicted first
+	nparts   int              // partials in the streams' frags maps
 	retired  []uint64
 	nakSeq   uint64
 	now      time.Time // of the call in progress
@@ -379,6 +391,7 @@ func (r *ReceiverCore) reset() {
 	r.miss = make(map[uint64]*hole)
 	r.streams = make(map[uint32]*rstream)
 	r.slist, r.waiting, r.gapq = nil, nil, nil
+	r.newest, r.oldest, r.ghosts, r.ghostq = nil, nil, nil, nil
 	r.bytes, r.fbytes = 0, 0
 	r.pfifo, r.nparts = nil, 0
 	r.nextDue, r.catDue = time.Time{}, time.Time{}
@@ -624,7 +637,13 @@ func (r *ReceiverCore) handle(now time.Time, from netip.AddrPort, b []byte, key 
 	case TypeHeartbeat:
 		r.learn(now, p.Seq)
 		for _, s := range p.Streams {
-			st := r.stream(s.Stream)
+			// A HEARTBEAT creates no stream, except one sent before the join point (the one
+			// that started the session): what it announces then was sent before the join (4.3).
+			// Made-up ids would otherwise fill the table without a record.
+			st := r.streams[s.Stream]
+			if st == nil && p.Seq < r.join {
+				st = r.newStream(s.Stream, false)
+			}
 			if st == nil {
 				continue
 			}
@@ -816,34 +835,40 @@ func (r *ReceiverCore) switchSession(p *Packet, from netip.AddrPort, young bool)
 // HEARTBEAT tail) that was not delivered is reported, reason session-restart.
 func (r *ReceiverCore) flushSession() {
 	for _, st := range r.slist {
-		if !st.known || !st.wanted {
-			continue
-		}
-		if !st.started {
-			m, dg, ok := r.lowest(st)
-			if !ok {
-				continue
-			}
-			// Its start was never decided: what it held comes with a gap before it when a
-			// datagram between the join and its first record was lost.
-			st.started, st.expected = true, m
-			if r.firstLost != 0 && r.firstLost < dg {
-				st.expected = min(st.base+1, m)
-			}
-		}
-		for len(st.held) > 0 {
-			m := st.minHeld()
-			if m > st.expected {
-				r.gap(st, st.expected, m-1, ReasonSessionRestart)
-				st.expected = m
-			}
-			r.drain(st)
-		}
-		if last := max(st.tail, st.top); last >= st.expected {
-			r.gap(st, st.expected, last, ReasonSessionRestart)
-			st.expected = last + 1
+		if st.known && st.wanted {
+			r.flushStream(st, ReasonSessionRestart)
 		}
 	}
+}
+
+// flushStream delivers what the known, wanted stream st holds, with gaps (reason) for its holes
+// and for what it showed beyond: it will get nothing more (the session ended, or it is evicted).
+func (r *ReceiverCore) flushStream(st *rstream, reason Reason) {
+	if !st.started {
+		m, dg, ok := r.lowest(st)
+		if !ok {
+			return
+		}
+		// Its start was never decided: what it held comes with a gap before it when a datagram
+		// between the join and its first record was lost.
+		st.started, st.expected = true, m
+		if r.firstLost != 0 && r.firstLost < dg {
+			st.expected = min(st.base+1, m)
+		}
+	}
+	for len(st.held) > 0 {
+		m := st.minHeld()
+		if m > st.expected {
+			r.gap(st, st.expected, m-1, reason)
+			st.expected = m
+		}
+		r.drain(st)
+	}
+	if last := max(st.tail, st.top); last >= st.expected {
+		r.gap(st, st.expected, last, reason)
+		st.expected = last + 1
+	}
+	r.dropPartials(st, math.MaxUint64)
 }
 
 // lowest is the lowest stream sequence st holds, has partly reassembled or dropped for room, and
@@ -1102,24 +1127,189 @@ func (r *ReceiverCore) gap(st *rstream, from, to uint64, reason Reason) {
 	r.events = append(r.events, Gap{Topic: st.topic, Stream: st.id, From: from, To: to, Reason: reason, Session: r.session})
 }
 
-// stream returns the stream with id, creating it; nil when the stream table is full.
+// stream returns the stream with id, creating it, as the newest: a record, a fragment or a
+// CATALOG entry of it came. nil when the stream table is full and nothing can be evicted.
 func (r *ReceiverCore) stream(id uint32) *rstream {
 	st := r.streams[id]
 	if st == nil {
-		if len(r.streams) >= MaxStreams || r.bytes+streamOverhead > r.cfg.MaxBytes {
-			return nil
+		return r.newStream(id, true)
+	}
+	r.touch(st)
+	return st
+}
+
+// newStream adds a stream for id to the table, evicting another when it is full: as the newest
+// (active), or as the oldest (only announced). nil when nothing can be evicted.
+func (r *ReceiverCore) newStream(id uint32, active bool) *rstream {
+	if !r.makeRoom() {
+		return nil
+	}
+	st := &rstream{id: id, held: make(map[uint64]held), idx: len(r.slist)}
+	r.streams[id] = st
+	r.slist = append(r.slist, st)
+	r.bytes += streamOverhead
+	if active {
+		r.link(st, nil, r.newest)
+	} else {
+		r.link(st, r.oldest, nil)
+	}
+	if g, ok := r.ghosts[id]; ok {
+		delete(r.ghosts, id)
+		st.resume, st.floor = g.resume, g.floor
+		st.dropMin = g.drop
+		if g.top != 0 {
+			st.seen(g.top)
+			st.seen(g.drop)
 		}
-		st = &rstream{id: id, held: make(map[uint64]held)}
-		r.streams[id] = st
-		r.slist = append(r.slist, st)
-		r.bytes += streamOverhead
 	}
 	return st
 }
 
+// link puts st between newer and older in the order of activity (nil: the end).
+func (r *ReceiverCore) link(st, newer, older *rstream) {
+	st.newer, st.older = newer, older
+	if newer != nil {
+		newer.older = st
+	} else {
+		r.newest = st
+	}
+	if older != nil {
+		older.newer = st
+	} else {
+		r.oldest = st
+	}
+}
+
+// unlink takes st out of the order of activity.
+func (r *ReceiverCore) unlink(st *rstream) {
+	if st.newer != nil {
+		st.newer.older = st.older
+	} else {
+		r.newest = st.older
+	}
+	if st.older != nil {
+		st.older.newer = st.newer
+	} else {
+		r.oldest = st.newer
+	}
+	st.newer, st.older = nil, nil
+}
+
+// touch makes st the newest.
+func (r *ReceiverCore) touch(st *rstream) {
+	if r.newest != st {
+		r.unlink(st)
+		r.link(st, nil, r.newest)
+	}
+}
+
+// ghost is what the receiver keeps of a stream it evicted from a full table, so that its loss
+// is reported and its delivery goes on if it comes back: resume (with floor) for a stream that
+// was delivering, the lowest (drop) and highest (top) stream sequence of the records dropped
+// with a stream not yet named by a CATALOG.
+type ghost struct {
+	resume, floor, drop, top uint64
+}
+
+// evictScan is how many of the streams idle the longest eviction looks at.
+const evictScan = 64
+
+// makeRoom evicts streams until one more fits the table (MaxStreams, MaxBytes), and reports
+// whether it does. Among the evictScan streams idle the longest, it evicts first one that no
+// CATALOG named and that holds nothing (an id a HEARTBEAT announced, or a forger made up),
+// then the one idle the longest that holds nothing, then the one idle the longest: a stream
+// holding records is flushed as at a session change (its holes reported as gaps, reason
+// expired), and the records of a stream no CATALOG named yet are dropped and remembered as a
+// ghost (reported if the stream is named later). The stream table never refuses a stream.
+func (r *ReceiverCore) makeRoom() bool {
+	for len(r.streams) >= MaxStreams || r.bytes+streamOverhead > r.cfg.MaxBytes {
+		var empty, any *rstream
+		st := r.oldest
+		for i := 0; i < evictScan && st != nil; i, st = i+1, st.newer {
+			if !r.holdsNothing(st) {
+				if any == nil {
+					any = st
+				}
+				continue
+			}
+			if !st.known {
+				empty = st
+				break
+			}
+			if empty == nil {
+				empty = st
+			}
+		}
+		switch {
+		case empty != nil:
+			r.evict(empty)
+		case any != nil:
+			r.evict(any)
+		default:
+			return false // an empty table that MaxBytes cannot hold one stream in
+		}
+	}
+	return true
+}
+
+// holdsNothing reports whether st can be forgotten without a loss: it holds no record, no
+// fragment, no record dropped or announced that is still to be reported, and does not wait for
+// its start.
+func (r *ReceiverCore) holdsNothing(st *rstream) bool {
+	if len(st.held) > 0 || len(st.frags) > 0 || st.dropMin != 0 || st.queued {
+		return false
+	}
+	if !st.known || !st.wanted {
+		return true
+	}
+	return st.started && st.tail < st.expected && st.top < st.expected
+}
+
+// evict forgets st (the table is full), reporting what it would lose.
+func (r *ReceiverCore) evict(st *rstream) {
+	r.c.StreamsEvicted++
+	var g ghost
+	switch {
+	case st.known && st.wanted:
+		r.flushStream(st, ReasonExpired)
+		g.resume, g.floor = st.expected, st.floor
+	case !st.known:
+		if m, _, ok := r.lowest(st); ok {
+			g.drop, g.top = m, st.top
+		}
+		r.unhold(st)
+	}
+	if g != (ghost{}) {
+		if r.ghosts == nil {
+			r.ghosts = make(map[uint32]ghost)
+		}
+		r.ghosts[st.id] = g
+		r.ghostq = append(r.ghostq, st.id)
+		for len(r.ghosts) > MaxStreams || len(r.ghostq) > 2*MaxStreams {
+			delete(r.ghosts, r.ghostq[0]) // the oldest ghost (or a stale entry) goes
+			r.ghostq = r.ghostq[1:]
+		}
+	}
+	delete(r.streams, st.id)
+	last := r.slist[len(r.slist)-1]
+	r.slist[st.idx], last.idx = last, st.idx
+	r.slist[len(r.slist)-1] = nil
+	r.slist = r.slist[:len(r.slist)-1]
+	r.unlink(st)
+	r.bytes -= streamOverhead
+	if st.known {
+		r.bytes -= len(st.topic)
+	}
+	// The waiting list and the gap queue may still name it: nothing more to do for it there.
+	st.known, st.wanted, st.started = true, false, true
+}
+
 func (r *ReceiverCore) catalog(entries []CatalogEntry) {
 	for _, e := range entries {
-		st := r.stream(e.Stream)
+		st := r.streams[e.Stream] // a periodic CATALOG names every stream: not activity
+		if st == nil {
+			st = r.newStream(e.Stream, true)
+		}
 		if st == nil {
 			r.c.Overflow++
 			continue
@@ -1136,13 +1326,37 @@ func (r *ReceiverCore) catalog(entries []CatalogEntry) {
 		}
 		r.bytes += len(e.Topic)
 		st.known, st.topic = true, e.Topic
+		r.touch(st)
 		st.wanted = r.cfg.Filter == nil || r.cfg.Filter(e.Topic)
 		if !st.wanted {
 			r.unhold(st)
 			continue
 		}
+		if st.resume != 0 {
+			r.resumeStream(st)
+			continue
+		}
 		r.start(st, e.First)
 	}
+}
+
+// resumeStream goes on with a stream evicted from a full table that came back: from where it
+// was (what it held below that was delivered already).
+func (r *ReceiverCore) resumeStream(st *rstream) {
+	st.started, st.expected = true, st.resume
+	for q, h := range st.held {
+		if q < st.expected {
+			r.bytes -= len(h.payload) + heldOverhead
+			st.del(q)
+			r.c.Duplicates++
+		}
+	}
+	r.dropPartials(st, st.expected-1)
+	if st.dropMin != 0 && st.dropMin < st.expected {
+		st.dropMin = 0
+	}
+	r.drain(st)
+	r.lossPassed = true
 }
 
 // start decides where a wanted stream that a CATALOG entry (first: its first datagram) just
