@@ -104,6 +104,9 @@ func (s *Store) sumRows(ctx context.Context, q string, args ...any) (int64, erro
 // then over bound (0: none), deletes the bucket's oldest older revisions
 // until it is not.
 func (s *Store) kvOlder(ctx context.Context, bucket string, delta, bound int64) error {
+	if delta == 0 {
+		return nil // within the bound before, within it still (a lowered bound trims at the next growth)
+	}
 	var total int64
 	if err := s.wc.QueryRowContext(ctx, `UPDATE kv_buckets SET older_bytes = older_bytes + ? WHERE name = ? RETURNING older_bytes`, delta, bucket).Scan(&total); err != nil {
 		return err
@@ -218,6 +221,20 @@ func (s *Store) applyKV(ctx context.Context, e *appliance.KVEntry) error {
 		}
 		if _, err = s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO kv(bucket, key, revision, ctype, value, expires) VALUES(?,?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v, e.Expires); err != nil {
 			return err
+		}
+		if max(e.History, 1) == 1 {
+			// Only the new revision is kept (the default): the key's
+			// others go, older ones (from a larger history before)
+			// taken off the bucket's count. Two statements, as before
+			// the count, and no churn in the older rows' index.
+			gone, err := s.sumRows(ctx, `DELETE FROM kv_history WHERE bucket=? AND key=? RETURNING older * (`+kvWeight+`)`, e.Bucket, e.Key)
+			if err != nil {
+				return err
+			}
+			if _, err = s.wc.ExecContext(ctx, `INSERT INTO kv_history(bucket, key, revision, ctype, value, expires) VALUES(?,?,?,?,?,?)`, e.Bucket, e.Key, int64(e.Revision), e.ContentType, v, e.Expires); err != nil {
+				return err
+			}
+			return s.kvOlder(ctx, e.Bucket, -gone, 0)
 		}
 		// The key's current revision becomes an older one.
 		aged, err := s.sumRows(ctx, `UPDATE kv_history SET older = 1 WHERE bucket=? AND key=? AND older = 0 RETURNING `+kvWeight, e.Bucket, e.Key)

@@ -258,11 +258,25 @@ func TestStore_KVHistoryBytesBound(t *testing.T) {
 	if h := kvHistory(t, s, "b", "k"); len(h) != 6 || !strings.HasPrefix(h[0], "46:") {
 		t.Fatalf("history of k after j's puts: %v, want 46 to 51 (its 4 oldest gave way to j's 4 older ones)", h)
 	}
+	// history lowered to 1 for a put of j (the default's short path): j's
+	// older revisions go, and off the count.
+	rev++
+	op := kvOp("b", "j", kvcore.Put, rev, "one")
+	op.KV.History, op.KV.HistoryBytes = 1, bound
+	if _, err := apply(t, s, op); err != nil {
+		t.Fatal(err)
+	}
+	if h := kvHistory(t, s, "b", "j"); len(h) != 1 {
+		t.Fatalf("history of j after a put with history 1: %v", h)
+	}
+	if counted, held := olderBytes(t, s, "b"); counted != held || held != 5*101 {
+		t.Fatalf("older bytes after j's put with history 1: counted %d, held %d, want %d (k's)", counted, held, 5*101)
+	}
 	if _, err := apply(t, s, kvOp("b", "k", kvcore.Delete, rev+1, "")); err != nil {
 		t.Fatal(err)
 	}
-	if counted, held := olderBytes(t, s, "b"); counted != held || held != 4*101 {
-		t.Fatalf("older bytes after deleting k: counted %d, held %d, want %d (j's)", counted, held, 4*101)
+	if counted, held := olderBytes(t, s, "b"); counted != held || held != 0 {
+		t.Fatalf("older bytes after deleting k: counted %d, held %d, want 0", counted, held)
 	}
 }
 
