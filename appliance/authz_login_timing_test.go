@@ -4,14 +4,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp/client"
 	"golang.org/x/crypto/argon2"
 )
@@ -76,16 +73,7 @@ password = "` + hashWith("h", 32*1024, 3) + `"
 // the same time (the floor): before it, they differed 9.8x, so the users
 // file's password users could be told from others.
 func TestAuth_LoginTimingExternal(t *testing.T) {
-	script := filepath.Join(t.TempDir(), "deny.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tb := authBroker(t, `
-[users.local]
-password = "{pw:l}"
-`, func(c *appliance.Config) {
-		c.Auth.Command = []string{script}
-	})
+	tb := commandBroker(t, "exit 1", nil)
 	tb.B.SetLoginFailFloor(time.Second) // the default (authBroker's short throttle set it to 1 ms)
 	unknown := failTime(t, tb.Addr, "no-such-user", 3)
 	local := failTime(t, tb.Addr, "local", 3)

@@ -20,25 +20,10 @@ import (
 // namespace of its own on 198.18.147.1, and the client connects from there
 // to that address: a peer that is not loopback.
 func TestAuthReload_DroppingUsersFileClosesRemoteClients(t *testing.T) {
-	n := testenv.NewNet(t, "hra-", 147, "srv")
-	src := withHashes(t, matrixUsers)
-	users := filepath.Join(t.TempDir(), "users.toml")
-	if err := os.WriteFile(users, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n, tb := remoteUsersBroker(t, "hra-", 147)
 	ip := n.Addr["srv"].String()
-	var tb *testBroker
 	var prod *client.Conn
-	if err := n.In("srv", func() error {
-		tb = mustStartBroker(t, func(c *appliance.Config) {
-			c.Stomp.Listen = net.JoinHostPort(ip, "0")
-			c.Auth.UsersFile = users
-		})
-		p, _, err := appliance.LoadAuth(*tb.B.Config()) // as heraldd does at start
-		if err != nil {
-			return err
-		}
-		tb.B.SetAuth(p)
+	if err := n.In("srv", func() (err error) {
 		prod, err = dialAs(tb.Addr, "producer", "p") // write on /queue/orders.> only
 		return err
 	}); err != nil {
@@ -63,4 +48,33 @@ func TestAuthReload_DroppingUsersFileClosesRemoteClients(t *testing.T) {
 	if q, ok := tb.B.Queue("secret"); ok && q.Messages > 0 {
 		t.Fatalf("/queue/secret holds %d messages", q.Messages)
 	}
+}
+
+// remoteUsersBroker starts a broker with the matrix users file (loaded as
+// heraldd does at start) listening on its own network namespace's address
+// (198.18.OCTET.1, namespace prefix prefix), so that a client dialing from
+// that namespace is not a loopback peer. Dial inside n.In("srv", ...).
+func remoteUsersBroker(t *testing.T, prefix string, octet byte) (*testenv.Net, *testBroker) {
+	t.Helper()
+	n := testenv.NewNet(t, prefix, octet, "srv")
+	users := filepath.Join(t.TempDir(), "users.toml")
+	if err := os.WriteFile(users, []byte(withHashes(t, matrixUsers)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var tb *testBroker
+	if err := n.In("srv", func() error {
+		tb = mustStartBroker(t, func(c *appliance.Config) {
+			c.Stomp.Listen = net.JoinHostPort(n.Addr["srv"].String(), "0")
+			c.Auth.UsersFile = users
+		})
+		p, _, err := appliance.LoadAuth(*tb.B.Config())
+		if err != nil {
+			return err
+		}
+		tb.B.SetAuth(p)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n, tb
 }

@@ -4,17 +4,13 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/auth"
 	"github.com/herald-mq/herald/appliance/stomp"
 	"github.com/herald-mq/herald/appliance/stomp/client"
-	"github.com/herald-mq/herald/internal/testenv"
 	"golang.org/x/crypto/argon2"
 )
 
@@ -209,26 +205,11 @@ password = "{pw:o}"
 // TestAuthReload_DroppingUsersFileClosesRemoteClients says for connections
 // open before the reload.
 func TestAuthReload_DuringConnect_OpenPolicyRemote(t *testing.T) {
-	n := testenv.NewNet(t, "hrr-", 149, "srv")
-	src := withHashes(t, matrixUsers)
-	users := filepath.Join(t.TempDir(), "users.toml")
-	if err := os.WriteFile(users, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n, tb := remoteUsersBroker(t, "hrr-", 149)
 	ip := n.Addr["srv"].String()
-	var tb *testBroker
 	var prod *client.Conn
 	reloaded := make(chan error, 1)
-	if err := n.In("srv", func() error {
-		tb = mustStartBroker(t, func(c *appliance.Config) {
-			c.Stomp.Listen = net.JoinHostPort(ip, "0")
-			c.Auth.UsersFile = users
-		})
-		p, _, err := appliance.LoadAuth(*tb.B.Config())
-		if err != nil {
-			return err
-		}
-		tb.B.SetAuth(p)
+	if err := n.In("srv", func() (err error) {
 		slowNextLogin(t, tb, 2*time.Second)
 		go func() {
 			time.Sleep(500 * time.Millisecond)

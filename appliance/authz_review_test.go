@@ -18,15 +18,7 @@ import (
 // timing out) must not hold up a users-file user's login: they used to
 // hold all four argon2id slots (maxHashChecks) while the command ran.
 func TestAuthCommand_SlowDoesNotBlockFileLogins(t *testing.T) {
-	script := filepath.Join(t.TempDir(), "slow.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\nsleep 3\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tb := authBroker(t, `
-[users.local]
-password = "{pw:l}"
-`, func(c *appliance.Config) {
-		c.Auth.Command = []string{script}
+	tb := commandBroker(t, "sleep 3\nexit 1", func(c *appliance.Config) {
 		c.Auth.CommandTimeout = appliance.Duration{Duration: 10 * time.Second}
 	})
 	// Warm up: one login of local alone.
@@ -133,4 +125,24 @@ read = ["/topic/public.>"]
 			t.Fatalf("overview for alice (read /topic/public.> only) lists channel %q with topics %v: payroll.salaries.> is not hers to see (event data: %s)", c.Name, c.Topics, ev.data)
 		}
 	}
+}
+
+// commandBroker starts a broker whose users file holds one password user,
+// local (password l), and whose auth.command is a shell script of body
+// (asked for every other login); mutate may change the rest.
+func commandBroker(t *testing.T, body string, mutate func(*appliance.Config)) *testBroker {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "command.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return authBroker(t, `
+[users.local]
+password = "{pw:l}"
+`, func(c *appliance.Config) {
+		c.Auth.Command = []string{script}
+		if mutate != nil {
+			mutate(c)
+		}
+	})
 }
