@@ -219,9 +219,9 @@ func TestQueue_DeepCached(t *testing.T) {
 	}
 	// The heap holds the window and the cache, and not the rest: the
 	// messages past the window add what the cache weighs at most (its
-	// count is at least what it holds; 1 MiB for what does not grow).
-	if grew := heapAfterGC(t, tb) - base - windowHeap; grew > cacheBytes+1<<20 {
-		t.Fatalf("heap grew %d KiB filling messages %d..%d past a window of %d (which took %d KiB), want at most the cache bound %d KiB plus 1 MiB",
+	// count is at least what it holds; 512 KiB for what does not grow).
+	if grew := heapAfterGC(t, tb) - base - windowHeap; grew > cacheBytes+512<<10 {
+		t.Fatalf("heap grew %d KiB filling messages %d..%d past a window of %d (which took %d KiB), want at most the cache bound %d KiB plus 512 KiB",
 			grew>>10, window, n, window, windowHeap>>10, cacheBytes>>10)
 	}
 	cached := v.Cached
@@ -281,8 +281,12 @@ func TestQueue_DeepCached(t *testing.T) {
 	drain(t, tb.Addr, "/queue/deepc", 3*window, 3*window, nil)
 }
 
-// heapAfterGC returns the Go heap in use after a GC, once every STOMP
-// connection of the broker has ended (their buffers are not the queue's).
+// heapAfterGC returns the bytes of live Go objects after a GC, once every
+// STOMP connection of the broker has ended (their buffers are not the
+// queue's). It reads HeapAlloc, not HeapInuse: HeapInuse also counts the
+// free slots of spans that still hold one live object, which after a fill
+// varied by 400 KiB from run to run with the same messages held, and is
+// not memory the queue keeps.
 func heapAfterGC(t testing.TB, tb *testBroker) int64 {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); tb.B.Stats().Connections > 0; time.Sleep(10 * time.Millisecond) {
@@ -294,7 +298,7 @@ func heapAfterGC(t testing.TB, tb *testBroker) int64 {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapInuse)
+	return int64(ms.HeapAlloc)
 }
 
 // vmRSS reads this process's resident set size in bytes (0 if unknown).
