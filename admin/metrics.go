@@ -167,6 +167,7 @@ var (
 	dChFragments   = desc("herald_channel_fragments_total", "Fragment datagrams sent (originals, not repairs).", "channel")
 	dChHistory     = desc("herald_channel_history_answers_total", "Late-join HISTORY answers sent.", "channel")
 	dChHistRefused = desc("herald_channel_history_refused_total", "Late-join history requests not answered (too soon from a source, or over its repair budget).", "channel")
+	dChEvicted     = desc("herald_channel_streams_evicted_total", "Streams the sender forgot before they went idle, to stay within max_streams.", "channel")
 )
 
 // viewCollector reads the broker's, journal's and channels' views at scrape
@@ -292,6 +293,7 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(dChFragments, float64(v.Fragments), n)
 		counter(dChHistory, float64(v.HistoryAnswers), n)
 		counter(dChHistRefused, float64(v.HistoryRefused), n)
+		counter(dChEvicted, float64(v.StreamsEvicted), n)
 		for _, src := range v.NAKSources {
 			counter(dChSrcNAKs, float64(src.NAKs), n, src.Source)
 			counter(dChSrcRepBytes, float64(src.RepairBytes), n, src.Source)

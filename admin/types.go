@@ -86,6 +86,9 @@ type ChannelView struct {
 	// Late join: HISTORY answers sent to receivers joining late, and requests not answered.
 	HistoryAnswers uint64 `json:"history_answers_total"`
 	HistoryRefused uint64 `json:"history_refused_total"`
+	// StreamsEvicted counts streams the sender forgot before they went idle, to stay
+	// within the channel's stream table (max_streams).
+	StreamsEvicted uint64 `json:"streams_evicted_total"`
 }
 
 // NAKSourceView is one host that sent NAKs to a channel's sender (its IP

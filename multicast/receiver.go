@@ -83,6 +83,7 @@ type ReceiverStats struct {
 	OtherSession      uint64 // datagrams of another session while the current one was live
 	Overflow          uint64 // records dropped for MaxBytes or MaxStreams (reported as gaps)
 	CatalogConflicts  uint64 // CATALOG entries naming a known stream id with another topic (one is forged)
+	StreamsEvicted    uint64 // streams evicted from a full stream table (MaxStreams or MaxBytes)
 	WindowExpired     uint64 // missing datagrams given up: the leading edge ran MaxHole past them
 	BudgetExpired     uint64 // missing datagrams given up: the repair budget passed, no repair coming
 	SlowConsumerDrops uint64 // messages dropped because Events was full
@@ -537,7 +538,7 @@ func (r *Receiver) Stats() ReceiverStats {
 		NAKs: c.NAKs, NAKedSeqs: c.NAKedSeqs, Repairs: c.Repairs, Gaps: c.Gaps, GapMessages: c.GapMessages,
 		Duplicates: c.Duplicates, KernelDrops: r.kernelDrops.Load(), AuthFailures: c.AuthFailures,
 		Malformed: c.Malformed, Replays: c.Replays, Ahead: c.Ahead, ForeignSource: c.ForeignSource,
-		OtherSession: c.OtherSession, Overflow: c.Overflow, CatalogConflicts: c.CatalogConflicts, WindowExpired: c.WindowExpired, BudgetExpired: c.BudgetExpired, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
+		OtherSession: c.OtherSession, Overflow: c.Overflow, CatalogConflicts: c.CatalogConflicts, StreamsEvicted: c.StreamsEvicted, WindowExpired: c.WindowExpired, BudgetExpired: c.BudgetExpired, SlowConsumerDrops: r.slowDrops.Load(), Sessions: c.Sessions,
 		Sealed: c.Sealed, Reassembled: c.Reassembled, ForgedFragments: c.ForgedFragments, ReassemblyDrops: c.ReassemblyDrops,
 		Fragments: c.Fragments, Incomplete: r.core.State().Partials,
 		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRepairs: c.HistoryRepairs,

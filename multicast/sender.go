@@ -86,6 +86,7 @@ type SenderStats struct {
 	NAKSources       int              // NAK sources tracked now
 	TopSources       []NAKSourceStats // the busiest NAK sources by repair bytes, at most TopSourcesShown
 	Streams          int              // topics (streams) of the session
+	StreamsEvicted   uint64           // streams forgotten early to stay within MaxStreams (their catalog entries go)
 	Heartbeats       uint64
 	RateLimited      time.Duration
 	AuthFailures     uint64
@@ -707,7 +708,7 @@ func (s *Sender) Stats() SenderStats {
 		Heartbeats: c.Heartbeats, RateLimited: c.RateLimited, AuthFailures: c.AuthFailures,
 		SendErrors: s.sendErrors.Load(), Leading: c.Leading, Trailing: c.Trailing, WindowBytes: c.WindowBytes,
 		Lost: c.Lost, NAKsRefused: c.NAKsRefused, NAKSources: c.NAKSources, TopSources: s.core.TopSources(TopSourcesShown),
-		Streams: c.Streams, Fragmented: c.Fragmented, Fragments: c.Fragments,
+		Streams: c.Streams, StreamsEvicted: c.StreamsEvicted, Fragmented: c.Fragmented, Fragments: c.Fragments,
 		HistoryRequests: c.HistoryRequests, HistoryAnswers: c.HistoryAnswers, HistoryRefused: c.HistoryRefused,
 		Inline: s.inline.Load(), Corked: s.corkedMsgs.Load()}
 }

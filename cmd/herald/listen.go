@@ -202,11 +202,11 @@ func runListen(cCtx *cli.Context) error {
 		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d"+
 			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d reassembled %d forged-fragments %d sealed %d"+
 			" fragments %d fragments-dropped %d incomplete %d history-requests %d history-answers %d history-repairs %d history-unanswered %d"+
-			" window-expired %d budget-expired %d catalog-conflicts %d\n",
+			" window-expired %d budget-expired %d catalog-conflicts %d streams-evicted %d\n",
 			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf,
 			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops, st.Reassembled, st.ForgedFragments, st.Sealed,
 			st.Fragments, st.ReassemblyDrops, st.Incomplete, st.HistoryRequests, st.HistoryAnswers, st.HistoryRepairs, st.HistoryUnanswered,
-			st.WindowExpired, st.BudgetExpired, st.CatalogConflicts)
+			st.WindowExpired, st.BudgetExpired, st.CatalogConflicts, st.StreamsEvicted)
 	}
 	return err
 }

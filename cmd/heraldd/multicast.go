@@ -211,6 +211,7 @@ func (c channelStats) Channels() []admin.ChannelView {
 			Fragments:          st.Fragments,
 			HistoryAnswers:     st.HistoryAnswers,
 			HistoryRefused:     st.HistoryRefused,
+			StreamsEvicted:     st.StreamsEvicted,
 		})
 	}
 	return out

@@ -92,30 +92,7 @@ func TestMulticastChannelStats(t *testing.T) {
 	}
 
 	// And the metrics.
-	st, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var metrics string
-	if err := nw.in("app", func() error {
-		// Dialled here, on this thread (in the namespace); net/http would dial from another.
-		conn, err := net.DialTimeout("tcp", st.MetricsListen, 5*time.Second)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", st.MetricsListen)
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		metrics = string(b)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	metrics := channelMetrics(t, nw, c)
 	lossy := []string{
 		fmt.Sprintf(`herald_channel_source_naks_total{channel="metrics",source="%s"}`, nw.Addr["r1"]),
 		fmt.Sprintf(`herald_channel_source_repair_bytes_total{channel="metrics",source="%s"}`, nw.Addr["r1"]),
@@ -164,4 +141,93 @@ func metricPositive(text, m string) bool {
 		}
 	}
 	return false
+}
+
+// TestMulticastChannelStreamsEvicted: a channel limited to max_streams = 2,
+// published to on 40 topics one after the other, forgets the streams whose
+// data left its window, and says so in GET /v1/channels, herald channels
+// --json and the metrics (streams_evicted_total): the copy into the view is
+// the daemon's, as losses_total's was, and was missing.
+func TestMulticastChannelStreamsEvicted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("network namespace tests skipped in -short mode")
+	}
+	testenv.RequireRoot(t, "ip", "nft", "go")
+	herald := buildHerald(t, t.TempDir())
+	nw := newMCNet(t, "app", "r1")
+	const group = "239.255.78.10:7810"
+	dir := t.TempDir()
+	cfg := writeDaemonConfig(t, dir, nw.Addr["app"].String(), mcChannel{group: group, topics: []string{"metrics.>"},
+		extra: "window = 65536\nmax_streams = 2\n"})
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), "[admin]\n", "[admin]\nmetrics_listen = \"127.0.0.1:0\"\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := nw.startDaemon(t, "app", cfg)
+	pub := nw.dialStomp(t, "app", d.stomp)
+	count := map[string]uint64{}
+	const topics = 40
+	for i := 0; i < topics; i++ {
+		publish(t, pub, count, []string{fmt.Sprintf("metrics.t%02d", i)}, 100, 20000)
+	}
+	sock := dir + "/admin.sock"
+	c := admin.NewClient(sock)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := c.Channels(ctx)
+	if err != nil || len(cl.Channels) != 1 {
+		t.Fatalf("GET /v1/channels: %v, %+v", err, cl)
+	}
+	v := cl.Channels[0]
+	// 100 messages of a topic take more than a tenth of the 64 KiB window: at
+	// most the last ten topics can still have data in it.
+	t.Logf("streams %d, streams_evicted_total %d", v.Streams, v.StreamsEvicted)
+	if v.StreamsEvicted < topics-10 || v.Streams > 10 {
+		t.Errorf("GET /v1/channels: streams %d, streams_evicted_total %d; want at most 10 streams and at least %d evicted", v.Streams, v.StreamsEvicted, topics-10)
+	}
+	out, err := exec.Command(herald, "channels", "--json", "--socket", sock).Output()
+	var cli admin.ChannelList
+	if err != nil || json.Unmarshal(out, &cli) != nil || len(cli.Channels) != 1 || cli.Channels[0].StreamsEvicted != v.StreamsEvicted {
+		t.Errorf("herald channels --json: %v: %s; want streams_evicted_total %d", err, out, v.StreamsEvicted)
+	}
+	metrics := channelMetrics(t, nw, c)
+	if m := `herald_channel_streams_evicted_total{channel="metrics"}`; !metricPositive(metrics, m) {
+		t.Errorf("metrics: %s missing or not positive", m)
+	}
+}
+
+// channelMetrics reads the daemon's metrics, dialled from its namespace "app" (on this
+// thread: net/http would dial from another).
+func channelMetrics(t *testing.T, nw *mcNet, c *admin.Client) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics string
+	if err := nw.in("app", func() error {
+		conn, err := net.DialTimeout("tcp", st.MetricsListen, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", st.MetricsListen)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		metrics = string(b)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return metrics
 }
