@@ -676,5 +676,13 @@ func conformanceCases() []confCase {
 		send("CATALOG 6, periodic: px.eu and px.us", g.cat(6, 1, CatalogEntry{1, 1, "px.eu"}, CatalogEntry{2, 3, "px.us"})).
 		send("DATA 7, px.us 3", g.data(7, 1, pxus(3, "z"))).
 		end(20000, S1, "msg px.eu 1 a", "gap px.us 1-2 expired", "msg px.us 3 z"))
+	// Revision 7: a session change reports what a stream no CATALOG named showed, with an empty
+	// topic (4.7).
+	add(newVec("session-change-unnamed", "the CATALOG naming stream 2 is lost and the sender restarts before the receiver's catalog request is answered: px.us 1-2, held under no name, are one session-restart gap with an empty topic (stream 2)").
+		send("CATALOG 1, px.eu only (the entry for stream 2 was in a lost datagram)", g.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("DATA 3, px.eu 1, stream 2 1 and 2 (datagram 2 lost)", g.data(3, 1, pxeu(1, "a"), pxus(1, "x"), pxus(2, "y"))).
+		at(3500000).send("new session CATALOG (old silent for 3 s: switch)", g2.cat(1, 1, CatalogEntry{1, 1, "px.eu"})).
+		send("new session DATA 2", g2.data(2, 1, pxeu(1, "new"))).
+		end(4000000, S1, "msg px.eu 1 a", "gap  1-2 session-restart", S12, "msg px.eu 1 new"))
 	return cases
 }

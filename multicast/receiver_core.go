@@ -833,12 +833,38 @@ func (r *ReceiverCore) switchSession(p *Packet, from netip.AddrPort, young bool)
 // flushSession delivers what the old session left, with gaps for its holes: every stream
 // sequence it showed (a record held, a message partly reassembled, a record dropped for room, a
 // HEARTBEAT tail) that was not delivered is reported, reason session-restart.
+//
+// A stream no CATALOG named (revision 7) cannot be told wanted or not: what it showed, and what
+// the ghosts of such streams dropped, is reported with an empty topic.
 func (r *ReceiverCore) flushSession() {
 	for _, st := range r.slist {
-		if st.known && st.wanted {
+		switch {
+		case st.known && st.wanted:
 			r.flushStream(st, ReasonSessionRestart)
+		case !st.known && st.top != 0:
+			r.unnamedGap(st.id, st.low, st.top, ReasonSessionRestart)
 		}
 	}
+	for _, id := range r.ghostq {
+		if g, ok := r.ghosts[id]; ok {
+			delete(r.ghosts, id)
+			if g.drop != 0 {
+				r.unnamedGap(id, g.drop, g.top, ReasonSessionRestart)
+			}
+		}
+	}
+}
+
+// unnamedGap reports stream sequences from-to of stream id, which no CATALOG named: a Gap with
+// an empty topic (the receiver cannot tell whether its filter wants it).
+func (r *ReceiverCore) unnamedGap(id uint32, from, to uint64, reason Reason) {
+	if from == 0 {
+		from = 1
+	}
+	to = max(to, from)
+	r.c.Gaps++
+	r.c.GapMessages += to - from + 1
+	r.events = append(r.events, Gap{Stream: id, From: from, To: to, Reason: reason, Session: r.session})
 }
 
 // flushStream delivers what the known, wanted stream st holds, with gaps (reason) for its holes
@@ -1286,7 +1312,13 @@ func (r *ReceiverCore) evict(st *rstream) {
 		r.ghosts[st.id] = g
 		r.ghostq = append(r.ghostq, st.id)
 		for len(r.ghosts) > MaxStreams || len(r.ghostq) > 2*MaxStreams {
-			delete(r.ghosts, r.ghostq[0]) // the oldest ghost (or a stale entry) goes
+			// The oldest ghost (or a stale entry) goes. One of a stream no CATALOG named
+			// reports what it dropped now: it could not be reported later.
+			id := r.ghostq[0]
+			if og, ok := r.ghosts[id]; ok && og.drop != 0 {
+				r.unnamedGap(id, og.drop, og.top, ReasonExpired)
+			}
+			delete(r.ghosts, id)
 			r.ghostq = r.ghostq[1:]
 		}
 	}

@@ -149,3 +149,61 @@ func TestReceiverCore_FullTableOfHeldRecordsTakesNewTopic(t *testing.T) {
 		t.Errorf("events %q, want msg b#1 (evicted %d, overflow %d)", got, r.Counters().StreamsEvicted, r.Counters().Overflow)
 	}
 }
+
+// Streams no CATALOG named lose nothing silently (revision 7): 140,000 stream ids, one record
+// each, waiting for a catalog that never comes (a lost CATALOG, or a forger without a key),
+// more than the stream table and the ghost list hold together; then the sender restarts. Every
+// one of those records is reported exactly once, as a Gap with an empty topic: when its ghost is
+// forgotten (reason expired), or at the session change (session-restart) from the table or from
+// the ghosts. Before, both dropped them with no Gap.
+func TestReceiverCore_UnnamedStreamsReportedAtSessionChange(t *testing.T) {
+	g, g2 := dgb{session: uint64(t0.Unix())<<32 | 7}, dgb{session: uint64(t0.Unix()+1)<<32 | 8}
+	r := mustReceiverCore(t, ReceiverCoreConfig{})
+	const n = 140000
+	id, q := uint32(1000), uint64(1)
+	var evs []Event
+	for ; id < 1000+n; q++ {
+		var rs []Record
+		for k := 0; k < 50; k++ {
+			rs = append(rs, rec(id, 1, "x"))
+			id++
+		}
+		if err := r.Handle(t0, sndAddr, g.data(q, 1, rs...)); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := r.Ready()
+		evs = append(evs, e...)
+	}
+	later := t0.Add(3500 * time.Millisecond)
+	r.Handle(later, sndAddr, g2.cat(1, 1, CatalogEntry{1, 1, "b"}))
+	r.Handle(later, sndAddr, g2.data(2, 1, rec(1, 1, "b1")))
+	e, _ := r.Ready()
+	evs = append(evs, e...)
+	reported := map[uint32]int{}
+	reasons := map[Reason]int{}
+	var tail []string
+	for _, e := range evs {
+		switch e := e.(type) {
+		case Gap:
+			if e.Topic != "" || e.From != 1 || e.To != 1 {
+				t.Fatalf("gap %+v, want stream sequence 1-1 of a stream with no topic", e)
+			}
+			reported[e.Stream]++
+			reasons[e.Reason]++
+		default:
+			tail = append(tail, eventLine([]Event{e}))
+		}
+	}
+	for s := uint32(1000); s < 1000+n; s++ {
+		if reported[s] != 1 {
+			t.Fatalf("stream %d reported %d times, want once (%d streams reported, reasons %v, evicted %d)", s, reported[s], len(reported), reasons, r.Counters().StreamsEvicted)
+		}
+	}
+	if len(reported) != n || reasons[ReasonExpired] == 0 || reasons[ReasonSessionRestart] == 0 {
+		t.Errorf("%d streams reported, reasons %v: want %d, both forgotten ghosts (expired) and the session change (session-restart)", len(reported), reasons, n)
+	}
+	if got := strings.Join(tail, " "); !strings.HasSuffix(got, "msg b#1") {
+		t.Errorf("other events %q, want the new session's b#1 last", got)
+	}
+	t.Logf("%d streams: %v", n, reasons)
+}

@@ -358,7 +358,8 @@ func (h *serveHub) publish(e multicast.Event) {
 		id := fmt.Sprintf("%016x-%d-%d-%d", e.Session, e.Stream, e.From, e.To)
 		for c := range h.clients {
 			if c.sse {
-				if multicast.MatchTopic(c.pattern, e.Topic) {
+				// A stream no CATALOG named (empty topic) may be any client's: all are told.
+				if e.Topic == "" || multicast.MatchTopic(c.pattern, e.Topic) {
 					if sseJSON == nil {
 						data, _ := json.Marshal(map[string]any{"topic": e.Topic, "stream": e.Stream, "from": e.From, "to": e.To, "reason": e.Reason.String()})
 						sseJSON = sseEvent("", "gap", data)
@@ -368,7 +369,7 @@ func (h *serveHub) publish(e multicast.Event) {
 				continue
 			}
 			for sub, p := range c.subs {
-				if multicast.MatchTopic(p, e.Topic) {
+				if e.Topic == "" || multicast.MatchTopic(p, e.Topic) {
 					h.enqueue(c, stompGap(c.version, sub, id, e))
 				}
 			}
