@@ -1,0 +1,73 @@
+package appliance_test
+
+// Review tests of the queues' durability claims against a real broker on
+// 127.0.0.1:0 with its real SQLite journal. Journal failures are real SQL
+// failures: a trigger installed through a side connection (as the
+// commitnow_faults tests do) refuses a statement, and the transaction
+// holding it is rolled back.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/herald-mq/herald/appliance/stomp"
+)
+
+// reviewNoDelete makes SQLite refuse to delete any message whose body
+// contains "poison" (an ACK's delete then fails, as on a full disk or an
+// I/O error).
+const reviewNoDelete = `CREATE TRIGGER review_no_delete BEFORE DELETE ON messages
+	WHEN instr(OLD.body, CAST('poison' AS BLOB)) > 0
+	BEGIN SELECT RAISE(ABORT, 'injected fault: delete refused'); END`
+
+// Claim (README, STOMP table): "DISCONNECT: its RECEIPT comes after
+// everything sent before it is durable" (and guarantee 2: an ACK that
+// was confirmed is never delivered again).
+//
+// An ACK without a receipt whose journal write fails is only retried by
+// the queue (the message is redelivered after a back-off); the client is
+// not told. A DISCONNECT with a receipt sent after it waits for the ACK's
+// batch to complete, and then sends its RECEIPT whatever the outcome: the
+// client is told its ACK is durable, and the message is delivered again.
+func TestReview_DisconnectReceiptAfterFailedAck(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	const dest = "/queue/review.ack"
+	c := tb.Dial(t)
+	if _, err := c.SendReceipt(ctxT(t), dest, []byte("poison: acked once")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	cnfExec(t, tb.Store.Path(), reviewNoDelete)
+
+	r := dialRaw(t, tb)
+	r.connect("1.2")
+	r.write("SUBSCRIBE\nid:s1\ndestination:" + dest + "\nack:client-individual\n\n\x00")
+	m := r.frame()
+	if m.Command != stomp.CmdMessage || m.Get("ack") == "" {
+		t.Fatalf("got %s %v, want the MESSAGE", m.Command, m.Headers)
+	}
+	// The ACK without a receipt, then DISCONNECT with one.
+	r.write("ACK\nid:" + m.Get("ack") + "\n\n\x00DISCONNECT\nreceipt:bye\n\n\x00")
+	f := r.frame()
+	receipted := f.Command == stomp.CmdReceipt && f.Get("receipt-id") == "bye"
+
+	// What the ACK did: the message is still there and is delivered again.
+	cnfExec(t, tb.Store.Path(), `DROP TRIGGER review_no_delete`)
+	c2 := tb.Dial(t)
+	sub, err := c2.SubscribeReceipt(ctxT(t), dest, "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again *stomp.Frame
+	select {
+	case again = <-sub.C():
+	case <-time.After(5 * time.Second):
+	}
+	if receipted && again != nil {
+		t.Fatalf("DISCONNECT was receipted (everything before it durable), yet the ACK before it was not stored: "+
+			"the message %q is delivered again (delivery-count %s)", again.Body, again.Get("delivery-count"))
+	}
+	if !receipted && f.Command != stomp.CmdError {
+		t.Fatalf("DISCONNECT answered %s %v, want a RECEIPT or an ERROR", f.Command, f.Headers)
+	}
+}
