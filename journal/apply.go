@@ -90,6 +90,10 @@ func (s *Store) applyOp(ctx context.Context, op *appliance.Op, now int64, hb *[]
 		switch op.Kind {
 		case appliance.OpEnqueue:
 			m := op.Msg
+			// Outputs are set afresh: a group commit with a failing batch
+			// is applied twice (store.go, commit), the second time at a
+			// later clock reading.
+			op.Duplicate, op.DupOf = false, 0
 			q, err := s.qid(ctx, m.Queue)
 			if err != nil {
 				return err

@@ -62,6 +62,9 @@ func (s *Store) applyStream(ctx context.Context, op *appliance.Op, now int64, hb
 	if err != nil {
 		return err
 	}
+	// Outputs are set afresh: a group commit with a failing batch is
+	// applied twice (store.go, commit), and the counts below add up.
+	op.Duplicate, op.DupOf, op.Affected, op.Bytes = false, 0, 0, 0
 	switch op.Kind {
 	case appliance.OpAppend:
 		m := op.Msg
