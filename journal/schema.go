@@ -75,6 +75,25 @@ var schema = []string{
 		PRIMARY KEY(sid, name)) WITHOUT ROWID`,
 }
 
+// migrateTx runs migrate in one transaction: an upgrade that stops
+// half-way (a full disk, a crash) leaves the data directory as it was, so
+// the next start does all of it again (migrateKV decides by whether a
+// column exists), and a newer data directory refused is left untouched.
+func migrateTx(ctx context.Context, c *sql.Conn) error {
+	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("migrate: begin: %w", err)
+	}
+	if err := migrate(ctx, c); err != nil {
+		c.ExecContext(ctx, "ROLLBACK")
+		return err
+	}
+	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+		c.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
 func migrate(ctx context.Context, c *sql.Conn) error {
 	for _, q := range append(schema[:len(schema):len(schema)], kvSchema...) {
 		if _, err := c.ExecContext(ctx, q); err != nil {

@@ -229,7 +229,7 @@ func (s *Store) Open(ctx context.Context) error {
 		s.closeDB()
 		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
 	}
-	if err := migrate(ctx, wc); err != nil {
+	if err := migrateTx(ctx, wc); err != nil {
 		s.closeDB()
 		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
 	}
