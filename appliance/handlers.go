@@ -64,6 +64,10 @@ func (s *session) handle(f *stomp.Frame) bool {
 	case stomp.CmdDisconnect:
 		// The RECEIPT promises that everything sent before is durable.
 		s.drainJournal()
+		if s.ackLost.Load() && f.Get("receipt") != "" {
+			s.fail(f, "acknowledgement not stored", "An ACK or NACK sent on this connection without a receipt could not be journaled; its messages will be delivered again.")
+			return false
+		}
 		if r := f.Get("receipt"); r != "" {
 			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", r))
 		}
@@ -564,6 +568,8 @@ func (s *session) onAck(f *stomp.Frame) bool {
 				return
 			}
 			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt))
+		} else if err != nil {
+			s.ackLost.Store(true)
 		}
 	}})
 	return true
@@ -669,6 +675,9 @@ func (s *session) submitAckParts(ops []Op, parts []ackPart) {
 		return
 	}
 	s.submit(&Batch{Ops: ops, Done: func(b *Batch, err error) {
+		if err != nil {
+			s.ackLost.Store(true)
+		}
 		at := 0
 		for _, p := range parts {
 			var mine []Op

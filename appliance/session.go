@@ -158,6 +158,11 @@ type session struct {
 	acks     []*stomp.Frame // ACKs read, waiting to be handled as a group (onAckGroup); reader goroutine
 	done     chan struct{}
 
+	// ackLost: an ACK or NACK without a receipt was not journaled (its
+	// messages are delivered again); a DISCONNECT then gets an ERROR, not
+	// the RECEIPT that says everything before it is durable.
+	ackLost atomic.Bool
+
 	started                              time.Time
 	framesIn, framesOut, bytesIn, msgsIn atomic.Uint64
 	msgsOut, slowDrops                   atomic.Uint64
