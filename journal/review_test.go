@@ -184,3 +184,42 @@ func TestReview_InterruptedKVMigration(t *testing.T) {
 		t.Fatalf("after an interrupted upgrade and a restart: older bytes counted %d, held %d, want %d", counted, held, 4*11)
 	}
 }
+
+// Claim: past DedupMax, the prune drops "the oldest beyond DedupMax"
+// (pruneDedup) and the others are still remembered: "Dedup ids remembered
+// at most" dedup_max (packaging/herald.toml).
+//
+// The prune deletes every id recorded at or before the time of the
+// (n-DedupMax+1)-th oldest; the ids of one group commit share one time, so
+// one id over the bound drops the whole commit's ids, the newest included:
+// their SENDs, retried within the window, are stored again.
+func TestReview_DedupMaxForgetsTooMany(t *testing.T) {
+	ctx := context.Background()
+	clock := time.UnixMilli(3_000_000_000)
+	s := mustOpen(t, Config{DedupMax: 3, Now: func() time.Time { return clock }})
+	var ops []appliance.Op
+	for _, id := range []string{"a", "b", "c", "d"} {
+		op := enq("q", "first "+id)
+		op.Msg.DedupID = id
+		ops = append(ops, op)
+	}
+	if _, err := apply(t, s, ops...); err != nil { // one group commit
+		t.Fatal(err)
+	}
+	s.wmu.Lock()
+	s.pruneDedup()
+	s.wmu.Unlock()
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM dedup`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	retry := enq("q", "retry d")
+	retry.Msg.DedupID = "d"
+	b, err := apply(t, s, retry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 || !b.Ops[0].Duplicate {
+		t.Fatalf("dedup_max 3, 4 ids recorded: %d remembered after the prune; a retry of the newest (d) duplicate=%v, want 3 and true", n, b.Ops[0].Duplicate)
+	}
+}
