@@ -163,7 +163,9 @@ func (s *Store) pruneDedup() {
 	if err := s.wc.QueryRowContext(ctx, `SELECT count(*) FROM dedup`).Scan(&n); err != nil || n <= s.cfg.DedupMax {
 		return
 	}
-	if _, err := s.wc.ExecContext(ctx, `DELETE FROM dedup WHERE at <= (SELECT at FROM dedup ORDER BY at LIMIT 1 OFFSET ?)`, n-s.cfg.DedupMax); err != nil {
+	// Exactly the oldest n-DedupMax: the ids of one commit share one time,
+	// so a cut by time would take all of them.
+	if _, err := s.wc.ExecContext(ctx, `DELETE FROM dedup WHERE (qid, key) IN (SELECT qid, key FROM dedup ORDER BY at LIMIT ?)`, n-s.cfg.DedupMax); err != nil {
 		s.log.Warn("dedup prune failed", "err", err)
 	}
 }
