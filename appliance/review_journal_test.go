@@ -71,3 +71,65 @@ func TestReview_DisconnectReceiptAfterFailedAck(t *testing.T) {
 		t.Fatalf("DISCONNECT answered %s %v, want a RECEIPT or an ERROR", f.Command, f.Headers)
 	}
 }
+
+// Claim (README, guarantee 1): "A purge, requeue or ack whose journal
+// write fails changes nothing." DeleteQueue is a purge that also forgets
+// the queue: the broker drops the queue before the purge commits, and
+// when the purge fails it does not take it back. The messages stay in the
+// journal, but the name's next queue is made from nothing (not recovered
+// from the journal): they are not delivered, nor counted, until a
+// restart, when they are all back.
+func TestReview_FailedQueueDeleteHidesMessages(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	const name = "review.del"
+	c := tb.Dial(t)
+	for _, body := range []string{"poison: one", "two"} {
+		if _, err := c.SendReceipt(ctxT(t), "/queue/"+name, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	cnfExec(t, tb.Store.Path(), reviewNoDelete)
+	if n, err := tb.B.DeleteQueue(ctxT(t), name); err == nil {
+		t.Fatalf("delete succeeded (%d messages) although the journal refused it", n)
+	}
+	cnfExec(t, tb.Store.Path(), `DROP TRIGGER review_no_delete`)
+
+	c2 := tb.Dial(t)
+	sub, err := c2.SubscribeReceipt(ctxT(t), "/queue/"+name, "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	deadline := time.After(2 * time.Second)
+	for len(got) < 2 {
+		select {
+		case m := <-sub.C():
+			got = append(got, string(m.Body))
+			continue
+		case <-deadline:
+		}
+		break
+	}
+	v, _ := tb.Queue(name)
+	if len(got) != 2 {
+		c2.Close()
+		tb.Restart()
+		c3 := tb.Dial(t)
+		sub3, err := c3.SubscribeReceipt(ctxT(t), "/queue/"+name, "auto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var after []string
+		for len(after) < 2 {
+			select {
+			case m := <-sub3.C():
+				after = append(after, string(m.Body))
+				continue
+			case <-time.After(2 * time.Second):
+			}
+			break
+		}
+		t.Fatalf("after a failed delete the queue delivers %q (view: %d messages), want both messages: the journal still holds them (after a restart: %q)", got, v.Messages, after)
+	}
+}
