@@ -7,9 +7,11 @@ package appliance_test
 // holding it is rolled back.
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/appliance/stomp"
 )
 
@@ -131,5 +133,67 @@ func TestReview_FailedQueueDeleteHidesMessages(t *testing.T) {
 			break
 		}
 		t.Fatalf("after a failed delete the queue delivers %q (view: %d messages), want both messages: the journal still holds them (after a restart: %q)", got, v.Messages, after)
+	}
+}
+
+// reviewCrashCopy is what a crash of tb's daemon would leave: its
+// journal's committed state (an online backup), in a new data directory.
+func reviewCrashCopy(t *testing.T, tb *testBroker) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := tb.Store.Backup(ctxT(t), filepath.Join(dir, "herald.db"), nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Claim (packaging/herald.toml): max_deliveries is the number of
+// "Deliveries before a message is moved to the dead-letter queue", and
+// (docs/design.md, bridges) a message "in flight across
+// queues.max_deliveries restarts goes to the dead-letter queue".
+//
+// The count is durable before each MESSAGE, but it is compared with
+// max_deliveries only when a delivery ends (NACK, disconnect, ack
+// timeout). A crash ends none: after it the message is paged in with its
+// count and delivered again, with a delivery-count past max_deliveries,
+// however many crashes it has been in flight across.
+func TestReview_MaxDeliveriesAcrossCrash(t *testing.T) {
+	const dest = "/queue/review.maxdel"
+	mutate := func(dir string) func(*appliance.Config) {
+		return func(c *appliance.Config) {
+			c.Queues.MaxDeliveries = 2
+			if dir != "" {
+				c.DataDir = dir
+			}
+		}
+	}
+	tb := mustStartBroker(t, mutate(""))
+	c := tb.Dial(t)
+	if _, err := c.SendReceipt(ctxT(t), dest, []byte("crashes its consumers")); err != nil {
+		t.Fatal(err)
+	}
+	var counts []string
+	for range 3 {
+		c := tb.Dial(t)
+		sub, err := c.SubscribeReceipt(ctxT(t), dest, "client-individual")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m *stomp.Frame
+		select {
+		case m = <-sub.C():
+		case <-time.After(3 * time.Second):
+		}
+		if m == nil {
+			break // dead-lettered
+		}
+		counts = append(counts, m.Get("delivery-count"))
+		// The daemon crashes while the MESSAGE is in flight.
+		dir := reviewCrashCopy(t, tb)
+		tb = mustStartBroker(t, mutate(dir))
+	}
+	dlq, _ := tb.Queue("DLQ.review.maxdel")
+	if len(counts) > 2 {
+		t.Fatalf("max_deliveries 2: delivered with delivery-count %v across crashes (the DLQ holds %d)", counts, dlq.Messages)
 	}
 }
