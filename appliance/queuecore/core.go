@@ -797,6 +797,14 @@ func (c *Core) dispatchOnce(now int64) bool {
 				c.expire(m)
 				continue
 			}
+			if c.cfg.DeadLetter && c.cfg.MaxDeliveries > 0 && m.Deliveries >= c.cfg.MaxDeliveries {
+				// Delivered max_deliveries times already, and the last
+				// delivery ended without a release that would have
+				// dead-lettered it (a crash; or a reload lowered the
+				// limit).
+				c.deadLetter(m, "max-deliveries")
+				continue
+			}
 			m.Deliveries++
 			m.state = stFlight
 			d := &Delivery{Msg: m, C: con, Attempt: m.Deliveries}
