@@ -187,8 +187,9 @@ func normalize(cfg Config) Config {
 func (c *Core) Config() Config { return c.cfg }
 
 // SetConfig replaces the settings (a configuration reload), with New's
-// defaults applied. The limits apply from the next Reserve, MaxDeliveries and
-// the redelivery back-off from the next NACK or failed delivery, the window
+// defaults applied. The limits apply from the next Reserve, MaxDeliveries from
+// the next delivery, NACK or failed delivery, the redelivery back-off from
+// the next NACK or failed delivery, the window
 // from the next page-in. Nothing changes for what is already in memory: a
 // delayed message keeps its due time, and a window lowered below what memory
 // holds comes down as messages leave (page-ins wait; blocked groups are
