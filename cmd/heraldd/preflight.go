@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -50,8 +49,8 @@ func (p problem) String() string {
 // start call it, so that "check, then restart" means what it says. It
 // changes nothing on the host.
 //
-// Ports held by a heraldd that runs on cfg's data directory (it holds
-// heraldd.lock) are notes: a restart frees them.
+// Ports held by a heraldd that runs on cfg's data directory (it holds its
+// lock, lock.go) are notes: a restart frees them.
 //
 // A [tls] or user section with certificate or password files would be
 // checked here too (readable, parseable); the config has none yet.
@@ -203,28 +202,6 @@ func readChannelKey(cc appliance.ChannelConfig) ([]byte, error) {
 		return nil, fmt.Errorf("%s: empty: put the channel's shared key in it (the same on every sender and receiver)", cc.KeyFile)
 	}
 	return key, nil
-}
-
-// lockHolder returns the pid of a heraldd running on dataDir (holding its
-// heraldd.lock), or 0.
-func lockHolder(dataDir string) int {
-	path := filepath.Join(dataDir, "heraldd.lock")
-	f, err := os.Open(path)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		return 0
-	}
-	var b [32]byte
-	n, _ := f.ReadAt(b[:], 0)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
-	if err != nil || pid <= 0 {
-		return -1 // locked, pid not written yet
-	}
-	return pid
 }
 
 // checkListen parses, resolves and binds addr for a moment.
