@@ -15,7 +15,8 @@
 //  1. Create a Metrics with NewMetrics before opening the journal, and pass
 //     its ObserveCommit to journal.Store.SetCommitHook.
 //  2. After the broker listens, call New and Start; fail startup if Start
-//     fails (another daemon answers on the socket, or it cannot be created).
+//     fails (another daemon holds the socket's lock file or answers on
+//     it, or it cannot be created).
 //  3. Register multicast channels with SetChannels when they exist.
 //  4. On shutdown, call Close first, so no admin operation races the
 //     broker's shutdown.

@@ -10,8 +10,9 @@ import (
 
 // Sentinel errors.
 var (
-	// ErrSocketInUse is returned by Start when a daemon answers on the socket.
-	ErrSocketInUse = errors.New("admin: another daemon answers on the admin socket")
+	// ErrSocketInUse is returned by Start when another daemon holds the
+	// socket's lock file (SocketLockPath) or answers on the socket.
+	ErrSocketInUse = errors.New("admin: the admin socket is taken by another daemon")
 	// ErrNotSocket is returned by Start when the socket path is another kind
 	// of file, which Start never removes.
 	ErrNotSocket = errors.New("admin: the admin socket path exists and is not a socket")

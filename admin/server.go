@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -43,6 +45,10 @@ type Options struct {
 	Metrics       *Metrics      // nil: created here
 	Ready         func() error  // nil: ready while serving
 	OpTimeout     time.Duration // bound of purge, delete, requeue, peek
+	// BindHook, when set (by tests), runs once the socket is bound under
+	// its temporary name, before it is renamed into place: a start that
+	// takes its time there.
+	BindHook func()
 }
 
 // Server serves the admin API on a unix socket and, optionally, metrics on
@@ -57,6 +63,7 @@ type Server struct {
 
 	api, mh      *http.Server
 	apiLn, metLn net.Listener
+	sockLock     *os.File // SocketLockPath(Socket), locked while the socket is ours
 	wg           sync.WaitGroup
 	closeOnce    sync.Once
 	closed       atomic.Bool
@@ -104,14 +111,15 @@ func (s *Server) channelViews() []ChannelView {
 }
 
 // Start listens on the admin socket (mode 0660; a stale socket left by a
-// dead daemon is removed, a live one is ErrSocketInUse) and on the metrics
-// address when set, and serves them until Close.
+// dead daemon is removed, one a live daemon serves, or whose lock file it
+// holds, is ErrSocketInUse) and on the metrics address when set, and
+// serves them until Close.
 func (s *Server) Start(ctx context.Context) error {
-	ln, err := listenSocket(ctx, s.o.Socket)
+	ln, lock, err := listenSocket(ctx, s.o.Socket, s.o.BindHook)
 	if err != nil {
 		return err
 	}
-	s.apiLn = ln
+	s.apiLn, s.sockLock = ln, lock
 	s.api = &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -125,6 +133,7 @@ func (s *Server) Start(ctx context.Context) error {
 		if err != nil {
 			ln.Close()
 			os.Remove(s.o.Socket)
+			unlockSocket(lock, s.o.Socket)
 			return fmt.Errorf("admin: metrics listen %s: %w (choose another admin.metrics_listen, or set it to \"\" to turn metrics off)", s.o.MetricsListen, err)
 		}
 		s.metLn = ml
@@ -180,6 +189,11 @@ func (s *Server) Close(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("admin: remove socket: %w", err))
 			}
 		}
+		if s.sockLock != nil {
+			// Only now that the socket is gone may another daemon take
+			// the path.
+			unlockSocket(s.sockLock, s.o.Socket)
+		}
 	})
 	return errors.Join(errs...)
 }
@@ -191,60 +205,154 @@ func TempSocketLen(path string) int {
 	return len(filepath.Dir(path)) + len("/.h4294967295/s")
 }
 
+// SocketLockPath is the lock file of the admin socket at path: PATH.lock,
+// which the daemon serving the socket holds locked (flock) from before it
+// looks at the path until it has removed the socket, and the file, at
+// Close. It holds that daemon's pid.
+func SocketLockPath(path string) string { return path + ".lock" }
+
 // listenSocket creates the unix socket at path with mode 0660, without a
 // window in which another user can connect: it is bound in a fresh
 // directory of mode 0700 beside path (whatever the umask makes of the
 // socket's own mode there), chmodded, then renamed into place.
-func listenSocket(ctx context.Context, path string) (net.Listener, error) {
+//
+// The rename replaces whatever is at path, so all of it is done holding
+// an exclusive flock on SocketLockPath(path), returned to be held while
+// the socket serves: two daemons given the same path, started at once,
+// would otherwise both find it free and the second would rename its
+// socket over the first's (TestAdminSocket_TwoDaemonsAtOnce). A path
+// whose lock is held is ErrSocketInUse, naming the holder's pid.
+func listenSocket(ctx context.Context, path string, hook func()) (_ net.Listener, lock *os.File, err error) {
 	if path == "" {
-		return nil, errors.New("admin: no socket path: set admin.socket or --admin-socket")
+		return nil, nil, errors.New("admin: no socket path: set admin.socket or --admin-socket")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("admin: socket directory: %w", err)
+		return nil, nil, fmt.Errorf("admin: socket directory: %w", err)
 	}
+	lock, err = lockSocket(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			unlockSocket(lock, path)
+		}
+	}()
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%w: %s; move it away or choose another --admin-socket", ErrNotSocket, path)
+			return nil, nil, fmt.Errorf("%w: %s; move it away or choose another admin.socket (--admin-socket)", ErrNotSocket, path)
 		}
 		d := net.Dialer{Timeout: time.Second}
 		c, err := d.DialContext(ctx, "unix", path)
 		if err == nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: %s; stop the other heraldd, or give this one another --admin-socket and --data-dir", ErrSocketInUse, path)
+			// A daemon of a version that took no lock.
+			return nil, nil, fmt.Errorf("%w: admin.socket %s answers: stop the other heraldd, or give this one another admin.socket (--admin-socket) and data_dir", ErrSocketInUse, path)
 		}
 		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("admin: cannot tell whether %s is in use (%v); remove it if no heraldd runs", path, err)
+			return nil, nil, fmt.Errorf("admin: cannot tell whether %s is in use (%v); remove it if no heraldd runs", path, err)
 		}
 		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("admin: remove stale socket %s: %w", path, err)
+			return nil, nil, fmt.Errorf("admin: remove stale socket %s: %w", path, err)
 		}
 	}
 	priv, err := os.MkdirTemp(filepath.Dir(path), ".h")
 	if err != nil {
-		return nil, fmt.Errorf("admin: socket directory: %w (is it writable by the daemon's user?)", err)
+		return nil, nil, fmt.Errorf("admin: socket directory: %w (is it writable by the daemon's user?)", err)
 	}
 	defer os.Remove(priv)
 	if err := os.Chmod(priv, 0o700); err != nil {
-		return nil, fmt.Errorf("admin: socket directory: %w", err)
+		return nil, nil, fmt.Errorf("admin: socket directory: %w", err)
 	}
 	tmp := filepath.Join(priv, "s")
 	ln, err := net.Listen("unix", tmp)
 	if err != nil {
-		return nil, fmt.Errorf("admin: listen on %s: %w (is the directory writable by the daemon's user? socket paths are limited to 107 bytes, and it is bound first as %s)", path, err, tmp)
+		return nil, nil, fmt.Errorf("admin: listen on %s: %w (is the directory writable by the daemon's user? socket paths are limited to 107 bytes, and it is bound first as %s)", path, err, tmp)
 	}
 	ul := ln.(*net.UnixListener)
 	ul.SetUnlinkOnClose(false) // Close removes the final path itself
 	if err := os.Chmod(tmp, DefaultSocketMode); err != nil {
 		ln.Close()
 		os.Remove(tmp)
-		return nil, fmt.Errorf("admin: chmod %s: %w", tmp, err)
+		return nil, nil, fmt.Errorf("admin: chmod %s: %w", tmp, err)
+	}
+	if hook != nil {
+		hook()
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		ln.Close()
 		os.Remove(tmp)
-		return nil, fmt.Errorf("admin: rename socket into place: %w", err)
+		return nil, nil, fmt.Errorf("admin: rename socket into place: %w", err)
 	}
-	return ln, nil
+	return ln, lock, nil
+}
+
+// lockSocket takes the exclusive flock on SocketLockPath(path) and writes
+// this process's pid in it. A lock file replaced between its open and the
+// flock (removed by hand) is taken again at the path.
+func lockSocket(path string) (*os.File, error) {
+	lp := SocketLockPath(path)
+	for attempt := 0; ; attempt++ {
+		f, err := os.OpenFile(lp, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("admin: lock file of the admin socket: %w (is its directory writable by the daemon's user?)", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			if !errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, fmt.Errorf("admin: lock %s: %w", lp, err)
+			}
+			who := "another heraldd"
+			if pid := lockPID(lp); pid > 0 {
+				who = fmt.Sprintf("another heraldd (pid %d)", pid)
+			}
+			return nil, fmt.Errorf("%w: admin.socket %s: its lock %s is held by %s: stop that daemon, or give this one another admin.socket (--admin-socket)", ErrSocketInUse, path, lp, who)
+		}
+		if !sameFile(f, lp) {
+			// Removed or replaced between the open and the flock.
+			f.Close()
+			if attempt < 10 {
+				continue
+			}
+			return nil, fmt.Errorf("admin: lock file %s keeps being replaced: is another program removing it?", lp)
+		}
+		f.Truncate(0)
+		fmt.Fprintf(f, "%d\n", os.Getpid())
+		return f, nil
+	}
+}
+
+// unlockSocket removes the lock file of the socket at path, while it holds
+// its lock, and releases it. Removed while locked: a daemon that opened it
+// before and locks it after finds it no longer at the path, and takes the
+// one there (lockSocket).
+func unlockSocket(lock *os.File, path string) {
+	if lp := SocketLockPath(path); sameFile(lock, lp) {
+		os.Remove(lp)
+	}
+	lock.Close()
+}
+
+// sameFile reports whether the open file f is the file at path now.
+func sameFile(f *os.File, path string) bool {
+	var a, b syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &a) != nil || syscall.Stat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// lockPID is the pid written in the lock file lp, or 0.
+func lockPID(lp string) int {
+	b, err := os.ReadFile(lp)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return pid
 }
 
 type peerKey struct{}

@@ -13,6 +13,11 @@ import (
 // processStart is when the daemon process started, for uptime.
 var processStart = time.Now()
 
+// adminBindHook, when set (by the tests' child process only), runs with the
+// admin socket bound under its temporary name, before it is renamed into
+// place (admin.Options.BindHook).
+var adminBindHook func()
+
 // adminState is the daemon's admin API server and metrics registry.
 type adminState struct {
 	metrics *admin.Metrics
@@ -63,6 +68,8 @@ func (d *daemon) startAdmin(ctx context.Context) error {
 		Started: processStart,
 		Logger:  d.log.With("component", "admin"),
 		Metrics: d.adminMetrics(),
+		// Tests only: a start that pauses with the socket bound.
+		BindHook: adminBindHook,
 	})
 	if err := srv.Start(ctx); err != nil {
 		return fmt.Errorf("admin API: %w", err)

@@ -26,6 +26,14 @@ func TestMain(m *testing.M) {
 				time.Sleep(d)
 			}
 		}
+		if d, err := time.ParseDuration(os.Getenv("HERALDD_TEST_ADMIN_BIND_PAUSE")); err == nil {
+			// The admin socket bound, not yet in place: the test learns
+			// it from this line.
+			adminBindHook = func() {
+				fmt.Fprintln(os.Stderr, "test: admin socket bound")
+				time.Sleep(d)
+			}
+		}
 		os.Exit(run(os.Args[1:]))
 	}
 	code := m.Run()
