@@ -119,7 +119,7 @@ func (s *Server) opContext(r *http.Request) (context.Context, context.CancelFunc
 }
 
 func (s *Server) audit(r *http.Request, msg string, args ...any) {
-	s.log.Info(msg, append(args, "uid", peer(r))...)
+	s.log.Info(msg, append(args, peer(r)...)...)
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
@@ -481,7 +481,7 @@ func (s *Server) setLogLevel(w http.ResponseWriter, r *http.Request) {
 	}
 	prev := levelName(s.o.Level)
 	s.o.Level.Set(lv)
-	s.log.Log(r.Context(), max(lv, slog.LevelInfo), "admin: log level changed", "level", levelName(s.o.Level), "previous", prev, "uid", peer(r))
+	s.log.Log(r.Context(), max(lv, slog.LevelInfo), "admin: log level changed", append([]any{"level", levelName(s.o.Level), "previous", prev}, peer(r)...)...)
 	writeJSON(w, http.StatusOK, LogLevel{Level: levelName(s.o.Level), Previous: prev})
 }
 

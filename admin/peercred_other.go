@@ -4,4 +4,4 @@ package admin
 
 import "net"
 
-func peerUID(net.Conn) int { return -1 }
+func peerCred(net.Conn) peerInfo { return peerInfo{uid: -1, pid: -1} }

@@ -125,7 +125,7 @@ func (s *Server) Start(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, peerKey{}, peerUID(c))
+			return context.WithValue(ctx, peerKey{}, peerCred(c))
 		},
 	}
 	if s.o.MetricsListen != "" {
@@ -357,10 +357,23 @@ func lockPID(lp string) int {
 
 type peerKey struct{}
 
-// peer returns the uid of the caller for the log, or -1.
-func peer(r *http.Request) int {
-	if v, ok := r.Context().Value(peerKey{}).(int); ok {
-		return v
+// peerInfo is who is at the other end of an admin connection.
+type peerInfo struct {
+	uid, pid int  // -1: unknown
+	unmapped bool // uid is the overflow uid: the caller's is not mapped in the daemon's user namespace
+}
+
+// peer returns the caller's uid and pid as log attributes: "uid", the
+// uid (-1 unknown) or "unmapped" when the daemon's user namespace does not
+// map it (systemd's PrivateUsers=yes maps only root and the service's
+// user; the kernel then says 65534 for everyone else), and "pid".
+func peer(r *http.Request) []any {
+	p, ok := r.Context().Value(peerKey{}).(peerInfo)
+	if !ok {
+		return []any{"uid", -1, "pid", -1}
 	}
-	return -1
+	if p.unmapped {
+		return []any{"uid", "unmapped", "pid", p.pid}
+	}
+	return []any{"uid", p.uid, "pid", p.pid}
 }
