@@ -220,7 +220,7 @@ func TestDefaultMemoryBudget_FollowsCgroup(t *testing.T) {
 	if b := DefaultMemoryBudget(); b < 64<<20 {
 		t.Fatalf("default budget %d, want at least 64 MiB", b)
 	}
-	if cg := cgroupMemoryMax(); cg > 0 && DefaultMemoryBudget() > max(cg*2/5, 64<<20) {
+	if cg, _ := cgroupMemoryMax(); cg > 0 && DefaultMemoryBudget() > max(cg*2/5, 64<<20) {
 		t.Fatalf("default budget %d above 40%% of the cgroup's %d", DefaultMemoryBudget(), cg)
 	}
 }

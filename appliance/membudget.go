@@ -139,29 +139,58 @@ const windowFloor = 64 << 10
 
 // DefaultMemoryBudget is memory.budget_bytes = 0: 40% of the memory the
 // daemon may use (its cgroup's memory.max, else the machine's RAM), at
-// least 64 MiB. RabbitMQ's default high watermark is 0.4 of RAM too; the
-// rest leaves room for the Go runtime, SQLite's cache and the kernel's page
-// cache of the journal.
+// least 64 MiB; 1 GiB when neither is known (the daemon logs it). RabbitMQ's
+// default high watermark is 0.4 of RAM too; the rest leaves room for the Go
+// runtime, SQLite's cache and the kernel's page cache of the journal.
 func DefaultMemoryBudget() int64 {
 	avail := MemoryLimit()
 	if avail <= 0 {
-		return 1 << 30
+		return UnknownMemoryBudget
 	}
 	return max(avail*2/5, 64<<20)
 }
 
+// UnknownMemoryBudget is the default memory budget when the memory the
+// daemon may use cannot be learned.
+const UnknownMemoryBudget = 1 << 30
+
 // MemoryLimit is the memory the daemon may use: its cgroup's limit, else
 // the machine's RAM; 0 when neither is known.
 func MemoryLimit() int64 {
-	avail := physicalMemory()
-	if cg := cgroupMemoryMax(); cg > 0 && (avail == 0 || cg < avail) {
-		avail = cg
-	}
-	return avail
+	lim, _ := MemoryLimitSource()
+	return lim
 }
 
-func physicalMemory() int64 {
-	f, err := os.Open("/proc/meminfo")
+// MemoryLimitSource is MemoryLimit and where it was read, for the log: the
+// cgroup's limit file, "/proc/meminfo", or "sysinfo(2)" when /proc/meminfo
+// cannot be read (systemd's ProcSubset=pid hides it, as in the packaged
+// unit); "" with 0 when nothing is known. The RAM is read also under a
+// cgroup limit, which counts only when below it: a limit above the RAM
+// (MemoryMax=infinity is none at all) does not size the budget.
+func MemoryLimitSource() (int64, string) {
+	avail, from := physicalMemory()
+	if cg, file := cgroupMemoryMax(); cg > 0 && (avail == 0 || cg < avail) {
+		avail, from = cg, file
+	}
+	return avail, from
+}
+
+// physicalMemory is the machine's RAM: MemTotal of /proc/meminfo, else
+// sysinfo(2)'s total (the same figure, from the kernel, which
+// ProcSubset=pid does not hide; /proc/meminfo comes first since container
+// runtimes may fit it to the container, as lxcfs does).
+func physicalMemory() (int64, string) {
+	if n := memTotal("/proc/meminfo"); n > 0 {
+		return n, "/proc/meminfo"
+	}
+	if n := sysinfoRAM(); n > 0 {
+		return n, "sysinfo(2) (/proc/meminfo unreadable)"
+	}
+	return 0, ""
+}
+
+func memTotal(path string) int64 {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}
@@ -178,13 +207,13 @@ func physicalMemory() int64 {
 	return 0
 }
 
-// cgroupMemoryMax is the memory limit of the cgroup the process is in:
-// memory.max (cgroup v2) or memory.limit_in_bytes (v1); 0 when there is
-// none.
-func cgroupMemoryMax() int64 {
+// cgroupMemoryMax is the memory limit of the cgroup the process is in,
+// and the file it was read from: memory.max (cgroup v2) or
+// memory.limit_in_bytes (v1); 0 when there is none.
+func cgroupMemoryMax() (int64, string) {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return 0
+		return 0, ""
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -208,9 +237,9 @@ func cgroupMemoryMax() int64 {
 		if err != nil || n <= 0 || n >= 1<<60 {
 			continue // "max", or v1's "no limit"
 		}
-		return n
+		return n, file
 	}
-	return 0
+	return 0, ""
 }
 
 // MemoryHeld is what clients hold of the memory budget now, and the

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -184,6 +185,7 @@ func (d *daemon) run() int {
 		Logger:  d.log.With("component", "broker"),
 		Version: version,
 	})
+	d.logMemory()
 	tuneGC(d.log, d.broker.MemoryHeld)
 	if err := d.broker.Open(ctx); err != nil {
 		d.log.Error("journal recovery failed", "err", err)
@@ -310,6 +312,24 @@ func setGoMemoryLimit(log *slog.Logger) {
 		debug.SetMemoryLimit(lim / 4 * 3)
 		log.Debug("Go memory limit set", "bytes", lim/4*3)
 	}
+}
+
+// logMemory says once at start what the memory budget and the Go memory
+// limit were sized from: the cgroup's limit file, /proc/meminfo, or
+// sysinfo(2) when /proc/meminfo is hidden (systemd's ProcSubset=pid, as
+// in the packaged unit). When nothing tells how much memory the daemon may
+// use, the budget is 1 GiB and there is no Go limit: that is a warning,
+// with what to set.
+func (d *daemon) logMemory() {
+	lim, from := appliance.MemoryLimitSource()
+	_, budget := d.broker.MemoryHeld()
+	goLimit := debug.SetMemoryLimit(-1)
+	if from == "" && (d.cfg.Memory.BudgetBytes == 0 || os.Getenv("GOMEMLIMIT") == "") {
+		d.log.Warn("cannot tell how much memory heraldd may use (no cgroup memory limit; neither /proc/meminfo nor sysinfo(2) gives the RAM): set MemoryMax= in the unit (systemctl edit herald), or memory.budget_bytes and GOMEMLIMIT",
+			"memory_budget_bytes", budget, "go_memory_limit_set", goLimit != math.MaxInt64)
+		return
+	}
+	d.log.Info("memory sized", "limit_bytes", lim, "from", from, "memory_budget_bytes", budget, "go_memory_limit_bytes", goLimit)
 }
 
 // listenExit is the exit code of a listener that could not start: 69 when

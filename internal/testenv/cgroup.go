@@ -19,7 +19,7 @@ type Cgroup struct {
 }
 
 // NewMemoryCgroup creates a cgroup with a memory limit of limit bytes (no
-// swap) and removes it when t ends, killing what still runs in it. It
+// swap; limit 0: no limit, memory.max "max") and removes it when t ends, killing what still runs in it. It
 // skips (fails under HERALD_REQUIRE_ROOT_TESTS=1) without root or a
 // writable memory controller.
 func NewMemoryCgroup(t testing.TB, limit int64) *Cgroup {
@@ -44,9 +44,15 @@ func NewMemoryCgroup(t testing.TB, limit int64) *Cgroup {
 	t.Cleanup(cg.remove)
 	lim := strconv.FormatInt(limit, 10)
 	if cg.v2 {
+		if limit <= 0 {
+			lim = "max"
+		}
 		cg.write(t, "memory.max", lim)
 		cg.write(t, "memory.swap.max", "0")
 	} else {
+		if limit <= 0 {
+			lim = "-1"
+		}
 		cg.write(t, "memory.limit_in_bytes", lim)
 		os.WriteFile(filepath.Join(cg.dir, "memory.memsw.limit_in_bytes"), []byte(lim), 0) // absent without swap accounting
 	}
