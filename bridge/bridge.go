@@ -831,8 +831,12 @@ func mapName(pattern, rest string) string {
 	return pattern
 }
 
-// carried are the headers of a local MESSAGE that cross the link: the
-// user's, without those of the delivery or of dedup (a new one is set).
+// carried are the headers of a MESSAGE that cross the link (a local one
+// going out, a STOMP peer's coming in): the user's, without those of the
+// delivery or of dedup (a new one is set), nor a delay (delay,
+// AMQ_SCHEDULED_DELAY): the broker the message was sent to served it
+// before delivering the message to the bridge, and the far side would
+// delay it a second time.
 func carried(h stomp.Headers, keepLoop bool) stomp.Headers {
 	out := make(stomp.Headers, 0, len(h)+3)
 	for _, x := range h {
@@ -843,7 +847,8 @@ func carried(h stomp.Headers, keepLoop bool) stomp.Headers {
 		switch x.Key {
 		case "subscription", "message-id", "destination", "ack", "redelivered", "delivery-count",
 			"content-length", "receipt", "transaction", "dedup-id", "_AMQ_DUPL_ID", "Nats-Msg-Id",
-			HeaderOrigin, HeaderHops, HeaderVia, "expires", "persistent", "last-value":
+			HeaderOrigin, HeaderHops, HeaderVia, "expires", "persistent", "last-value",
+			"delay", "AMQ_SCHEDULED_DELAY":
 			continue
 		}
 		if natsControl(x.Key) {
