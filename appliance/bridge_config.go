@@ -172,6 +172,18 @@ func BridgeInHeaderOK(key, value string) bool {
 	return true
 }
 
+// BridgeTempReplyTo reports whether a reply-to value names a temporary
+// queue: /temp-queue/NAME, as a client sets it, or /queue/#tmp.SESSION.NAME,
+// what Herald rewrites that to on SEND. Either names a queue private to one
+// connection of the broker the message was sent to: across a bridge it
+// reaches nobody (a SEND here would make /temp-queue/NAME a temporary queue
+// of the bridge's own connection, and /queue/#tmp.SESSION.NAME is, here or
+// at a Herald peer, a queue of whichever local connection has that session
+// number). A bridge drops such a reply-to, both ways.
+func BridgeTempReplyTo(value string) bool {
+	return strings.HasPrefix(value, prefixTempQueue) || strings.HasPrefix(value, prefixQueue+tempPrefix)
+}
+
 // validBridgeName: letters, digits, '-' and '_' (it names a consumer).
 func validBridgeName(s string) bool {
 	if s == "" || len(s) > 64 {

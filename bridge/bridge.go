@@ -593,7 +593,7 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 		return
 	}
 	hops, _ := strconv.Atoi(f.Get(HeaderHops))
-	hdrs := carried(f.Headers, false)
+	hdrs := w.outHeaders(carried(f.Headers, false))
 	origin := f.Get(HeaderOrigin)
 	if origin == "" {
 		origin = w.cfg().ApplianceID

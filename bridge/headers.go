@@ -177,12 +177,16 @@ func stompHeaders(h nats.Header, skip func(string) bool) stomp.Headers {
 // (appliance.BridgeInHeaderOK: an expires, delay or AMQ_SCHEDULED_DELAY
 // that is not a number in range). A SEND refused for a header fails the
 // bridge's connection, and the message was sent again at every attempt:
-// nothing behind it came in.
+// nothing behind it came in. Dropped too: a reply-to naming a temporary
+// queue of the other side (tempReplyTo).
 func (w *worker) inHeaders(h stomp.Headers) stomp.Headers {
 	out := make(stomp.Headers, 0, len(h)+2)
 	for _, x := range h {
 		if x.Key == "transaction" {
 			w.droppedHeader(x.Key, "a STOMP transaction header in the local SEND would name a transaction not open")
+			continue
+		}
+		if w.tempReplyTo(x) {
 			continue
 		}
 		if !appliance.BridgeInHeaderOK(x.Key, x.Value) {
@@ -203,4 +207,36 @@ func (w *worker) droppedHeader(key, why string) {
 		w.lastHdrLogAt = now
 		w.b.log.Warn("bridge: a header dropped from a message crossing the link (the message goes on without it; herald_bridge_headers_dropped_total counts them)", "direction", w.dir, "header", key, "reason", why)
 	}
+}
+
+// outHeaders drops from the headers of a local message going out
+// (carried) a reply-to naming a temporary queue of this appliance
+// (tempReplyTo).
+func (w *worker) outHeaders(h stomp.Headers) stomp.Headers {
+	out := h[:0]
+	for _, x := range h {
+		if !w.tempReplyTo(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// tempReplyTo reports whether x is a reply-to naming a temporary queue
+// (appliance.BridgeTempReplyTo), counting and logging it as a header
+// dropped. Such a queue is private to one connection of the broker the
+// message was sent to: replies sent to it across the link reach nobody.
+// Coming in, the local SEND would rewrite /temp-queue/NAME into a
+// temporary queue of the bridge's own connection (read by nobody, and
+// more distinct names than queues.max_queues failed the bridge's
+// connection); /queue/#tmp.SESSION.NAME, a Herald peer's rewriting, names
+// here the temporary queue of whichever local connection has that session
+// number, and going out, the same at a Herald peer. Request/reply across
+// a bridge takes a named reply queue, mapped back over a bridge.
+func (w *worker) tempReplyTo(x stomp.Header) bool {
+	if x.Key != "reply-to" || !appliance.BridgeTempReplyTo(x.Value) {
+		return false
+	}
+	w.droppedHeader(x.Key, "it names a temporary queue, private to a connection of the broker the message was sent to, which replies across the bridge cannot reach (use a named reply queue, mapped back over a bridge): "+x.Value)
+	return true
 }

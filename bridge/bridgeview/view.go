@@ -43,8 +43,9 @@ type DirView struct {
 	Skipped   uint64 `json:"skipped_total"` // loops refused
 	Dropped   uint64 `json:"dropped_total"` // topic messages dropped while the link was down or full
 	// HeadersDropped: headers dropped from messages crossing the link
-	// because the other side would refuse them (a key NATS does not take,
-	// a transaction header or an invalid expires or delay coming in).
+	// because the other side would refuse or misread them (coming in, a
+	// transaction header or an invalid expires or delay; either way, a
+	// reply-to naming a temporary queue).
 	HeadersDropped uint64 `json:"headers_dropped_total"`
 	Reconnects     uint64 `json:"reconnects_total"`
 	Failures       uint64 `json:"failures_total"`
