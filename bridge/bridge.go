@@ -211,9 +211,14 @@ type remote interface {
 
 // handle is how to acknowledge an item at its source.
 type handle struct {
-	ack   func() error
+	ack func() error
+	// nack sends a queue message to its dead-letter queue at the source
+	// (direction out: a NACK with requeue:false); nil for a topic message
+	// and for direction in.
+	nack  func() error
 	id    string // dedup id
 	topic bool   // best effort: dropped rather than fail the link
+	src   string // the source's destination (direction out: the local one)
 	// what to forward
 	dest    string
 	headers stomp.Headers
@@ -228,6 +233,9 @@ type result struct {
 	// refused: the sink refused the forward because its After did not
 	// hold (not a link failure: the core forwards it again in order).
 	refused bool
+	// forGood: the sink refused the message itself (refusedForGood: its
+	// size, its headers), which no resend changes.
+	forGood bool
 	seq     uint64 // the sink's sequence of a confirmed forward (JetStream), else 0
 }
 
@@ -267,6 +275,11 @@ type worker struct {
 	// headers dropped from messages crossing the link (headers.go)
 	headersDropped atomic.Uint64
 	lastHdrLogAt   time.Time
+	// queue messages the sink refuses for good, sent to their dead-letter
+	// queue (letGo)
+	deadLettered atomic.Uint64
+	lastDLLogAt  time.Time
+	dlSuppressed int
 	// Topic messages' dedup ids are APPLIANCE_ID:tBOOT.N: N counts from 1
 	// in each worker, BOOT (topicBoot) tells the workers of this process
 	// and of earlier ones apart (bootStamp).
@@ -457,13 +470,14 @@ func (w *worker) exec(ctx context.Context, acts []Action) {
 				continue
 			}
 			if err := w.forward(a.Key, a.AfterSeq, h); err != nil {
-				if h.topic && perMessage(err) {
-					// Best effort: the topic message goes, not the link.
-					// The rest of acts (forwards behind it) may name it
-					// in their conditions: the core forwards them again.
+				if perMessage(err) {
+					// The message goes, not the link: a topic message is
+					// dropped (best effort), a queue message goes to its
+					// dead-letter queue. The rest of acts (forwards
+					// behind it) may name it in their conditions: the
+					// core forwards them again.
 					delete(w.handles, a.Key)
-					w.dropped.Add(1)
-					w.b.log.Debug("topic message dropped: the sink's client refused it", "direction", w.dir, "destination", h.dest, "err", err)
+					w.letGo(h, err)
 					w.exec(ctx, w.core.Drop(a.Key, time.Now().UnixNano()))
 					return
 				}
@@ -602,7 +616,7 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 	}
 	hdrs = append(hdrs, stomp.Header{Key: HeaderOrigin, Value: origin}, stomp.Header{Key: HeaderHops, Value: strconv.Itoa(hops + 1)})
 	var id string
-	var ack func() error
+	var ack, nack func() error
 	if topic {
 		// Best effort: a topic message is forwarded only while the link
 		// is up with room in the window, else dropped (counted); so is
@@ -625,17 +639,20 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 		id = w.cfg().ApplianceID + ":" + f.Get("message-id")
 		c := w.local
 		ack = func() error { return w.guarded(c, func() error { return c.Ack(f) }) }
+		nack = func() error {
+			return w.guarded(c, func() error { return c.Nack(f, stomp.Header{Key: "requeue", Value: "false"}) })
+		}
 	}
 	skip := hops >= w.cfg().MaxHops || f.Get(HeaderVia) == w.cfg().Name
 	key, dup, acts := w.core.Offer(Item{ID: id, Bytes: len(f.Body), Skip: skip}, time.Now().UnixNano())
 	if dup {
 		if h, ok := w.handles[key]; ok {
-			h.ack = ack
+			h.ack, h.nack = ack, nack
 			w.handles[key] = h
 		}
 		return
 	}
-	w.handles[key] = handle{ack: ack, id: id, topic: topic, dest: remoteDest, headers: hdrs, body: f.Body}
+	w.handles[key] = handle{ack: ack, nack: nack, id: id, topic: topic, src: dest, dest: remoteDest, headers: hdrs, body: f.Body}
 	w.exec(ctx, acts)
 }
 
@@ -764,6 +781,20 @@ func (w *worker) onResult(ctx context.Context, r result) {
 		w.exec(ctx, w.core.Confirmed(r.key, r.seq, now))
 		return
 	}
+	if r.forGood && r.gen == w.gen && w.core.Holds(r.key) {
+		// The sink refused the message itself (too large for the
+		// stream): it goes (dropped or dead-lettered), not the link. The
+		// forwards sent behind it carry its predicted sequence as their
+		// condition, so the sink stores none of them; the link fails
+		// (they are forwarded again, in order, once it is back), and the
+		// core lets the refused one go.
+		h := w.handles[r.key]
+		delete(w.handles, r.key)
+		w.letGo(h, r.err)
+		w.fail(r.err)
+		w.exec(ctx, w.core.Drop(r.key, now))
+		return
+	}
 	if r.refused && !w.core.Holds(r.key) {
 		// Stored already: another copy of it was confirmed. A stream
 		// that is not clustered checks the condition before the
@@ -786,6 +817,37 @@ func (w *worker) onResult(ctx context.Context, r result) {
 	if r.gen == w.gen {
 		w.fail(r.err)
 	}
+}
+
+// letGo: the sink refused h's message itself, which no resend
+// changes (perMessage, refusedForGood). A topic message is dropped
+// (counted); a queue message goes to its queue's dead-letter queue at the
+// source, the way this appliance dead-letters others (a NACK with
+// requeue:false: dlq-original-destination, dlq-reason), counted
+// (herald_bridge_dead_lettered_total) and logged at most once per
+// log_interval. Before, it failed the link at every attempt, and nothing
+// behind it went out. If the NACK does not reach this appliance, the
+// message comes again and is refused again.
+func (w *worker) letGo(h handle, err error) {
+	if h.topic || h.nack == nil {
+		w.dropped.Add(1)
+		w.b.log.Debug("topic message dropped: the other side refused it", "direction", w.dir, "destination", h.dest, "err", err)
+		return
+	}
+	w.deadLettered.Add(1)
+	nerr := h.nack()
+	if nerr != nil {
+		w.b.log.Debug("dead-lettering a message at the source failed (it comes again)", "direction", w.dir, "err", nerr)
+	}
+	now := time.Now()
+	if now.Sub(w.lastDLLogAt) < w.cfg().LogInterval.Duration {
+		w.dlSuppressed++
+		return
+	}
+	w.b.log.Warn("bridge: the other side refuses a queue message for good (its size or headers); it goes to the queue's dead-letter queue and the messages behind it go on (herald_bridge_dead_lettered_total counts them)",
+		"direction", w.dir, "queue", h.src, "remote", h.dest, "reason", err.Error(), "suppressed", w.dlSuppressed)
+	w.lastDLLogAt = now
+	w.dlSuppressed = 0
 }
 
 // ---- mapping ----------------------------------------------------------

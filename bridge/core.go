@@ -506,16 +506,20 @@ func (c *Core) Tick(now int64) []Action {
 	return nil
 }
 
-// Drop: the shell could not forward item key, which is best effort (a
-// topic message the sink's client refuses before sending it, for its
-// subject, headers or size): the item is forgotten, not acknowledged at
-// its source (a topic message is not), and the link does not fail for
-// it. The shell abandons the rest of the actions it was carrying out: the
-// forwards after key's, of the items behind it, which may name it in
-// their conditions. Those items are forwarded again (the actions
-// returned), the one after the dropped item now following the one before
-// it. A refusal comes at an item's first forward (its subject, headers and
-// size do not change), so nothing behind it was on the wire before.
+// Drop: the shell could not forward item key, which the sink refuses for
+// good (a topic message, best effort, or a queue message that the shell
+// sends to its dead-letter queue at the source): the item is forgotten,
+// not acknowledged at its source, and the link does not fail for it. A
+// refusal by the sink's client before sending (its subject, headers or
+// size) comes at an item's first forward (they do not change), so nothing
+// behind it was on the wire before: the shell abandons the rest of the
+// actions it was carrying out (the forwards after key's, of the items
+// behind it, which may name it in their conditions), and those items are
+// forwarded again (the actions returned), the one after the dropped item
+// now following the one before it. A refusal by the sink itself, once the
+// forwards behind it are on the wire (each names its predicted sequence,
+// or a later one, so the sink stores none of them), is answered by
+// SinkFailed first, then Drop: they all go again once the link is back.
 // Dropping an item not held does nothing.
 func (c *Core) Drop(key uint64, now int64) []Action {
 	e := c.items[key]

@@ -60,6 +60,14 @@ type simWorld struct {
 	dropOn  bool
 	everFwd []bool // forwarded at least once, by any core
 	dropped []bool
+	// rejectOn: the sink refuses some messages for good when they reach
+	// it (larger than the stream's max_msg_size: rejects), answering
+	// forGood, while the forwards behind them are on the wire; the shell
+	// dead-letters the message at its source, fails the link and lets it
+	// go (SinkFailed, then Drop).
+	rejectOn bool
+	forGood  []simFwd // refusals for good on the wire, in order
+	rejected int      // refusals for good the shell acted on
 }
 
 // simFwd is one forward on the wire.
@@ -87,7 +95,7 @@ func (w *simWorld) restart() {
 	w.handle = map[uint64]int{}
 	w.keyIdx = map[uint64]int{}
 	w.deliv = make([]bool, w.n)
-	w.transit, w.confirm, w.refused = nil, nil, nil
+	w.transit, w.confirm, w.refused, w.forGood = nil, nil, nil, nil
 	w.gen++
 	w.up = false
 	w.connDue = 0
@@ -149,6 +157,9 @@ func (w *simWorld) apply(acts []Action) {
 
 func (w *simWorld) isSkip(i int) bool { return i%97 == 13 } // "loops"
 
+// rejects reports whether the sink refuses message i for good (rejectOn).
+func (w *simWorld) rejects(i int) bool { return w.rejectOn && i%23 == 5 }
+
 // deliverOne gives the source session its next message if its prefetch
 // (the window) allows.
 func (w *simWorld) deliverOne() bool {
@@ -184,6 +195,10 @@ func (w *simWorld) store(f *simFwd) bool {
 	if w.seen[id] {
 		f.seq = w.seqOf[id]
 		return true
+	}
+	if w.rejects(i) {
+		w.forGood = append(w.forGood, *f)
+		return false
 	}
 	if !w.noCond && f.afterSeq != 0 && f.afterSeq != w.lastSeq {
 		w.refused = append(w.refused, *f)
@@ -229,6 +244,31 @@ func (w *simWorld) step(chaos bool) {
 			w.refusals++
 			w.apply(w.core.Refused(f.key, w.now))
 		}
+	case r < 82 && len(w.forGood) > 0:
+		f := w.forGood[0]
+		w.forGood = w.forGood[1:]
+		if f.gen != w.gen || f.core != w.core || !w.core.Holds(f.key) {
+			break // an answer of a failed link: the core forwards it again
+		}
+		// The shell: the message goes to its dead-letter queue at the
+		// source; the link fails, what is on the wire behind it reaching
+		// the sink later (it must store none of it: each names the
+		// refused one's predicted sequence, or one after it); the core
+		// lets it go.
+		if _, ok := w.handle[f.key]; ok {
+			delete(w.handle, f.key)
+			w.acked[f.i] = true
+			w.deliv[f.i] = false
+		}
+		w.dropped[f.i] = true
+		w.rejected++
+		w.orphans = append(w.orphans, w.transit...)
+		w.transit = nil
+		w.up = false
+		w.gen++
+		w.apply(w.core.SinkFailed(w.now))
+		w.apply(w.core.Drop(f.key, w.now))
+		w.checkBackoff()
 	case r < 83 && chaos && w.up:
 		// The link breaks: a random prefix of what is on the wire is
 		// stored, its confirmations lost; the rest is lost.
@@ -356,6 +396,37 @@ func TestCoreSimulationDrops(t *testing.T) {
 		t.Fatal("nothing dropped: the simulation does not exercise Drop")
 	}
 	t.Logf("%d messages dropped", drops)
+}
+
+// TestCoreSimulationRejects: the sink refuses some messages for good as
+// they reach it (larger than the stream takes), with the forwards behind
+// them on the wire; the shell fails the link and lets the refused one go
+// (SinkFailed, Drop: bridge.go's onResult, forGood). With the faults of
+// TestCoreSimulation, the sink gets every other message once, in source
+// order, and the core ends holding nothing.
+func TestCoreSimulationRejects(t *testing.T) {
+	rejected := 0
+	for seed := uint64(1); seed <= 80; seed++ {
+		window := []int{1, 2, 8, 64}[seed%4]
+		w := newSim(t, seed, 200, window)
+		w.rejectOn = true
+		if err := w.run(); err != "" {
+			t.Fatalf("seed %d (window %d): %s", seed, window, err)
+		}
+		if st := w.core.Stats(); st.PendingItems != 0 || st.PendingBytes != 0 || st.InFlight != 0 {
+			t.Fatalf("seed %d: core still holds %+v after all were acknowledged", seed, st)
+		}
+		for i := range w.n {
+			if w.rejects(i) && !w.isSkip(i) && !w.dropped[i] {
+				t.Fatalf("seed %d: message %d, refused for good, was not let go", seed, i)
+			}
+		}
+		rejected += w.rejected
+	}
+	if rejected == 0 {
+		t.Fatal("nothing refused for good: the simulation does not exercise it")
+	}
+	t.Logf("%d refusals for good acted on", rejected)
 }
 
 // TestCoreDrop: a dropped item is forgotten without an ack at its source;

@@ -103,6 +103,28 @@ func perMessage(err error) bool {
 	return errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg)
 }
 
+// JetStream's answers to a publish that refuse the message itself: larger
+// than the stream's max_msg_size (JSStreamMessageExceedsMaximumErr), or
+// headers over 64 KiB (JSStreamHeaderExceedsMaximumErr).
+const (
+	errCodeMsgTooBig    jetstream.ErrorCode = 10054
+	errCodeHeaderTooBig jetstream.ErrorCode = 10097
+)
+
+// refusedForGood reports whether err, a publish's failure, refuses the
+// message itself, so that sending it again fails again whatever the link
+// does: refused before it was sent (perMessage), or by the stream for its
+// size. Timeouts, "no responders" (a leader election), a lost connection,
+// a refused order condition and any other answer are not: they are
+// retried, and the message is never dead-lettered for them.
+func refusedForGood(err error) bool {
+	if perMessage(err) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == errCodeMsgTooBig || api.ErrorCode == errCodeHeaderTooBig)
+}
+
 // skipIn: the headers of a NATS message that do not go into its local
 // SEND: dedup ids (the bridge sets its own), those of the STOMP frame, and
 // those JetStream acts on.
@@ -281,7 +303,7 @@ func (j *jsOut) publish(key, gen, afterSeq uint64, h handle) error {
 		case err := <-f.Err():
 			var api *jetstream.APIError
 			refused := errors.As(err, &api) && (api.ErrorCode == errCodeWrongLastSeq || api.ErrorCode == errCodeWrongLastSeqConst)
-			res <- result{key: key, gen: gen, refused: refused, err: fmt.Errorf("publish to %s: %w", h.dest, err)}
+			res <- result{key: key, gen: gen, refused: refused, forGood: refusedForGood(err), err: fmt.Errorf("publish to %s: %w", h.dest, err)}
 		}
 	}()
 	return nil

@@ -47,6 +47,7 @@ func (w *worker) publishView(force bool) {
 	v.Taken, v.Forwarded, v.Resent, v.Confirmed, v.Skipped = st.Taken, st.Forwarded, st.Resent, st.Confirmed, st.Skipped
 	v.Reconnects, v.Failures, v.Dropped = st.Reconnects, st.Failures, w.dropped.Load()
 	v.HeadersDropped = w.headersDropped.Load()
+	v.DeadLettered = w.deadLettered.Load()
 	v.Refused, v.SharedStream = st.Refused, st.Shared
 	if w.seq != nil {
 		ss := w.seq.Stats()

@@ -41,7 +41,12 @@ type DirView struct {
 	Resent    uint64 `json:"resent_total"`
 	Confirmed uint64 `json:"confirmed_total"`
 	Skipped   uint64 `json:"skipped_total"` // loops refused
-	Dropped   uint64 `json:"dropped_total"` // topic messages dropped while the link was down or full
+	Dropped   uint64 `json:"dropped_total"` // topic messages dropped: the link down or full, or refused by the other side
+	// DeadLettered: queue messages the other side refuses for good (out
+	// to JetStream: over the server's max_payload or the stream's
+	// max_msg_size, headers over 64 KiB), sent to their queue's
+	// dead-letter queue here.
+	DeadLettered uint64 `json:"dead_lettered_total"`
 	// HeadersDropped: headers dropped from messages crossing the link
 	// because the other side would refuse or misread them (coming in, a
 	// transaction header or an invalid expires or delay; either way, a

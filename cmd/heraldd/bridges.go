@@ -84,15 +84,16 @@ var (
 	dBrConfirmed  = prometheus.NewDesc("herald_bridge_messages_total", "Messages the other side acknowledged (carried exactly once).", []string{"bridge", "direction"}, nil)
 	dBrResent     = prometheus.NewDesc("herald_bridge_resent_total", "Messages sent again after a link failure (the other side keeps one copy by its dedup id).", []string{"bridge", "direction"}, nil)
 	dBrSkipped    = prometheus.NewDesc("herald_bridge_loops_refused_total", "Messages not carried because they already left this appliance or crossed max_hops bridges.", []string{"bridge", "direction"}, nil)
-	dBrDropped    = prometheus.NewDesc("herald_bridge_topic_dropped_total", "Topic messages dropped while the link was down or its window full (topics are best effort).", []string{"bridge", "direction"}, nil)
+	dBrDropped    = prometheus.NewDesc("herald_bridge_topic_dropped_total", "Topic messages dropped while the link was down or its window full, or refused by NATS (topics are best effort).", []string{"bridge", "direction"}, nil)
 	dBrHdrDropped = prometheus.NewDesc("herald_bridge_headers_dropped_total", "Headers dropped from messages crossing the bridge because the other side would refuse or misread them (coming in, a transaction header or an invalid expires or delay; either way, a reply-to naming a temporary queue).", []string{"bridge", "direction"}, nil)
+	dBrDeadLetter = prometheus.NewDesc("herald_bridge_dead_lettered_total", "Queue messages the other side refuses for good (over NATS's max_payload or the stream's max_msg_size, headers over 64 KiB), sent to their dead-letter queue here.", []string{"bridge", "direction"}, nil)
 	dBrReconnects = prometheus.NewDesc("herald_bridge_reconnects_total", "Times the link came back after a failure.", []string{"bridge", "direction"}, nil)
 	dBrFailures   = prometheus.NewDesc("herald_bridge_failures_total", "Link failures: failed connection attempts, errors, lost connections, acknowledgements overdue.", []string{"bridge", "direction"}, nil)
 	dBrRefused    = prometheus.NewDesc("herald_bridge_refused_total", "Publishes JetStream refused because the message before them was not the last stored (out; each is sent again in order).", []string{"bridge", "direction"}, nil)
 	dBrHeldBack   = prometheus.NewDesc("herald_bridge_held_back_messages", "Messages held back to keep stream order, waiting for an earlier one the server delivers again (in, JetStream).", []string{"bridge", "direction"}, nil)
 	dBrHeldBackB  = prometheus.NewDesc("herald_bridge_held_back_bytes", "Bytes held back to keep stream order (in, JetStream; bounded by max_hold_bytes).", []string{"bridge", "direction"}, nil)
 	dBrGaps       = prometheus.NewDesc("herald_bridge_gaps_total", "Ranges of stream messages removed (retention, deletion) before the bridge brought them in (in, JetStream).", []string{"bridge", "direction"}, nil)
-	bridgeDescs   = []*prometheus.Desc{dBrUp, dBrFailing, dBrLag, dBrLagBytes, dBrInFlight, dBrConfirmed, dBrResent, dBrSkipped, dBrDropped, dBrHdrDropped, dBrReconnects, dBrFailures, dBrRefused, dBrHeldBack, dBrHeldBackB, dBrGaps}
+	bridgeDescs   = []*prometheus.Desc{dBrUp, dBrFailing, dBrLag, dBrLagBytes, dBrInFlight, dBrConfirmed, dBrResent, dBrSkipped, dBrDropped, dBrHdrDropped, dBrDeadLetter, dBrReconnects, dBrFailures, dBrRefused, dBrHeldBack, dBrHeldBackB, dBrGaps}
 )
 
 // bridgeCollector reads the bridges' views at scrape time.
@@ -126,6 +127,7 @@ func (c bridgeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(dBrSkipped, prometheus.CounterValue, float64(d.Skipped), l...)
 			ch <- prometheus.MustNewConstMetric(dBrDropped, prometheus.CounterValue, float64(d.Dropped), l...)
 			ch <- prometheus.MustNewConstMetric(dBrHdrDropped, prometheus.CounterValue, float64(d.HeadersDropped), l...)
+			ch <- prometheus.MustNewConstMetric(dBrDeadLetter, prometheus.CounterValue, float64(d.DeadLettered), l...)
 			ch <- prometheus.MustNewConstMetric(dBrReconnects, prometheus.CounterValue, float64(d.Reconnects), l...)
 			ch <- prometheus.MustNewConstMetric(dBrFailures, prometheus.CounterValue, float64(d.Failures), l...)
 			ch <- prometheus.MustNewConstMetric(dBrRefused, prometheus.CounterValue, float64(d.Refused), l...)
