@@ -743,7 +743,7 @@ func (w *worker) forward(key uint64, afterSeq uint64, h handle) error {
 			if err != nil {
 				err = fmt.Errorf("send to %s on this appliance: %w", h.dest, err)
 			}
-			w.results <- result{key: key, err: err, gen: gen}
+			w.report(result{key: key, err: err, gen: gen})
 		}()
 		return nil
 	}
@@ -765,6 +765,19 @@ func (w *worker) guarded(conn *client.Conn, write func() error) error {
 	t.Stop()
 	stop()
 	return err
+}
+
+// report hands a sink's answer (a forward's result) to the worker's
+// goroutine, or drops it once the worker is stopped: nothing reads results
+// after Close, whose closing of the connections answers every forward
+// still waiting (with an error), and the goroutines past the channel's
+// room (forwards of earlier links still waiting count too) blocked
+// forever.
+func (w *worker) report(r result) {
+	select {
+	case w.results <- r:
+	case <-w.runCtx.Done():
+	}
 }
 
 // sink is the remote side of direction out. afterSeq is the sequence the

@@ -295,15 +295,15 @@ func (j *jsOut) publish(key, gen, afterSeq uint64, h handle) error {
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", h.dest, err)
 	}
-	res := j.w.results
+	w := j.w
 	go func() {
 		select {
 		case a := <-f.Ok():
-			res <- result{key: key, gen: gen, seq: a.Sequence}
+			w.report(result{key: key, gen: gen, seq: a.Sequence})
 		case err := <-f.Err():
 			var api *jetstream.APIError
 			refused := errors.As(err, &api) && (api.ErrorCode == errCodeWrongLastSeq || api.ErrorCode == errCodeWrongLastSeqConst)
-			res <- result{key: key, gen: gen, refused: refused, forGood: refusedForGood(err), err: fmt.Errorf("publish to %s: %w", h.dest, err)}
+			w.report(result{key: key, gen: gen, refused: refused, forGood: refusedForGood(err), err: fmt.Errorf("publish to %s: %w", h.dest, err)})
 		}
 	}()
 	return nil
@@ -477,7 +477,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 			return
 		}
 		hdrs := stompHeaders(msg.Headers(), skipIn)
-		in <- inMsg{
+		im := inMsg{
 			seq:     md.Sequence.Stream,
 			dseq:    md.Sequence.Consumer,
 			first:   md.NumDelivered == 1,
@@ -486,6 +486,11 @@ func (j *jsIn) connect(ctx context.Context) error {
 			headers: hdrs,
 			body:    msg.Data(),
 			ack:     msg.Ack,
+		}
+		select {
+		case in <- im:
+		case <-w.runCtx.Done():
+			// Stopped (Close): left unacknowledged, it comes again.
 		}
 	}, jetstream.PullMaxMessages(c.MaxInFlight), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		w.b.log.Debug("consume", "err", err)

@@ -86,14 +86,14 @@ func (s *stompOut) publish(key, gen, _ uint64, h handle) error {
 	if err != nil {
 		return fmt.Errorf("send to %s at the peer: %w", h.dest, err)
 	}
-	res := s.w.results
+	w := s.w
 	go func() {
 		r := <-ch
 		if r.Err != nil {
-			res <- result{key: key, gen: gen, err: fmt.Errorf("send to %s at the peer: %w", h.dest, r.Err)}
+			w.report(result{key: key, gen: gen, err: fmt.Errorf("send to %s at the peer: %w", h.dest, r.Err)})
 			return
 		}
-		res <- result{key: key, gen: gen}
+		w.report(result{key: key, gen: gen})
 	}()
 	return nil
 }
