@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/herald-mq/herald/appliance/queuecore"
 	"github.com/herald-mq/herald/appliance/stomp"
@@ -726,5 +727,30 @@ func (s *session) ackResolved(f *stomp.Frame, sub *subscription, token string, b
 	if f.Command == stomp.CmdAck {
 		return sub.q.ack(sub, token, byID), true
 	}
-	return sub.q.nack(sub, token, byID, f.Get("requeue") != "false"), true
+	return sub.q.nack(sub, token, byID, f.Get("requeue") != "false", nackReason(f.Get("reason"))), true
+}
+
+// maxNackReason bounds the reason a NACK gives (nackReason).
+const maxNackReason = 200
+
+// nackReason is the reason header of a NACK that dead-letters, as the dead
+// letter's dlq-reason gives it after "nack: ": control characters become
+// spaces, and it is cut to maxNackReason bytes (at a rune's start). The
+// broker's word stays first: a consumer explains its NACK, it does not
+// pass it for another reason (max-deliveries, expired).
+func nackReason(v string) string {
+	v = strings.TrimSpace(strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, v))
+	if len(v) > maxNackReason {
+		n := maxNackReason
+		for n > 0 && !utf8.RuneStart(v[n]) {
+			n--
+		}
+		v = v[:n]
+	}
+	return v
 }

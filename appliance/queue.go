@@ -535,9 +535,9 @@ func (q *queue) ackMany(sub *subscription, toks []queuecore.AckToken) ackResult 
 
 // nack returns the deliveries after a back-off, or dead-letters them when
 // requeue is false or they reached max_deliveries.
-func (q *queue) nack(sub *subscription, token string, byID, requeue bool) ackResult {
+func (q *queue) nack(sub *subscription, token string, byID, requeue bool, why string) ackResult {
 	return q.ackOrNack(sub, token, byID, func(id uint64, attempt int, now int64) (*queuecore.Batch, bool) {
-		return q.core.Nack(sub.con, id, attempt, requeue, now)
+		return q.core.NackReason(sub.con, id, attempt, requeue, why, now)
 	})
 }
 

@@ -96,6 +96,17 @@ func (c *Core) takeLater(con *Consumer, id uint64, attempt int) *Delivery {
 // reached max_deliveries. The message keeps blocking its group during its
 // back-off. The batch is the caller's to submit.
 func (c *Core) Nack(con *Consumer, id uint64, attempt int, requeue bool, now int64) (b *Batch, stale bool) {
+	return c.NackReason(con, id, attempt, requeue, "", now)
+}
+
+// NackReason is Nack with the consumer's reason for a NACK that
+// dead-letters (requeue false): the dead letter's reason is then
+// "nack: " + why rather than "nack".
+func (c *Core) NackReason(con *Consumer, id uint64, attempt int, requeue bool, why string, now int64) (b *Batch, stale bool) {
+	reason := "nack"
+	if why != "" {
+		reason += ": " + why
+	}
 	taken := c.take(con, id, attempt)
 	if taken == nil {
 		return nil, true
@@ -106,7 +117,7 @@ func (c *Core) Nack(con *Consumer, id uint64, attempt int, requeue bool, now int
 		switch {
 		case c.cfg.DeadLetter && !requeue:
 			m.state = stLeaving
-			p.ops = append(p.ops, Op{Kind: OpDeadLetter, Msg: m, Reason: "nack"})
+			p.ops = append(p.ops, Op{Kind: OpDeadLetter, Msg: m, Reason: reason})
 		case c.cfg.DeadLetter && c.cfg.MaxDeliveries > 0 && m.Deliveries >= c.cfg.MaxDeliveries:
 			m.state = stLeaving
 			p.ops = append(p.ops, Op{Kind: OpDeadLetter, Msg: m, Reason: "max-deliveries"})
