@@ -212,10 +212,10 @@ type remote interface {
 // handle is how to acknowledge an item at its source.
 type handle struct {
 	ack func() error
-	// nack sends a queue message to its dead-letter queue at the source
-	// (direction out: a NACK with requeue:false); nil for a topic message
-	// and for direction in.
-	nack  func() error
+	// nack sends a queue message to its dead-letter queue at the source,
+	// saying why (direction out: a NACK with requeue:false and a reason);
+	// nil for a topic message and for direction in.
+	nack  func(reason string) error
 	id    string // dedup id
 	topic bool   // best effort: dropped rather than fail the link
 	src   string // the source's destination (direction out: the local one)
@@ -616,7 +616,8 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 	}
 	hdrs = append(hdrs, stomp.Header{Key: HeaderOrigin, Value: origin}, stomp.Header{Key: HeaderHops, Value: strconv.Itoa(hops + 1)})
 	var id string
-	var ack, nack func() error
+	var ack func() error
+	var nack func(string) error
 	if topic {
 		// Best effort: a topic message is forwarded only while the link
 		// is up with room in the window, else dropped (counted); so is
@@ -639,8 +640,10 @@ func (w *worker) takeLocal(ctx context.Context, f *stomp.Frame) {
 		id = w.cfg().ApplianceID + ":" + f.Get("message-id")
 		c := w.local
 		ack = func() error { return w.guarded(c, func() error { return c.Ack(f) }) }
-		nack = func() error {
-			return w.guarded(c, func() error { return c.Nack(f, stomp.Header{Key: "requeue", Value: "false"}) })
+		nack = func(reason string) error {
+			return w.guarded(c, func() error {
+				return c.Nack(f, stomp.Header{Key: "requeue", Value: "false"}, stomp.Header{Key: "reason", Value: reason})
+			})
 		}
 	}
 	skip := hops >= w.cfg().MaxHops || f.Get(HeaderVia) == w.cfg().Name
@@ -836,7 +839,8 @@ func (w *worker) onResult(ctx context.Context, r result) {
 // changes (perMessage, refusedForGood). A topic message is dropped
 // (counted); a queue message goes to its queue's dead-letter queue at the
 // source, the way this appliance dead-letters others (a NACK with
-// requeue:false: dlq-original-destination, dlq-reason), counted
+// requeue:false: dlq-original-destination, and dlq-reason "nack: bridge
+// NAME: " and the refusal), counted
 // (herald_bridge_dead_lettered_total) and logged at most once per
 // log_interval. Before, it failed the link at every attempt, and nothing
 // behind it went out. If the NACK does not reach this appliance, the
@@ -848,7 +852,7 @@ func (w *worker) letGo(h handle, err error) {
 		return
 	}
 	w.deadLettered.Add(1)
-	nerr := h.nack()
+	nerr := h.nack("bridge " + w.cfg().Name + ": the other side refuses it for good: " + err.Error())
 	if nerr != nil {
 		w.b.log.Debug("dead-lettering a message at the source failed (it comes again)", "direction", w.dir, "err", nerr)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func TestBridge_QueueNATSRefusesDeadLettered(t *testing.T) {
 		t.Fatalf("stream holds %d of the 5 queue messages NATS takes: the out direction is stuck behind one it refuses; view %+v", got, br.View().Directions[0])
 	}
 	streamInOrder(t, js, "sites.a.orders", 5)
-	checkDeadLettered(t, pa, "/queue/DLQ.orders", "/queue/orders", 2<<20)
+	checkDeadLettered(t, pa, "/queue/DLQ.orders", "/queue/orders", 2<<20, "maximum payload exceeded")
 	d := br.View().Directions[0]
 	if d.DeadLettered != 1 || d.Failures != 0 {
 		t.Errorf("dead_lettered_total %d, want 1; failures %d, want 0 (last error %q)", d.DeadLettered, d.Failures, d.LastError)
@@ -54,8 +55,9 @@ func TestBridge_QueueNATSRefusesDeadLettered(t *testing.T) {
 }
 
 // checkDeadLettered reads one message of size bytes from dlq, which must
-// name orig as where it came from and a reason.
-func checkDeadLettered(t *testing.T, c *client.Conn, dlq, orig string, size int) {
+// name orig as where it came from, and as the reason the bridge's NACK
+// (dlq-reason "nack: bridge backbone: ...") with the refusal, why.
+func checkDeadLettered(t *testing.T, c *client.Conn, dlq, orig string, size int, why string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -69,8 +71,8 @@ func checkDeadLettered(t *testing.T, c *client.Conn, dlq, orig string, size int)
 		if got := f.Get("dlq-original-destination"); got != orig {
 			t.Errorf("%s: dlq-original-destination %q, want %q", dlq, got, orig)
 		}
-		if f.Get("dlq-reason") == "" {
-			t.Errorf("%s: no dlq-reason", dlq)
+		if r := f.Get("dlq-reason"); !strings.HasPrefix(r, "nack: bridge backbone: ") || !strings.Contains(r, why) {
+			t.Errorf("%s: dlq-reason %q, want the bridge's NACK naming %q", dlq, r, why)
 		}
 		if len(f.Body) != size {
 			t.Errorf("%s: a message of %d bytes, want %d", dlq, len(f.Body), size)
@@ -133,7 +135,7 @@ func TestBridge_QueueStreamRefusesDeadLettered(t *testing.T) {
 	if got := waitStreamCount(t, js, "sites.a.orders", 19, 15*time.Second); got != 19 {
 		t.Fatalf("stream holds %d of the 19 messages it takes: the out direction is stuck behind one it refuses; view %+v", got, br.View().Directions[0])
 	}
-	checkDeadLettered(t, pa, "/queue/DLQ.orders", "/queue/orders", 8192)
+	checkDeadLettered(t, pa, "/queue/DLQ.orders", "/queue/orders", 8192, "message size exceeds maximum allowed")
 	d := br.View().Directions[0]
 	if d.DeadLettered != 1 {
 		t.Errorf("dead_lettered_total %d, want 1 (last error %q)", d.DeadLettered, d.LastError)
