@@ -83,9 +83,18 @@ func (q *queue) purge(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// queueDeletion is a queue DeleteQueue is purging; done closes with the
+// outcome.
+type queueDeletion struct {
+	q    *queue
+	done chan struct{}
+}
+
 // DeleteQueue purges queue and forgets it. A queue with consumers is not
-// deleted (ErrQueueBusy). A SUBSCRIBE or SEND racing with the delete finds
-// the name's new queue.
+// deleted (ErrQueueBusy). A client's SUBSCRIBE or SEND racing with the
+// delete waits for it and finds the name's new queue (openQueue). A delete
+// whose purge fails changes nothing more than the purges that committed:
+// the queue stays, with what it still holds, and the error says to retry.
 func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 	b.mu.Lock()
 	q := b.queues[name]
@@ -95,15 +104,43 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 	}
 	q.mu.Lock()
 	n := q.core.Consumers()
+	d := &queueDeletion{q: q, done: make(chan struct{})}
 	if n == 0 {
 		q.deleted = true
 		delete(b.queues, name)
+		b.deleting[name] = d
 	}
 	q.mu.Unlock()
 	b.mu.Unlock()
 	if n > 0 {
 		return 0, fmt.Errorf("%w: %s has %d consumers; close them first (herald connections)", ErrQueueBusy, name, n)
 	}
+	purged, err := b.deleteQueue(ctx, q)
+	b.mu.Lock()
+	delete(b.deleting, name)
+	if err != nil {
+		// Not deleted: the queue and what it holds stay (the journal
+		// still has those messages; a new queue of the name would not
+		// know them until a restart).
+		q.mu.Lock()
+		q.deleted = false
+		q.mu.Unlock()
+		b.queues[name] = q
+	}
+	b.mu.Unlock()
+	close(d.done)
+	if err != nil {
+		q.run(func(now int64) {}) // wake it: what waited for the delete goes on
+		return 0, err
+	}
+	q.stop()
+	b.log.Info("queue deleted", "queue", name, "messages", purged)
+	return purged, nil
+}
+
+// deleteQueue purges q until it holds nothing.
+func (b *Broker) deleteQueue(ctx context.Context, q *queue) (int, error) {
+	name := q.name
 	purged, err := q.purge(ctx)
 	// A purge keeps the messages in flight: a delivery whose consumer left
 	// while its claim was committing comes back when the claim completes.
@@ -126,12 +163,7 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 			err = fmt.Errorf("delete %s: %d messages still in flight: %w; retry", name, left, ctx.Err())
 		}
 	}
-	q.stop()
-	if err != nil {
-		return 0, err
-	}
-	b.log.Info("queue deleted", "queue", name, "messages", purged)
-	return purged, nil
+	return purged, err
 }
 
 // Requeue moves up to max (0: all) messages of the dead-letter queue of

@@ -81,6 +81,9 @@ type Broker struct {
 	reloadMu  sync.Mutex // serialises Reload (reload.go)
 	mu        sync.Mutex
 	queues    map[string]*queue
+	// deleting are the queues DeleteQueue is purging, by name: out of
+	// queues, back in it if the purge fails (admin_ops.go).
+	deleting map[string]*queueDeletion
 	sessions  map[uint64]*session
 	perAddr   map[string]int // open sessions per client IP address
 	listeners []net.Listener
@@ -157,6 +160,7 @@ func New(o Options) *Broker {
 		now:       o.Now,
 		realClock: realClock,
 		queues:    map[string]*queue{},
+		deleting:  map[string]*queueDeletion{},
 		sessions:  map[uint64]*session{},
 		perAddr:   map[string]int{},
 		topics:    newTopicRegistry(),
@@ -496,15 +500,41 @@ func (b *Broker) shedCaches() {
 }
 
 // queue returns the queue named name, creating it in memory.
+//
+// While DeleteQueue purges the name's queue, it returns that queue: what
+// reaches it meanwhile (a dead letter, a requeue, a SEND that resolved the
+// queue before the delete and commits after) is purged with it, or stays
+// with it if the purge fails. The broker's own paths call this, some from
+// a journal completion, so it never waits for the delete; clients' paths
+// use openQueue, which does.
 func (b *Broker) queue(name string) *queue {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q := b.queues[name]
 	if q == nil {
+		if d := b.deleting[name]; d != nil {
+			return d.q
+		}
 		q = newQueue(b, name)
 		b.queues[name] = q
 	}
 	return q
+}
+
+// queueAfterDelete is queue for a client that held the name's queue when
+// DeleteQueue took it: it waits for the delete's outcome as openQueue does,
+// and then makes the name's queue whatever queues.max_queues says (the
+// client had a queue of that name already).
+func (b *Broker) queueAfterDelete(name string) *queue {
+	b.mu.Lock()
+	for b.queues[name] == nil && b.deleting[name] != nil {
+		d := b.deleting[name]
+		b.mu.Unlock()
+		<-d.done
+		b.mu.Lock()
+	}
+	b.mu.Unlock()
+	return b.queue(name)
 }
 
 // ErrTooManyQueues refuses a client's new queue beyond queues.max_queues.
@@ -512,11 +542,24 @@ var ErrTooManyQueues = errors.New("appliance: too many queues")
 
 // openQueue is queue for clients: it creates a queue only below
 // queues.max_queues, so a client cannot exhaust memory with names.
+//
+// While DeleteQueue purges the name's queue, it waits for the outcome: the
+// name's new queue once the delete succeeded, the same queue if it failed
+// (its messages are still in the journal, and must stay deliverable).
 func (b *Broker) openQueue(name string) (*queue, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if q := b.queues[name]; q != nil {
-		return q, nil
+	for {
+		if q := b.queues[name]; q != nil {
+			return q, nil
+		}
+		d := b.deleting[name]
+		if d == nil {
+			break
+		}
+		b.mu.Unlock()
+		<-d.done
+		b.mu.Lock()
 	}
 	if len(b.queues) >= b.cfg().Queues.MaxQueues {
 		return nil, fmt.Errorf("%w: %d queues exist (queues.max_queues); delete unused ones with: herald queue delete NAME", ErrTooManyQueues, len(b.queues))

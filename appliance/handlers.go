@@ -459,8 +459,8 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 	// RECEIPT.
 	for !sub.q.addConsumer(sub) {
 		// Deleted meanwhile (herald queue delete): subscribe to the name's
-		// new queue.
-		sub.q = s.b.queue(name)
+		// new queue, or to this one again if the delete failed.
+		sub.q = s.b.queueAfterDelete(name)
 	}
 	s.receipt(f)
 	return true

@@ -2,6 +2,7 @@ package appliance_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -572,4 +573,57 @@ func TestQueue_TransactionNackThenSendToDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, bodies(t, dsub, 2), []string{"a", "b"})
+}
+
+// TestQueue_DeleteRacesSends: producers SEND with receipts while the queue
+// is deleted again and again. Whatever each delete purged, what the broker
+// holds afterwards is what its journal holds: the count in memory equals
+// the count after a restart, and a consumer gets exactly that many. (A
+// message committed into a queue the delete had taken, or a SEND that
+// waited for a delete, must land in a queue that counts it.)
+func TestQueue_DeleteRacesSends(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	const name = "delrace"
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := tb.Dial(t)
+			defer c.Close()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := c.SendReceipt(ctxT(t), "/queue/"+name, []byte(fmt.Sprintf("%d-%d", p, i))); err != nil {
+					t.Errorf("producer %d: %v", p, err)
+					return
+				}
+			}
+		}()
+	}
+	deletes := 0
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if _, err := tb.B.DeleteQueue(ctxT(t), name); err == nil {
+			deletes++
+		} else if !errors.Is(err, appliance.ErrNoQueue) {
+			t.Fatalf("delete: %v", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	waitFor(t, 10*time.Second, "producers' connections closed", func() bool { return tb.B.Stats().Connections == 0 })
+	v, _ := tb.B.Queue(name)
+	tb.Restart()
+	after, _ := tb.B.Queue(name)
+	t.Logf("%d deletes; %d messages left in memory, %d after a restart", deletes, v.Messages, after.Messages)
+	if deletes == 0 || v.Messages != after.Messages {
+		t.Fatalf("%d deletes; the broker counted %d messages, its journal %d (after a restart)", deletes, v.Messages, after.Messages)
+	}
+	if v.Messages > 0 {
+		drain(t, tb.Addr, "/queue/"+name, v.Messages, v.Messages, nil)
+	}
 }
