@@ -116,6 +116,14 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 		return 0, fmt.Errorf("%w: %s has %d consumers; close them first (herald connections)", ErrQueueBusy, name, n)
 	}
 	purged, err := b.deleteQueue(ctx, q)
+	if err == nil {
+		// A dedup id is the producer's word for one message of this
+		// queue: a new queue of the name (a temporary queue's name comes
+		// again in the next run) starts with none, as its messages do.
+		if _, ferr := b.submitWait(ctx, &Batch{Ops: []Op{{Kind: OpForgetDedup, Queue: name}}}); ferr != nil {
+			err = fmt.Errorf("delete %s: forget its dedup ids: %w; retry", name, ferr)
+		}
+	}
 	b.mu.Lock()
 	delete(b.deleting, name)
 	if err != nil {

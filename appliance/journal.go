@@ -44,6 +44,9 @@ const (
 	// OpLock stores advisory lock Lock.Name's last fencing token (lock.go),
 	// which must be higher than the stored one.
 	OpLock
+	// OpForgetDedup deletes the dedup ids recorded for queue Queue (the
+	// queue was deleted: a new queue of the name starts with none).
+	OpForgetDedup
 )
 
 // Op is one journal operation. Inputs are set by the caller; outputs by the
@@ -56,7 +59,7 @@ type Op struct {
 	Mark       bool            // OpClaim: raise Queue's delivered mark to ID (no claim row)
 	NoClaim    bool            // OpDelete: the message has no claim row (only its own row is deleted)
 	NotBefore  int64           // OpRelease
-	Queue      string          // OpMove: destination queue; OpClaim with Mark: the message's queue
+	Queue      string          // OpMove: destination queue; OpClaim with Mark: the message's queue; OpForgetDedup
 	Headers    headers.Headers // OpMove: replacement headers (nil: keep)
 	Size       int             // OpMove: the moved message's Size with its new headers (0: keep)
 

@@ -391,6 +391,42 @@ func TestQueue_Dedup(t *testing.T) {
 	expectNone(t, sub, 150*time.Millisecond)
 }
 
+// TestQueue_DeleteForgetsDedupIds: a queue delete forgets the queue's
+// dedup ids, as it does its messages: a new queue of the name (a temporary
+// queue's name comes again in a later run) takes a message with an id the
+// deleted one had seen, and remembers it from then on, across a restart.
+func TestQueue_DeleteForgetsDedupIds(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	p := tb.Dial(t)
+	send := func(body string) bool {
+		t.Helper()
+		r, err := p.SendReceipt(ctxT(t), "/queue/ddel", []byte(body), hdr("dedup-id", "job-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Get("duplicate") == "true"
+	}
+	if send("old") || !send("old again") {
+		t.Fatal("before the delete: want the first send stored, the second a duplicate")
+	}
+	if _, err := tb.B.DeleteQueue(ctxT(t), "ddel"); err != nil {
+		t.Fatal(err)
+	}
+	if send("new") {
+		t.Fatal("after the delete: job-1 is still a duplicate; the deleted queue's dedup ids were kept")
+	}
+	p.Close()
+	tb.Restart()
+	p = tb.Dial(t)
+	if !send("new again") {
+		t.Fatal("after a restart: job-1 of the new queue is forgotten")
+	}
+	c := tb.Dial(t)
+	sub, _ := c.Subscribe("/queue/ddel", "auto")
+	eq(t, bodies(t, sub, 1), []string{"new"})
+	expectNone(t, sub, 150*time.Millisecond)
+}
+
 // TestQueue_StaleAckIgnored: an ACK or NACK carrying the token of an older
 // delivery attempt is ignored (RECEIPT, no ERROR), never applied to the
 // current attempt, and counted: exactly once per stale frame, on the queue

@@ -182,6 +182,14 @@ func (s *Store) applyOp(ctx context.Context, op *appliance.Op, now int64, hb *[]
 			if err := s.applyLock(ctx, op.Lock); err != nil {
 				return err
 			}
+		case appliance.OpForgetDedup:
+			q, err := s.qid(ctx, op.Queue)
+			if err != nil {
+				return err
+			}
+			if _, err := s.wc.ExecContext(ctx, "DELETE FROM dedup WHERE qid=?", q); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("journal: unknown op kind %d", op.Kind)
 		}
