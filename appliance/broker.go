@@ -78,12 +78,12 @@ type Broker struct {
 	// clock read at a frame's start (frameAt) may stand for it (publish).
 	realClock bool
 
-	reloadMu  sync.Mutex // serialises Reload (reload.go)
-	mu        sync.Mutex
-	queues    map[string]*queue
+	reloadMu sync.Mutex // serialises Reload (reload.go)
+	mu       sync.Mutex
+	queues   map[string]*queue
 	// deleting are the queues DeleteQueue is purging, by name: out of
 	// queues, back in it if the purge fails (admin_ops.go).
-	deleting map[string]*queueDeletion
+	deleting  map[string]*queueDeletion
 	sessions  map[uint64]*session
 	perAddr   map[string]int // open sessions per client IP address
 	listeners []net.Listener
