@@ -442,6 +442,10 @@ func (s *Store) writer() {
 			s.wmu.Unlock()
 			continue
 		}
+		// Cleared first: a batch of an earlier, larger group left in the
+		// tail would keep its Done (and the frames and messages its
+		// closure holds) alive until a group as large came again.
+		clear(batches)
 		batches = append(batches[:0], first)
 		n := len(first.Ops)
 	drain:
