@@ -65,6 +65,16 @@ type span struct {
 // frames.
 const maxKeptText = 64 << 10
 
+// maxSharedText is the most header text whose headers share one string
+// (one allocation for a frame's headers, the common case). Past it each
+// header gets a string of its own: a string shared by every header lives
+// as long as any of them, so a retained header (a queue message keeps some
+// of a SEND's headers, a RECEIPT its receipt-id, a subscription its id)
+// would hold every byte the frame's headers carried (up to
+// max_header_bytes) while counted at its own size. 256 bytes is about the
+// memory a message or frame costs beside its header bytes anyway.
+const maxSharedText = 256
+
 // NewReader returns a Reader over r with the given limits. The version is
 // unknown (no escaping) until SetVersion is called after CONNECT.
 func NewReader(r io.Reader, limits Limits) *Reader {
@@ -212,18 +222,33 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		sp.v1 = len(r.text)
 		r.spans = append(r.spans, sp)
 	}
-	text := string(r.text)
-	if cap(r.text) > maxKeptText {
-		r.text = nil
-	}
 	f := newFrame(len(r.spans))
 	f.Command = cmd
-	for _, sp := range r.spans {
-		key := sp.key
-		if key == "" {
-			key = text[sp.k0:sp.k1]
+	if len(r.text) <= maxSharedText {
+		text := string(r.text)
+		for _, sp := range r.spans {
+			key := sp.key
+			if key == "" {
+				key = text[sp.k0:sp.k1]
+			}
+			f.Headers = append(f.Headers, Header{Key: key, Value: text[sp.v0:sp.v1]})
 		}
-		f.Headers = append(f.Headers, Header{Key: key, Value: text[sp.v0:sp.v1]})
+	} else {
+		// Each header a string of its own: what outlives the frame (a
+		// message's kept headers, a receipt-id, a subscription id) holds
+		// only itself, not every header the frame carried.
+		for _, sp := range r.spans {
+			if sp.key != "" {
+				f.Headers = append(f.Headers, Header{Key: sp.key, Value: string(r.text[sp.v0:sp.v1])})
+				continue
+			}
+			// Key and value are adjacent in r.text: one string for both.
+			kv := string(r.text[sp.k0:sp.v1])
+			f.Headers = append(f.Headers, Header{Key: kv[:sp.k1-sp.k0], Value: kv[sp.v0-sp.k0:]})
+		}
+	}
+	if cap(r.text) > maxKeptText {
+		r.text = nil
 	}
 
 	n, err := f.ContentLength()

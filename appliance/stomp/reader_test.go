@@ -491,9 +491,10 @@ func TestReader_OnFrameStart(t *testing.T) {
 	}
 }
 
-// A frame costs three allocations whatever its headers: the frame (with
-// room for its headers), one string holding all its header text (unknown
-// keys and every value, unescaped), and the body. Values must still be
+// A frame costs three allocations whatever its headers, up to 256 bytes of
+// header text (maxSharedText; past it each header is a string of its own):
+// the frame (with room for its headers), one string holding all its header
+// text (unknown keys and every value, unescaped), and the body. Values must still be
 // their own: a later frame read into the same Reader leaves them alone.
 func TestReader_OneStringPerFrame(t *testing.T) {
 	one := stomp.Encode(stomp.NewFrame(stomp.CmdSend,
