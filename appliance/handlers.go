@@ -425,7 +425,11 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 		s.fail(f, "too many queues", err.Error())
 		return false
 	}
-	con := &queuecore.Consumer{Ref: sub, Prefetch: sub.q.cfg().Prefetch, Mode: queuecore.AckMode(sub.ack)}
+	// Its messages not yet acknowledged (auto: not yet written) weigh at
+	// most stomp.max_output_bytes, whatever its prefetch: a consumer that
+	// does not read (or ack) cannot have the queue page in and hold up to
+	// prefetch-count messages of up to max_body_bytes each.
+	con := &queuecore.Consumer{Ref: sub, Prefetch: sub.q.cfg().Prefetch, Mode: queuecore.AckMode(sub.ack), MaxBytes: s.b.cfg().Stomp.MaxOutputBytes}
 	if sub.ack == ackAuto {
 		con.Prefetch = s.b.cfg().Queues.AutoPrefetch
 	}

@@ -65,6 +65,8 @@ func (c *Core) AckMany(con *Consumer, toks []AckToken, now int64) (b *Batch, sta
 		for _, x := range con.inflight {
 			if !x.ended {
 				kept = append(kept, x)
+			} else {
+				con.inflightBytes -= x.Msg.Size
 			}
 		}
 		clear(con.inflight[len(kept):])
@@ -191,6 +193,7 @@ func (c *Core) take(con *Consumer, id uint64, attempt int) []*Delivery {
 		d.ended = true
 		c.dropDeadline(d)
 		delete(c.flight, d.Msg.ID)
+		con.inflightBytes -= d.Msg.Size
 	}
 	return taken
 }
@@ -214,6 +217,8 @@ func (c *Core) Written(ds []*Delivery, now int64) {
 		for _, d := range con.inflight {
 			if !d.ended {
 				kept = append(kept, d)
+			} else {
+				con.inflightBytes -= d.Msg.Size
 			}
 		}
 		clear(con.inflight[len(kept):])
@@ -320,6 +325,7 @@ func (c *Core) claimDone(d *Delivery, err error, retryAt, now int64) {
 		delete(c.flight, m.ID)
 		if !d.abandoned {
 			d.C.inflight = removeDelivery(d.C.inflight, d)
+			d.C.inflightBytes -= m.Size
 		}
 		m.NotBefore = max(m.NotBefore, retryAt)
 		c.place(m, now)

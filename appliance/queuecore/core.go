@@ -714,7 +714,7 @@ func (c *Core) Unsubscribe(con *Consumer, now int64) {
 	}
 	con.closed = true
 	held := con.inflight
-	con.inflight = nil
+	con.inflight, con.inflightBytes = nil, 0
 	for _, d := range held {
 		if !d.claimed {
 			d.abandoned = true // finished when its claim completes
@@ -811,6 +811,7 @@ func (c *Core) dispatchOnce(now int64) bool {
 			d := &Delivery{Msg: m, C: con, Attempt: m.Deliveries}
 			c.flight[m.ID] = d
 			con.inflight = append(con.inflight, d)
+			con.inflightBytes += m.Size
 			c.Delivered++
 			if m.Deliveries > 1 {
 				c.Redelivered++
@@ -890,7 +891,7 @@ func (c *Core) nextConsumer() *Consumer {
 	n := len(c.consumers)
 	for i := 0; i < n; i++ {
 		con := c.consumers[(c.rr+i)%n]
-		if len(con.inflight) < con.Prefetch {
+		if len(con.inflight) < con.Prefetch && (con.MaxBytes <= 0 || con.inflightBytes < con.MaxBytes || len(con.inflight) == 0) {
 			c.rr = (c.rr + i + 1) % n
 			return con
 		}
@@ -936,6 +937,7 @@ func (c *Core) promote(now int64) {
 	sortDeliveries(expired)
 	for _, d := range expired {
 		d.C.inflight = removeDelivery(d.C.inflight, d)
+		d.C.inflightBytes -= d.Msg.Size
 		c.AckTimeouts++
 		c.out.Events = append(c.out.Events, Event{Kind: EvAckTimeout, ID: d.Msg.ID})
 		c.release(d, now)

@@ -52,9 +52,15 @@ type Consumer struct {
 	Prefetch   int
 	Mode       AckMode
 	AckTimeout int64 // ms; 0 = none
+	// MaxBytes bounds the deliveries the consumer holds (not yet acked; in
+	// AckAuto, not yet written) in bytes (Msg.Size), beside Prefetch: past
+	// it the consumer gets no more until some leave, though always one.
+	// 0: no bound.
+	MaxBytes int64
 
-	inflight []*Delivery // delivery order, for cumulative acks
-	closed   bool
+	inflight      []*Delivery // delivery order, for cumulative acks
+	inflightBytes int64       // Msg.Size of inflight
+	closed        bool
 }
 
 // InFlight is the number of deliveries the consumer holds.

@@ -918,6 +918,10 @@ func (s *sim) subscribe(q int) *simCon {
 	if c.Mode != AckAuto && s.r.intn(3) == 0 {
 		c.AckTimeout = 20 + int64(s.r.intn(200))
 	}
+	if c.Prefetch == 5 {
+		// A byte bound too (sizes are 1 to 100): often what stops it.
+		c.MaxBytes = 120
+	}
 	return s.subscribeWith(q, c)
 }
 
@@ -1659,6 +1663,17 @@ func (s *sim) check() {
 			if len(sc.out) > sc.c.Prefetch || sc.c.InFlight() > sc.c.Prefetch {
 				s.failf("%s holds %d (core: %d), prefetch %d", sc.name, len(sc.out), sc.c.InFlight(), sc.c.Prefetch)
 			}
+			var held, last int64
+			for _, d := range sc.c.inflight {
+				held += d.Msg.Size
+				last = d.Msg.Size
+			}
+			if held != sc.c.inflightBytes {
+				s.failf("%s: the core counts %d bytes in flight, its deliveries weigh %d", sc.name, sc.c.inflightBytes, held)
+			}
+			if sc.c.MaxBytes > 0 && held-last >= sc.c.MaxBytes {
+				s.failf("%s holds %d bytes, %d before its last delivery, max_bytes %d", sc.name, held, held-last, sc.c.MaxBytes)
+			}
 			for _, d := range sc.out {
 				if !s.cores[q].Holds(sc.c, d.Msg.ID) {
 					s.failf("%s holds %d#%d, the core says it does not", sc.name, d.Msg.ID, d.Attempt)
@@ -1814,6 +1829,13 @@ func (s *sim) checkNoStall() {
 		for _, sc := range s.cons {
 			if sc.q != q || len(sc.out) >= sc.c.Prefetch {
 				continue
+			}
+			var held int64
+			for _, d := range sc.out {
+				held += d.Msg.Size
+			}
+			if sc.c.MaxBytes > 0 && len(sc.out) > 0 && held >= sc.c.MaxBytes {
+				continue // full in bytes
 			}
 			for _, id := range s.sortedIDs(q) {
 				x := s.rows[id]
