@@ -164,8 +164,11 @@ func (b *Broker) ListenWeb(addr string, tc *tls.Config, handler http.Handler) (n
 	// HTTP connections (upgraded or not) are at most stomp.max_connections
 	// at once, as at start: past it accepting waits for one to end. A
 	// connection that sends no request is closed after 10 s
-	// (ReadHeaderTimeout, also the keep-alive idle time).
-	var sln net.Listener = netutil.LimitListener(ln, b.cfg().Stomp.MaxConnections)
+	// (ReadHeaderTimeout, also the keep-alive idle time). One address
+	// holds at most stomp.max_connections_per_address of them (as on the
+	// STOMP listener): past it a connection is refused at once, without
+	// taking a slot, so that one client cannot hold every slot.
+	var sln net.Listener = netutil.LimitListener(&perAddrListener{Listener: ln, b: b, tls: tc != nil, n: map[string]int{}}, b.cfg().Stomp.MaxConnections)
 	if tc != nil {
 		if b.authz.tls.Load() == nil {
 			b.authz.tls.Store(tc)
@@ -211,6 +214,65 @@ func (b *Broker) ListenWeb(addr string, tc *tls.Config, handler http.Handler) (n
 		srv.Close()
 	}()
 	return ln.Addr(), nil
+}
+
+// perAddrListener refuses a connection from an address that already holds
+// stomp.max_connections_per_address of the web listener's connections:
+// over plain HTTP with a 503 naming the setting, over HTTPS by closing it
+// (an answer would need the handshake, which would wait for the client).
+type perAddrListener struct {
+	net.Listener
+	b   *Broker
+	tls bool
+
+	mu sync.Mutex
+	n  map[string]int // open connections per client IP address
+}
+
+func (l *perAddrListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		addr := peerAddress(c)
+		limit := l.b.cfg().Stomp.MaxConnectionsPerAddress
+		l.mu.Lock()
+		if l.n[addr] < limit {
+			l.n[addr]++
+			l.mu.Unlock()
+			return &perAddrConn{Conn: c, l: l, addr: addr}, nil
+		}
+		l.mu.Unlock()
+		l.b.stats.refused.Add(1)
+		reason := fmt.Sprintf("too many connections from %s (stomp.max_connections_per_address %d)", addr, limit)
+		l.b.log.Warn("web: connection refused", "peer", c.RemoteAddr().String(), "reason", reason)
+		if !l.tls {
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+reason+"\n")
+		}
+		c.Close()
+	}
+}
+
+// perAddrConn gives its address's slot back when closed (also once
+// hijacked: the WebSocket closes the connection it took over).
+type perAddrConn struct {
+	net.Conn
+	l    *perAddrListener
+	addr string
+	once sync.Once
+}
+
+func (c *perAddrConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		if c.l.n[c.addr]--; c.l.n[c.addr] <= 0 {
+			delete(c.l.n, c.addr)
+		}
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // serveWebSocket upgrades /stomp and hands the connection to accept.
