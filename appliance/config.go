@@ -116,6 +116,7 @@ type StompConfig struct {
 	IdleTimeout              Duration `toml:"idle_timeout" json:"idle_timeout"`
 	WriteTimeout             Duration `toml:"write_timeout" json:"write_timeout"`
 	MaxTxFrames              int      `toml:"max_transaction_frames" json:"max_transaction_frames"`
+	MaxTransactions          int      `toml:"max_transactions" json:"max_transactions"`
 	MaxOutputBytes           int64    `toml:"max_output_bytes" json:"max_output_bytes"`
 	MaxTxBytes               int64    `toml:"max_transaction_bytes" json:"max_transaction_bytes"`
 	MaxJournalPendingBytes   int64    `toml:"max_journal_pending_bytes" json:"max_journal_pending_bytes"`
@@ -341,6 +342,7 @@ func DefaultConfig() Config {
 			IdleTimeout:              Duration{10 * time.Minute},
 			WriteTimeout:             Duration{30 * time.Second},
 			MaxTxFrames:              10000,
+			MaxTransactions:          16,
 			MaxOutputBytes:           64 << 20,
 			MaxTxBytes:               64 << 20,
 			MaxJournalPendingBytes:   1 << 20,
@@ -534,6 +536,7 @@ func (c *Config) Validate() error {
 	pos("stomp.max_header_line", c.Stomp.MaxHeaderLine)
 	pos("stomp.max_body_bytes", c.Stomp.MaxBodyBytes)
 	pos("stomp.max_transaction_frames", c.Stomp.MaxTxFrames)
+	pos("stomp.max_transactions", c.Stomp.MaxTransactions)
 	pos64("stomp.max_output_bytes", c.Stomp.MaxOutputBytes)
 	pos64("stomp.max_transaction_bytes", c.Stomp.MaxTxBytes)
 	pos64("stomp.max_journal_pending_bytes", c.Stomp.MaxJournalPendingBytes)

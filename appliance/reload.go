@@ -61,6 +61,7 @@ var reloadKeys = map[string]reloadClass{
 	"stomp.idle_timeout":                reloadable,
 	"stomp.write_timeout":               reloadable,
 	"stomp.max_transaction_frames":      reloadable,
+	"stomp.max_transactions":            reloadable,
 	"stomp.max_output_bytes":            reloadable,
 	"stomp.max_transaction_bytes":       reloadable,
 	"stomp.max_journal_pending_bytes":   reloadable,

@@ -36,8 +36,8 @@ func (s *session) onBegin(f *stomp.Frame) bool {
 		s.fail(f, "transaction already open", fmt.Sprintf("Transaction %q is already open on this connection.", id))
 		return false
 	}
-	if len(s.txs) >= 16 {
-		s.fail(f, "too many transactions", "A connection may hold at most 16 open transactions.")
+	if limit := s.b.cfg().Stomp.MaxTransactions; len(s.txs) >= limit {
+		s.fail(f, "too many transactions", fmt.Sprintf("A connection may hold at most %d open transactions (stomp.max_transactions); COMMIT or ABORT one first, or raise stomp.max_transactions.", limit))
 		return false
 	}
 	s.txs[id] = &transaction{policy: s.b.authz.policy.Load()}
