@@ -233,7 +233,8 @@ func TestReviewHostile_TooManyTransactionsNamesSetting(t *testing.T) {
 // one address at stomp.max_connections_per_address, none of it counted in
 // the memory budget; and each subscription kept the whole header text of
 // its SUBSCRIBE (up to stomp.max_header_bytes, 64 KiB) as long as its id
-// shared that text.
+// shared that text. Either what they hold is bounded (or charged), or such
+// an id is refused with an ERROR that says how long one may be.
 func TestReviewHostile_SubscriptionsBoundedInBytes(t *testing.T) {
 	tb := mustStartBroker(t, nil)
 	const n = 1000
@@ -253,7 +254,17 @@ func TestReviewHostile_SubscriptionsBoundedInBytes(t *testing.T) {
 		_, err := r.c.Write([]byte(buf.String()))
 		wrote <- err
 	}()
-	if f := r.frame(); f.Command != stomp.CmdReceipt {
+	f := r.frame()
+	if f.Command == stomp.CmdError {
+		// Refusing such an id is a bound too, if the ERROR says which.
+		if !strings.Contains(f.Get("message")+string(f.Body), "bytes") {
+			t.Fatalf("ERROR %q %q for a 15 KB subscription id names no bound", f.Get("message"), f.Body)
+		}
+		t.Logf("refused: %s: %s", f.Get("message"), f.Body)
+		<-wrote
+		return
+	}
+	if f.Command != stomp.CmdReceipt {
 		t.Fatalf("got %s %v %q, want RECEIPT", f.Command, f.Headers, f.Body)
 	}
 	if err := <-wrote; err != nil {
