@@ -362,6 +362,12 @@ func (s *session) newMessage(f *stomp.Frame, queue string) (*Message, error) {
 
 // --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------
 
+// maxSubscriptionID bounds a subscription id in bytes: a connection keeps
+// each of its (at most stomp.max_subscriptions) ids for as long as the
+// subscription lasts, and repeats it in every MESSAGE. Clients use short
+// ids; STOMP 1.0's default, the destination, is a few hundred bytes at most.
+const maxSubscriptionID = 1024
+
 func (s *session) onSubscribe(f *stomp.Frame) bool {
 	dest, ok := s.required(f, "destination")
 	if !ok {
@@ -374,6 +380,10 @@ func (s *session) onSubscribe(f *stomp.Frame) bool {
 			return false
 		}
 		id = dest
+	}
+	if len(id) > maxSubscriptionID {
+		s.fail(f, "invalid id", fmt.Sprintf("A subscription id is at most %d bytes; got %d. A connection's subscriptions are bounded in number (stomp.max_subscriptions) and their ids in length, so that what they hold is bounded in bytes.", maxSubscriptionID, len(id)))
+		return false
 	}
 	if _, dup := s.subs[id]; dup {
 		s.fail(f, "duplicate subscription id", fmt.Sprintf("This connection already has a subscription with id %q.", id))
