@@ -332,3 +332,40 @@ func TestReviewHostile_JournalDoesNotKeepCommittedFrames(t *testing.T) {
 		t.Fatalf("heap grew %d KiB after %d SENDs (30 KB of headers each) were committed, consumed and acknowledged: their frames are still held", grown>>10, n)
 	}
 }
+
+// A consumer that was sent a large message and then idles holds nothing of
+// it once it is written and acknowledged: the memory budget released it.
+// The session's writer kept its encoding buffer at the size of the largest
+// frame it ever wrote (up to max_body_bytes), and its list of auto-ack
+// deliveries of the last batch (each holding its message and body), for
+// as long as the connection lasted: every idle connection that once
+// received a 16 MiB message held 32 MiB that nothing counted.
+func TestReviewHostile_IdleConsumerKeepsNoWrittenMessage(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	const conns, size = 4, 4 << 20
+	heap0 := rhHeap()
+	p := dialRaw(t, tb) // the client library's buffers are not the broker's
+	p.connect("1.2")
+	for i := range conns {
+		p.write("SEND\ndestination:/queue/idle" + strconvFormat(int64(i)) + "\nreceipt:r\ncontent-length:" + strconvFormat(size) + "\n\n" + strings.Repeat("m", size) + "\x00")
+		if f := p.frame(); f.Command != stomp.CmdReceipt {
+			t.Fatalf("got %s %v %q, want RECEIPT", f.Command, f.Headers, f.Body)
+		}
+	}
+	p.c.Close()
+	for i := range conns {
+		r := dialRaw(t, tb)
+		r.connect("1.2")
+		r.write("SUBSCRIBE\nid:1\ndestination:/queue/idle" + strconvFormat(int64(i)) + "\nack:auto\n\n\x00")
+		if m := r.frame(); m.Command != stomp.CmdMessage || len(m.Body) != size {
+			t.Fatalf("got %s of %d bytes, want a MESSAGE of %d", m.Command, len(m.Body), size)
+		}
+		waitQueue(t, tb, "idle"+strconvFormat(int64(i)), "empty", func(v appliance.QueueView) bool { return v.Messages == 0 })
+	}
+	// The consumers stay connected, idle.
+	grown := rhHeap() - heap0
+	t.Logf("heap grew %d KiB with %d idle consumers that each received one %d MiB message", grown>>10, conns, size>>20)
+	if grown > 6<<20 {
+		t.Fatalf("heap grew %d KiB after %d consumers each received and auto-acked one %d MiB message and went idle: their sessions still hold it", grown>>10, conns, size>>20)
+	}
+}
