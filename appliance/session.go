@@ -835,6 +835,10 @@ func (s *session) writer() {
 		s.wrote(written)
 		if len(acks) > 0 {
 			autoAcked(acks)
+			clear(acks) // each holds its message (and body) alive
+		}
+		if cap(buf) > maxWriterBuf {
+			buf = nil // one large frame's encoding is not kept for the next
 		}
 		if last {
 			// ERROR sent: end the session. Give the peer a moment to read
@@ -847,6 +851,11 @@ func (s *session) writer() {
 		}
 	}
 }
+
+// maxWriterBuf is the most encoding buffer a session's writer keeps
+// between batches: one frame of max_body_bytes would otherwise stay
+// allocated (and uncounted) for as long as the connection lasts.
+const maxWriterBuf = 64 << 10
 
 // appendItem appends the encoding of an unshared frame (its
 // dropped-before header set first: the frame is the writer's now, no other
