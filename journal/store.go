@@ -442,10 +442,6 @@ func (s *Store) writer() {
 			s.wmu.Unlock()
 			continue
 		}
-		// Cleared first: a batch of an earlier, larger group left in the
-		// tail would keep its Done (and the frames and messages its
-		// closure holds) alive until a group as large came again.
-		clear(batches)
 		batches = append(batches[:0], first)
 		n := len(first.Ops)
 	drain:
@@ -470,6 +466,7 @@ func (s *Store) writer() {
 			s.pendingDone.Add(1)
 			s.done <- completed{batches: append([]*appliance.Batch(nil), batches...), errs: errs}
 			s.queued.Add(-int64(len(batches)))
+			clear(batches)
 			continue
 		}
 		s.wmu.Lock()
@@ -492,12 +489,17 @@ func (s *Store) writer() {
 			s.complete(completed{batches: batches, errs: errs})
 			s.queued.Add(-int64(len(batches)))
 			s.wmu.Unlock()
+			clear(batches) // see below
 			continue
 		}
 		s.pendingDone.Add(1)
 		s.queued.Add(-int64(len(batches)))
 		s.wmu.Unlock()
 		s.done <- completed{batches: append([]*appliance.Batch(nil), batches...), errs: errs}
+		// The slice is reused: a batch left in it would keep its Done
+		// (and the frame and message its closure holds) alive until the
+		// next group as large, or for as long as the journal idles.
+		clear(batches)
 	}
 }
 
