@@ -125,6 +125,12 @@ func (s *session) onConnect(f *stomp.Frame) bool {
 			return false
 		}
 		sx, sy := s.b.cfg().Stomp.HeartbeatSend.Duration, s.b.cfg().Stomp.HeartbeatReceive.Duration
+		// A client's beats further apart than stomp.idle_timeout would let
+		// it hold an idle connection past that bound (up to 2^31 ms).
+		if idle := s.b.cfg().Stomp.IdleTimeout.Duration; idle > 0 && sy > 0 && cx > max(idle, sy) {
+			s.fail(f, "heart-beat interval too long", fmt.Sprintf("The client offers heart-beats every %s, longer than this server keeps an idle connection (stomp.idle_timeout, %s). Offer at most %d in the heart-beat header's first value.", cx, idle, max(idle, sy).Milliseconds()))
+			return false
+		}
 		if sx > 0 && cy > 0 {
 			s.hbSend = max(sx, cy)
 		}

@@ -289,6 +289,30 @@ func TestHeartBeats(t *testing.T) {
 	})
 }
 
+// TestHeartBeats_ClientIntervalBoundedByIdleTimeout: a client may not
+// announce beats further apart than stomp.idle_timeout (it would hold an
+// idle connection up to 2^31 ms, about 25 days, with a read deadline twice
+// that): CONNECT gets an ERROR naming the setting and the most it may
+// offer. An interval within the bound is taken.
+func TestHeartBeats_ClientIntervalBoundedByIdleTimeout(t *testing.T) {
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.Stomp.HeartbeatReceive = appliance.Duration{Duration: 100 * time.Millisecond}
+		c.Stomp.IdleTimeout = appliance.Duration{Duration: 2 * time.Second}
+	})
+	r := dialRaw(t, tb)
+	r.write("CONNECT\naccept-version:1.2\nhost:x\nheart-beat:2147483647,0\n\n\x00")
+	f := r.frame()
+	if f.Command != stomp.CmdError || !strings.Contains(string(f.Body), "stomp.idle_timeout") || !strings.Contains(string(f.Body), "at most 2000") {
+		t.Fatalf("got %s %v %q, want ERROR naming stomp.idle_timeout and the most to offer (2000)", f.Command, f.Headers, f.Body)
+	}
+	r.closed()
+	r = dialRaw(t, tb)
+	r.write("CONNECT\naccept-version:1.2\nhost:x\nheart-beat:2000,0\n\n\x00")
+	if f := r.frame(); f.Command != "CONNECTED" {
+		t.Fatalf("heart-beat:2000,0 with idle_timeout 2s: got %s %v, want CONNECTED", f.Command, f.Headers)
+	}
+}
+
 func TestLimits(t *testing.T) {
 	tb := mustStartBroker(t, func(c *appliance.Config) {
 		c.Stomp.MaxConnections = 3
