@@ -495,18 +495,41 @@ func (s *session) onUnsubscribe(f *stomp.Frame) bool {
 		s.fail(f, "missing id header", "UNSUBSCRIBE needs the id of the subscription.")
 		return false
 	}
-	sub, ok := s.subs[id]
+	_, ok := s.subs[id]
+	if !ok && s.version == stomp.V10 && f.Get("id") == "" {
+		// STOMP 1.0 unsubscribes by destination: the subscriptions to it
+		// made with an id of their own go too.
+		var ids []string
+		for k, x := range s.subs {
+			if x.dest == id {
+				ids = append(ids, k)
+			}
+		}
+		if len(ids) > 0 {
+			for _, k := range ids {
+				s.unsubscribe(k)
+			}
+			s.receipt(f)
+			return true
+		}
+	}
 	if !ok {
 		s.fail(f, "no such subscription", fmt.Sprintf("This connection has no subscription with id %q.", id))
 		return false
 	}
+	s.unsubscribe(id)
+	s.receipt(f)
+	return true
+}
+
+// unsubscribe ends subscription id, which exists.
+func (s *session) unsubscribe(id string) {
+	sub := s.subs[id]
 	s.subsMu.Lock()
 	delete(s.subs, id)
 	s.subsMu.Unlock()
 	s.nsubs.Add(-1)
 	s.endSubscription(sub)
-	s.receipt(f)
-	return true
 }
 
 func (s *session) endSubscription(sub *subscription) {

@@ -393,3 +393,28 @@ func TestLimits_MaxQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStomp10_UnsubscribeByDestination: in STOMP 1.0 an UNSUBSCRIBE may name
+// the destination instead of the id; it ends the subscriptions to that
+// destination even when they were made with an id of their own (as ActiveMQ
+// does), and messages stop.
+func TestStomp10_UnsubscribeByDestination(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	r := dialRaw(t, tb)
+	r.write("CONNECT\n\n\x00")
+	if f := r.frame(); f.Command != "CONNECTED" {
+		t.Fatalf("got %s", f.Command)
+	}
+	r.write("SUBSCRIBE\nid:mine\ndestination:/topic/u10\nreceipt:s\n\n\x00")
+	if f := r.frame(); f.Command != "RECEIPT" {
+		t.Fatalf("SUBSCRIBE: got %s %v", f.Command, f.Headers)
+	}
+	r.write("UNSUBSCRIBE\ndestination:/topic/u10\nreceipt:u\n\n\x00")
+	if f := r.frame(); f.Command != "RECEIPT" || f.Get("receipt-id") != "u" {
+		t.Fatalf("UNSUBSCRIBE by destination: got %s %v %q, want RECEIPT u", f.Command, f.Headers, f.Body)
+	}
+	r.write("SEND\ndestination:/topic/u10\n\nx\x00SEND\ndestination:/queue/u10done\nreceipt:d\n\ny\x00")
+	if f := r.frame(); f.Command != "RECEIPT" || f.Get("receipt-id") != "d" {
+		t.Fatalf("after UNSUBSCRIBE: got %s %v %q, want only the RECEIPT (no MESSAGE)", f.Command, f.Headers, f.Body)
+	}
+}
