@@ -49,6 +49,11 @@ type Options struct {
 	// its temporary name, before it is renamed into place: a start that
 	// takes its time there.
 	BindHook func()
+	// SocketLock, when set, is the claim on Socket the daemon took with
+	// LockSocket early in its start, before it opened anything or
+	// listened: Start uses it instead of taking it then, and the Server
+	// owns it from Start on.
+	SocketLock *SocketLock
 }
 
 // Server serves the admin API on a unix socket and, optionally, metrics on
@@ -63,7 +68,7 @@ type Server struct {
 
 	api, mh      *http.Server
 	apiLn, metLn net.Listener
-	sockLock     *os.File // SocketLockPath(Socket), locked while the socket is ours
+	sockLock     *SocketLock // held while the socket is ours
 	wg           sync.WaitGroup
 	closeOnce    sync.Once
 	closed       atomic.Bool
@@ -113,9 +118,11 @@ func (s *Server) channelViews() []ChannelView {
 // Start listens on the admin socket (mode 0660; a stale socket left by a
 // dead daemon is removed, one a live daemon serves, or whose lock file it
 // holds, is ErrSocketInUse) and on the metrics address when set, and
-// serves them until Close.
+// serves them until Close. It uses Options.SocketLock when set (and owns
+// it from then on, released at Close or when Start fails), else it takes
+// the lock itself.
 func (s *Server) Start(ctx context.Context) error {
-	ln, lock, err := listenSocket(ctx, s.o.Socket, s.o.BindHook)
+	ln, lock, err := listenSocket(ctx, s.o.Socket, s.o.SocketLock, s.o.BindHook)
 	if err != nil {
 		return err
 	}
@@ -133,7 +140,7 @@ func (s *Server) Start(ctx context.Context) error {
 		if err != nil {
 			ln.Close()
 			os.Remove(s.o.Socket)
-			unlockSocket(lock, s.o.Socket)
+			lock.Release()
 			return fmt.Errorf("admin: metrics listen %s: %w (choose another admin.metrics_listen, or set it to \"\" to turn metrics off)", s.o.MetricsListen, err)
 		}
 		s.metLn = ml
@@ -192,7 +199,7 @@ func (s *Server) Close(ctx context.Context) error {
 		if s.sockLock != nil {
 			// Only now that the socket is gone may another daemon take
 			// the path.
-			unlockSocket(s.sockLock, s.o.Socket)
+			s.sockLock.Release()
 		}
 	})
 	return errors.Join(errs...)
@@ -211,47 +218,108 @@ func TempSocketLen(path string) int {
 // Close. It holds that daemon's pid.
 func SocketLockPath(path string) string { return path + ".lock" }
 
+// SocketLock is a claim on an admin socket path: the exclusive flock on
+// SocketLockPath(path), which holds this process's pid. LockSocket takes
+// it; Release gives it up.
+type SocketLock struct {
+	f    *os.File
+	path string
+}
+
+// LockSocket claims the admin socket path for this process before it
+// opens or listens on anything else, so that a daemon that cannot have
+// the path is refused before it accepts a client
+// (TestAdminSocket_RefusedBeforeListening): it creates the socket's
+// directory, takes the lock (ErrSocketInUse naming the holder's pid when
+// another daemon holds it), and refuses a path that is not a socket
+// (ErrNotSocket) or on which a daemon that takes no lock answers
+// (ErrSocketInUse). Pass the claim to the Server in Options.SocketLock.
+func LockSocket(ctx context.Context, path string) (*SocketLock, error) {
+	if path == "" {
+		return nil, errors.New("admin: no socket path: set admin.socket or --admin-socket")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("admin: socket directory: %w", err)
+	}
+	f, err := lockSocket(path)
+	if err != nil {
+		return nil, err
+	}
+	l := &SocketLock{f: f, path: path}
+	if _, err := probeSocket(ctx, path); err != nil {
+		l.Release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Release removes the lock file, while it still holds its lock, and
+// releases the lock. Removed while locked: a daemon that opened the file
+// before and locks it after finds it no longer at the path, and takes the
+// one there (lockSocket). Nil-safe and idempotent.
+func (l *SocketLock) Release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	unlockSocket(l.f, l.path)
+	l.f = nil
+}
+
+// probeSocket looks at what is at path, under its lock: nothing or a
+// stale socket (nobody answers; stale is true) is fine, a path that is not
+// a socket or on which a daemon answers is an error.
+func probeSocket(ctx context.Context, path string) (stale bool, err error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return false, nil
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return false, fmt.Errorf("%w: %s; move it away or choose another admin.socket (--admin-socket)", ErrNotSocket, path)
+	}
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "unix", path)
+	if err == nil {
+		c.Close()
+		// A daemon of a version that took no lock.
+		return false, fmt.Errorf("%w: admin.socket %s answers: stop the other heraldd, or give this one another admin.socket (--admin-socket) and data_dir", ErrSocketInUse, path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return false, fmt.Errorf("admin: cannot tell whether %s is in use (%v); remove it if no heraldd runs", path, err)
+	}
+	return true, nil
+}
+
 // listenSocket creates the unix socket at path with mode 0660, without a
 // window in which another user can connect: it is bound in a fresh
 // directory of mode 0700 beside path (whatever the umask makes of the
 // socket's own mode there), chmodded, then renamed into place.
 //
 // The rename replaces whatever is at path, so all of it is done holding
-// an exclusive flock on SocketLockPath(path), returned to be held while
-// the socket serves: two daemons given the same path, started at once,
-// would otherwise both find it free and the second would rename its
-// socket over the first's (TestAdminSocket_TwoDaemonsAtOnce). A path
-// whose lock is held is ErrSocketInUse, naming the holder's pid.
-func listenSocket(ctx context.Context, path string, hook func()) (_ net.Listener, lock *os.File, err error) {
-	if path == "" {
-		return nil, nil, errors.New("admin: no socket path: set admin.socket or --admin-socket")
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, nil, fmt.Errorf("admin: socket directory: %w", err)
-	}
-	lock, err = lockSocket(path)
-	if err != nil {
-		return nil, nil, err
+// the claim on path (LockSocket), returned to be held while the socket
+// serves: two daemons given the same path, started at once, would
+// otherwise both find it free and the second would rename its socket
+// over the first's (TestAdminSocket_TwoDaemonsAtOnce). lock is the claim
+// taken beforehand, or nil to take it here; on an error it is released.
+func listenSocket(ctx context.Context, path string, lock *SocketLock, hook func()) (_ net.Listener, _ *SocketLock, err error) {
+	if lock == nil {
+		if lock, err = LockSocket(ctx, path); err != nil {
+			return nil, nil, err
+		}
 	}
 	defer func() {
 		if err != nil {
-			unlockSocket(lock, path)
+			lock.Release()
 		}
 	}()
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, nil, fmt.Errorf("%w: %s; move it away or choose another admin.socket (--admin-socket)", ErrNotSocket, path)
-		}
-		d := net.Dialer{Timeout: time.Second}
-		c, err := d.DialContext(ctx, "unix", path)
-		if err == nil {
-			c.Close()
-			// A daemon of a version that took no lock.
-			return nil, nil, fmt.Errorf("%w: admin.socket %s answers: stop the other heraldd, or give this one another admin.socket (--admin-socket) and data_dir", ErrSocketInUse, path)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, nil, fmt.Errorf("admin: cannot tell whether %s is in use (%v); remove it if no heraldd runs", path, err)
-		}
+	if lock.path != path {
+		return nil, nil, fmt.Errorf("admin: the lock taken is for %s, not for the socket %s", lock.path, path)
+	}
+	// Looked at again: the claim may have been taken a while ago.
+	stale, err := probeSocket(ctx, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if stale {
 		if err := os.Remove(path); err != nil {
 			return nil, nil, fmt.Errorf("admin: remove stale socket %s: %w", path, err)
 		}

@@ -22,6 +22,9 @@ var adminBindHook func()
 type adminState struct {
 	metrics *admin.Metrics
 	server  *admin.Server
+	// lock is the claim on the admin socket's path, taken early in the
+	// start (admin.LockSocket) and handed to the server by startAdmin.
+	lock *admin.SocketLock
 }
 
 // adminMetrics returns the metrics registry, creating it on first use.
@@ -70,7 +73,10 @@ func (d *daemon) startAdmin(ctx context.Context) error {
 		Metrics: d.adminMetrics(),
 		// Tests only: a start that pauses with the socket bound.
 		BindHook: adminBindHook,
+		// Taken before the journal was opened; the server owns it now.
+		SocketLock: d.adm.lock,
 	})
+	d.adm.lock = nil
 	if err := srv.Start(ctx); err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}

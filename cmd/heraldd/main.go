@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/appliance"
 	"github.com/herald-mq/herald/bridge"
 	"github.com/herald-mq/herald/journal"
@@ -114,8 +115,9 @@ func run(args []string) int {
 	return d.run()
 }
 
-// startHook, when set (by the tests' child process only), runs as the
-// journal is about to be recovered: a start that takes its time.
+// startHook, when set (by the tests' child process only), runs after
+// preflight, before the daemon takes its locks and recovers its journal:
+// a start that takes its time.
 var startHook func()
 
 type daemon struct {
@@ -152,10 +154,25 @@ func (d *daemon) run() int {
 		d.log.Error("cannot create the data directory; create it or choose another with --data-dir", "dir", d.cfg.DataDir, "err", err)
 		return 73
 	}
-	notify("STATUS=recovering journal")
 	if startHook != nil {
 		startHook()
 	}
+	// Every exclusive claim first, before the journal is opened and before
+	// any listener accepts a client: a daemon that cannot run here is
+	// refused having touched nothing (TestAdminSocket_RefusedBeforeListening).
+	unlock, err := lockDataDir(d.cfg.DataDir)
+	if err != nil {
+		d.log.Error("data directory in use", "err", err)
+		return 75
+	}
+	defer unlock()
+	ctx := context.Background()
+	if d.adm.lock, err = admin.LockSocket(ctx, d.cfg.Admin.Socket); err != nil {
+		d.log.Error("cannot start the admin API", "err", err)
+		return 69
+	}
+	defer func() { d.adm.lock.Release() }() // unless the admin server took it
+	notify("STATUS=recovering journal")
 	d.store = journal.New(journal.Config{
 		Path:               filepath.Join(d.cfg.DataDir, "herald.db"),
 		Sync:               d.cfg.Journal.Sync,
@@ -168,13 +185,6 @@ func (d *daemon) run() int {
 		Logger:             d.log.With("component", "journal"),
 	})
 	d.store.SetCommitHook(d.journalCommitHook())
-	ctx := context.Background()
-	unlock, err := lockDataDir(d.cfg.DataDir)
-	if err != nil {
-		d.log.Error("data directory in use", "err", err)
-		return 75
-	}
-	defer unlock()
 	if err := d.store.Open(ctx); err != nil {
 		d.log.Error("cannot open the journal", "err", err)
 		return 74
