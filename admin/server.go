@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/internal/flock"
 )
 
 // Defaults for Options.
@@ -357,15 +358,18 @@ func listenSocket(ctx context.Context, path string, lock *SocketLock, hook func(
 
 // lockSocket takes the exclusive flock on SocketLockPath(path) and writes
 // this process's pid in it. A lock file replaced between its open and the
-// flock (removed by hand) is taken again at the path.
+// flock (removed by hand) is taken again at the path. A lock held by
+// another is tried again for up to flock.Wait (1 s), so that a lock
+// taken shared for a moment by a check does not refuse a start.
 func lockSocket(path string) (*os.File, error) {
 	lp := SocketLockPath(path)
+	deadline := time.Now().Add(flock.Wait)
 	for attempt := 0; ; attempt++ {
 		f, err := os.OpenFile(lp, os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("admin: lock file of the admin socket: %w (is its directory writable by the daemon's user?)", err)
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if err := flock.Exclusive(int(f.Fd()), deadline); err != nil {
 			f.Close()
 			if !errors.Is(err, syscall.EWOULDBLOCK) {
 				return nil, fmt.Errorf("admin: lock %s: %w", lp, err)

@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/herald-mq/herald/internal/flock"
 )
 
 // lockDataDir makes sure that one heraldd at a time runs on dir, before it
@@ -24,14 +27,20 @@ import (
 //     the file at the path still (same device and inode), and taken again
 //     if it was replaced meanwhile.
 //
-// A refusal names the running daemon's pid when it can be learned: from
+// A lock held by another is tried again for up to flock.Wait (1 s): the
+// shared locks --check-config takes for a moment (lockHolder) do not
+// refuse a start (TestDataDirLock_CheckHoldingItDoesNotRefuse). A refusal
+// names the running daemon's pid when it can be learned: from
 // heraldd.lock, else from /proc/locks.
 func lockDataDir(dir string) (func(), error) {
 	d, err := os.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// A --check-config holding either lock shared for a moment is waited
+	// out; a daemon holding it is reported after flock.Wait.
+	deadline := time.Now().Add(flock.Wait)
+	if err := flock.Exclusive(int(d.Fd()), deadline); err != nil {
 		d.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, lockedError(dir)
@@ -48,7 +57,7 @@ func lockDataDir(dir string) (func(), error) {
 			closeFile(d)
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if err := flock.Exclusive(int(f.Fd()), deadline); err != nil {
 			f.Close()
 			closeFile(d)
 			return nil, lockedError(dir)
