@@ -360,7 +360,8 @@ func listenSocket(ctx context.Context, path string, lock *SocketLock, hook func(
 // this process's pid in it. A lock file replaced between its open and the
 // flock (removed by hand) is taken again at the path. A lock held by
 // another is tried again for up to flock.Wait (1 s), so that a lock
-// taken shared for a moment by a check does not refuse a start.
+// taken shared for a moment by a check (SocketLockHolder, for heraldd
+// --check-config) does not refuse a start.
 func lockSocket(path string) (*os.File, error) {
 	lp := SocketLockPath(path)
 	deadline := time.Now().Add(flock.Wait)
@@ -412,6 +413,27 @@ func sameFile(f *os.File, path string) bool {
 		return false
 	}
 	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// SocketLockHolder tells whether a process holds the lock of the admin
+// socket at path (SocketLockPath), and its pid when written there (else
+// 0), for heraldd --check-config. It creates nothing; it takes the lock
+// shared for a moment, which a daemon starting then waits out
+// (lockSocket).
+func SocketLockHolder(path string) (held bool, pid int) {
+	lp := SocketLockPath(path)
+	f, err := os.Open(lp)
+	if err != nil {
+		return false, 0
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return false, 0
+	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return false, 0
+	}
+	return true, lockPID(lp)
 }
 
 // lockPID is the pid written in the lock file lp, or 0.

@@ -310,3 +310,38 @@ func TestCheckConfig_SocketPathWithTempName(t *testing.T) {
 		t.Fatalf("socket %s: exit %d, output:\n%s", short, code, out)
 	}
 }
+
+// TestCheckConfig_AdminSocketLocked: --check-config said "configuration
+// ok" for an admin.socket whose lock (PATH.lock) a live daemon holds,
+// and the start then failed with exit 69. The running daemon of the
+// config's own data directory holding it is a note, as its ports are
+// ("check, then restart"); another daemon holding it is a problem naming
+// admin.socket and that daemon's pid, exit 69.
+func TestCheckConfig_AdminSocketLocked(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "admin.sock")
+	addr := freeAddr(t)
+	own := filepath.Join(dir, "own.toml")
+	src := fmt.Sprintf("data_dir = %q\n[stomp]\nlisten = %q\n[admin]\nsocket = %q\n", filepath.Join(dir, "data"), addr, sock)
+	if err := os.WriteFile(own, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startChild(t, filepath.Join(dir, "data"), addr, "--config", own)
+	pid := fmt.Sprintf("pid %d", a.cmd.Process.Pid)
+
+	code, out := checkConfig(t, own, "")
+	if code != 0 || !strings.Contains(out, "configuration ok") {
+		t.Errorf("check of the running daemon's own config: exit %d, want 0 and \"configuration ok\"\n%s", code, out)
+	}
+	wantAll(t, "running daemon's own admin.socket", out,
+		`note: admin.socket: "`+sock+`": in use by the running heraldd (`+pid+`)`)
+
+	// Another data directory and port, the same admin.socket.
+	code, out = checkConfig(t, "", fmt.Sprintf("data_dir = %q\n[stomp]\nlisten = %q\n[admin]\nsocket = %q\n",
+		filepath.Join(dir, "other"), freeAddr(t), sock))
+	if code != 69 || strings.Contains(out, "configuration ok") {
+		t.Errorf("check of another config with the running daemon's admin.socket: exit %d, want 69\n%s", code, out)
+	}
+	wantAll(t, "another daemon's admin.socket", out, "cannot serve this configuration now",
+		"admin.socket: ", sock+".lock", "held by another heraldd ("+pid+")")
+}

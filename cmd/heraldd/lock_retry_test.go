@@ -13,8 +13,9 @@ import (
 )
 
 // holdShared takes a shared flock on each path, as heraldd --check-config
-// does for a moment to learn whether a daemon holds it (lockHolder), and
-// releases them after d.
+// does for a moment to learn whether a daemon holds it (lockHolder, and
+// admin.SocketLockHolder for the admin socket's lock file), and releases
+// them after d.
 func holdShared(t *testing.T, d time.Duration, paths ...string) {
 	t.Helper()
 	var fs []*os.File
@@ -85,9 +86,9 @@ func TestDataDirLock_CheckHoldingItDoesNotRefuse(t *testing.T) {
 		"--data-dir", dir, "--stomp-listen", addr, "--log-level", "warn")
 }
 
-// The same for the admin socket's lock file, should a check lock it
-// shared for a moment to tell whether another daemon holds it: the start
-// was refused with exit 69.
+// The same for the admin socket's lock file, which --check-config locks
+// shared for a moment (admin.SocketLockHolder) to tell whether another
+// daemon holds it: the start was refused with exit 69.
 func TestAdminSocket_CheckHoldingItsLockDoesNotRefuse(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "admin.sock")
 	if err := os.WriteFile(sock+".lock", nil, 0o600); err != nil {

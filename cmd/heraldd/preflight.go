@@ -49,8 +49,9 @@ func (p problem) String() string {
 // start call it, so that "check, then restart" means what it says. It
 // changes nothing on the host.
 //
-// Ports held by a heraldd that runs on cfg's data directory (it holds its
-// lock, lock.go) are notes: a restart frees them.
+// Ports and the admin socket held by a heraldd that runs on cfg's data
+// directory (it holds its lock, lock.go) are notes: a restart frees them.
+// An admin socket whose lock another daemon holds is a problem (exit 69).
 //
 // A [tls] or user section with certificate or password files would be
 // checked here too (readable, parseable); the config has none yet.
@@ -95,7 +96,7 @@ func preflight(cfg appliance.Config) []problem {
 		add(checkListen("admin.metrics_listen", cfg.Admin.MetricsListen, running, cfg.DataDir))
 	}
 	if cfg.Admin.Socket != "" {
-		ps = append(ps, checkSocketPath("admin.socket", cfg.Admin.Socket)...)
+		ps = append(ps, checkSocketPath("admin.socket", cfg.Admin.Socket, running, cfg.DataDir)...)
 	}
 	if cfg.DataDir != "" {
 		add(checkDir("data_dir", cfg.DataDir, false))
@@ -269,8 +270,31 @@ func bindProblem(key, addr string, err error) problem {
 // API binds DIR/.hNNNNNNNNNN/s first and renames it (admin.TempSocketLen).
 const maxSocketPath = 107
 
-func checkSocketPath(key, path string) []problem {
+// checkSocketPath checks the admin socket's path: its length, that it is
+// a socket if anything, its directory, and who holds its lock (PATH.lock):
+// the heraldd running on dataDir (running, as lockHolder returns it) is a
+// note, any other daemon a problem.
+func checkSocketPath(key, path string, running int, dataDir string) []problem {
 	var ps []problem
+	if held, pid := admin.SocketLockHolder(path); held {
+		lp := admin.SocketLockPath(path)
+		switch {
+		case pid > 0 && pid == running, running < 0, pid <= 0 && running != 0:
+			// This data directory's daemon, or one whose pid is unknown
+			// while a daemon runs on it (it refuses the start anyway).
+			who := "the running heraldd"
+			if running > 0 {
+				who = fmt.Sprintf("the running heraldd (pid %d)", running)
+			}
+			ps = append(ps, problem{sevNote, key, fmt.Sprintf("%q: in use by %s of data_dir %s, which holds its lock %s; a restart frees it", path, who, dataDir, lp)})
+		default:
+			who := "another heraldd"
+			if pid > 0 {
+				who = fmt.Sprintf("another heraldd (pid %d)", pid)
+			}
+			ps = append(ps, problem{sevUnavailable, key, fmt.Sprintf("%q: its lock %s is held by %s, not one running on data_dir %s: stop that daemon, or give this one another admin.socket (--admin-socket)", path, lp, who, dataDir)})
+		}
+	}
 	if n := max(len(path), admin.TempSocketLen(path)); n > maxSocketPath {
 		ps = append(ps, problem{sevConfig, key, fmt.Sprintf("%q: %d bytes with the temporary name it is bound under first (%s/.hNNNNNNNNNN/s), longer than the %d a unix socket path may have: choose a shorter path", path, n, filepath.Dir(path), maxSocketPath)})
 	}
