@@ -12,12 +12,15 @@
 //
 // The daemon's duties, in order:
 //
-//  1. Create a Metrics with NewMetrics before opening the journal, and pass
+//  1. Claim the socket's path with LockSocket before opening the journal or
+//     listening on anything, and fail startup if it fails (another daemon
+//     holds the socket's lock file or answers on it, or it cannot be
+//     created): a daemon refused there has served no client.
+//  2. Create a Metrics with NewMetrics before opening the journal, and pass
 //     its ObserveCommit to journal.Store.SetCommitHook.
-//  2. After the broker listens, call New and Start; fail startup if Start
-//     fails (another daemon holds the socket's lock file or answers on
-//     it, or it cannot be created).
-//  3. Register multicast channels with SetChannels when they exist.
-//  4. On shutdown, call Close first, so no admin operation races the
+//  3. After the broker listens, call New, with the claim in
+//     Options.SocketLock, and Start; fail startup if Start fails.
+//  4. Register multicast channels with SetChannels when they exist.
+//  5. On shutdown, call Close first, so no admin operation races the
 //     broker's shutdown.
 package admin
