@@ -26,6 +26,7 @@ type powerCut struct {
 	sock, addr        string
 	fs                *lazyfs.FS
 	d                 *child
+	args              []string // more heraldd arguments
 
 	// Figures over all cuts.
 	cuts, receipted, lost, dups, unreceipted int
@@ -38,16 +39,21 @@ type powerCut struct {
 // created durably first, as the package does (/var/lib/herald: nfpm.yaml,
 // StateDirectory=).
 func newPowerCut(t *testing.T, sync string, journal ...string) *powerCut {
-	return newPowerCutDir(t, true, sync, journal...)
+	return newPowerCutArgs(t, nil, true, sync, journal...)
 }
 
 // newPowerCutDir is newPowerCut where heraldd creates the data dir itself
 // unless precreate.
 func newPowerCutDir(t *testing.T, precreate bool, sync string, journal ...string) *powerCut {
+	return newPowerCutArgs(t, nil, precreate, sync, journal...)
+}
+
+// newPowerCutArgs is newPowerCutDir passing args to every heraldd it starts.
+func newPowerCutArgs(t *testing.T, args []string, precreate bool, sync string, journal ...string) *powerCut {
 	if testing.Short() {
 		t.Skip("power-cut test skipped in -short mode")
 	}
-	p := &powerCut{t: t, sync: sync, backing: t.TempDir(), mnt: t.TempDir(), addr: freeAddr(t)}
+	p := &powerCut{t: t, sync: sync, backing: t.TempDir(), mnt: t.TempDir(), addr: freeAddr(t), args: args}
 	aux := t.TempDir()
 	p.cfg = filepath.Join(aux, "herald.toml")
 	// The admin socket stays off the mount: it is no part of the journal.
@@ -83,7 +89,8 @@ func (p *powerCut) mount() {
 }
 
 func (p *powerCut) start() {
-	p.d = startChild(p.t, filepath.Join(p.mnt, "data", "herald"), p.addr, "--config", p.cfg, "--admin-socket", p.sock)
+	args := append([]string{"--config", p.cfg, "--admin-socket", p.sock}, p.args...)
+	p.d = startChild(p.t, filepath.Join(p.mnt, "data", "herald"), p.addr, args...)
 }
 
 // cut kills heraldd, drops every unsynced write and directory change,
