@@ -216,8 +216,8 @@ func TestPowerCut_AcksAndDeliveryCounts(t *testing.T) {
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		var last string
 		pending := map[string]bool{} // NACKed, redelivery not read yet
-		// redelivery reads MESSAGEs until the redelivery of b; others
-		// must be redeliveries of earlier NACKs.
+		// redelivery reads MESSAGEs until the redelivery (or first
+		// delivery) of b; others must be redeliveries of earlier NACKs.
 		redelivery := func(b string) *stomp.Frame {
 			for {
 				select {
@@ -270,9 +270,22 @@ func TestPowerCut_AcksAndDeliveryCounts(t *testing.T) {
 				}
 			}
 		}
-		if rand.IntN(2) == 0 {
-			// Or right after a MESSAGE: nothing synced the journal since
-			// the claim it carries.
+		switch rand.IntN(3) {
+		case 0:
+			// Or right after a first delivery: nothing synced the journal
+			// since the claim it carries.
+			b := fmt.Sprintf("r%d-last", round)
+			live[b] = 0
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := c.SendReceipt(ctx, "/queue/"+queue, []byte(b))
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := redelivery(b)
+			last = "MESSAGE " + b + " with delivery-count " + m.Get("delivery-count")
+		case 1:
+			// Or right after a redelivery.
 			for _, b := range order {
 				if m := held[b]; live[b] > 0 && !pending[b] {
 					if err := request(c, stomp.NewFrame("NACK", "id", m.Get("ack"))); err != nil {
@@ -436,11 +449,13 @@ func TestPowerCut_DeadLetters(t *testing.T) {
 		p.cuts, totalDead, totalMoved, p.fsyncs+p.fs.Fsyncs(), time.Since(start).Seconds())
 }
 
-// TestPowerCut_DedupIds: producers SEND with dedup-id headers and receipts;
-// the power is cut at a random moment, 4 times (a fresh queue each time).
-// After each restart every id sent is sent again: an id whose RECEIPT came
-// before the cut gets a RECEIPT with duplicate:true naming the stored
-// message's id, and the queue then holds every id exactly once.
+// TestPowerCut_DedupIds: producers SEND with dedup-id headers and receipts
+// while a consumer ACKs (with receipts) what it gets; the power is cut at a
+// random moment, 4 times (a fresh queue each time). After each restart
+// every id sent is sent again: an id whose RECEIPT came before the cut
+// gets a RECEIPT with duplicate:true naming the message its first RECEIPT
+// named, consumed or not. The queue then holds every id at most once: not
+// at all if its ACK was receipted, once if it never reached the consumer.
 func TestPowerCut_DedupIds(t *testing.T) {
 	start := time.Now()
 	p := newPowerCut(t, "full", `checkpoint_interval = "100ms"`)
@@ -450,14 +465,38 @@ func TestPowerCut_DedupIds(t *testing.T) {
 		var mu sync.Mutex
 		receipted := map[string]string{} // id -> message-id of its RECEIPT
 		var attempted []string
+		delivered := map[string]bool{} // reached the consumer
+		consumed := map[string]bool{}  // its ACK receipted
 		target := 20 + rand.IntN(400)
 		enough := make(chan struct{})
 		var wg sync.WaitGroup
+		cc := dial2(t, p.addr)
+		sub, err := cc.Subscribe("/queue/"+queue, "client-individual", stomp.Header{Key: "prefetch-count", Value: "10"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cc.Close()
+			for m := range sub.C() {
+				id := string(m.Body)
+				mu.Lock()
+				delivered[id] = true
+				mu.Unlock()
+				if request(cc, stomp.NewFrame("ACK", "id", m.Get("ack"))) != nil {
+					return // the power was cut
+				}
+				mu.Lock()
+				consumed[id] = true
+				mu.Unlock()
+			}
+		}()
 		for w := range 3 {
+			c := dial2(t, p.addr)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := dial2(t, p.addr)
 				defer c.Close()
 				for seq := 0; ; seq++ {
 					id := fmt.Sprintf("%s:%d:%d", queue, w, seq)
@@ -521,17 +560,26 @@ func TestPowerCut_DedupIds(t *testing.T) {
 		}
 		seen, _ := drainQueue(t, c, queue, 200*time.Millisecond)
 		c.Close()
+		sent := map[string]bool{}
 		for _, id := range attempted {
-			if seen[id] != 1 {
-				_, rc := receipted[id]
-				t.Errorf("%s: %s (receipted before the cut: %v) stored %d times", queue, id, rc, seen[id])
+			sent[id] = true
+			_, rc := receipted[id]
+			switch n := seen[id]; {
+			case n > 1:
+				t.Errorf("%s: %s (receipted before the cut: %v) stored %d times", queue, id, rc, n)
+			case n == 1 && consumed[id]:
+				t.Errorf("%s: %s stored again after the cut, though its ACK was receipted before it (SEND receipted: %v)", queue, id, rc)
+			case n == 0 && !delivered[id]:
+				t.Errorf("%s: %s (receipted before the cut: %v) never consumed, not in the queue after it was sent again", queue, id, rc)
 			}
 		}
-		if len(seen) != len(attempted) {
-			t.Errorf("%s: %d distinct messages stored, %d ids sent", queue, len(seen), len(attempted))
+		for id := range seen {
+			if !sent[id] {
+				t.Errorf("%s: unknown message %q", queue, id)
+			}
 		}
 		totalReceipted += len(receipted)
-		t.Logf("%s: receipted before the cut %d, sent %d, duplicates after the cut %d", queue, len(receipted), len(attempted), dup)
+		t.Logf("%s: receipted before the cut %d (consumed %d), sent %d, duplicates after the cut %d", queue, len(receipted), len(consumed), len(attempted), dup)
 		if t.Failed() {
 			break
 		}
@@ -574,10 +622,10 @@ func TestPowerCut_Transactions(t *testing.T) {
 		enough := make(chan struct{})
 		var wg sync.WaitGroup
 		for w := range 3 {
+			c := dial2(t, p.addr)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := dial2(t, p.addr)
 				defer c.Close()
 				sub, err := c.Subscribe("/queue/"+src, "client-individual", stomp.Header{Key: "prefetch-count", Value: strconv.Itoa(acks)})
 				if err != nil {
