@@ -139,14 +139,15 @@ func request(c *client.Conn, f *stomp.Frame) error {
 }
 
 // TestPowerCut_AcksAndDeliveryCounts: over 6 power cuts, each right after
-// the RECEIPT of an ACK or NACK or right after a redelivered MESSAGE, a
+// the RECEIPT of an ACK, NACK or DISCONNECT or right after a MESSAGE, a
 // message whose ACK (client-individual, with a receipt) was receipted is
 // never delivered again; every message not acked comes back, and one that
 // was delivered N times (delivery-count N) comes back with a
 // delivery-count of at least N+1: the count is durable before the MESSAGE
 // is sent. Each round adds new messages, consumes all, ACKs some, NACKs
 // some once or twice (mostly reading each redelivery) and leaves the rest
-// unacked.
+// unacked. Some rounds end with ACKs without receipts and a DISCONNECT
+// with one: its RECEIPT says they are durable, so they count as receipted.
 func TestPowerCut_AcksAndDeliveryCounts(t *testing.T) {
 	start := time.Now()
 	p := newPowerCut(t, "full", `checkpoint_interval = "100ms"`,
@@ -270,7 +271,7 @@ func TestPowerCut_AcksAndDeliveryCounts(t *testing.T) {
 				}
 			}
 		}
-		switch rand.IntN(3) {
+		switch rand.IntN(4) {
 		case 0:
 			// Or right after a first delivery: nothing synced the journal
 			// since the claim it carries.
@@ -297,6 +298,29 @@ func TestPowerCut_AcksAndDeliveryCounts(t *testing.T) {
 					break
 				}
 			}
+		case 2:
+			// Or right after the RECEIPT of a DISCONNECT that follows
+			// ACKs without receipts: it comes once everything sent
+			// before it is durable.
+			n := 0
+			for _, b := range order {
+				if m := held[b]; live[b] > 0 && !pending[b] && n < 20 {
+					if err := c.AckBuffered(m); err != nil {
+						t.Fatalf("ACK %s: %v", b, err)
+					}
+					acked[b] = true
+					delete(live, b)
+					nAcks++
+					n++
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := c.Disconnect(ctx)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = fmt.Sprintf("RECEIPT of a DISCONNECT after %d ACKs without receipts", n)
 		}
 		t.Logf("round %d: %d live messages, %d acked so far; cut right after the %s", round, len(live), len(acked), last)
 		p.cut()
