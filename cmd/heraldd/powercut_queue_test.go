@@ -337,13 +337,16 @@ func TestPowerCut_AcksAndDeliveryCounts(t *testing.T) {
 // receipts, several at a time) every delivery, so each message goes to
 // DLQ.<queue> at its third NACK, or (every other round) lets every
 // delivery's ack-timeout (30 ms) expire, so each goes there at its third
-// timeout; the power is cut at a random moment of that, 6 times (a fresh
-// queue each time). After each restart every message is in exactly one of
-// the queue and its DLQ, never both, never neither; one whose
-// dead-lettering NACK was receipted is in the DLQ; every dead letter has
-// dlq-reason max-deliveries and dlq-delivery-count 3; a message left in
-// the queue comes back with a delivery-count above any seen before the
-// cut.
+// timeout; in NACK rounds every tenth message is NACKed with requeue:false
+// instead, which dead-letters it at once. The power is cut at a random
+// moment of that, 6 times (a fresh queue each time). After each restart
+// every message is in exactly one of the queue and its DLQ, never both,
+// never neither; one whose dead-lettering NACK was receipted is in the
+// DLQ; every dead letter has dlq-reason max-deliveries and
+// dlq-delivery-count 3 (nack: REASON and 1 for requeue:false); a message
+// left in the queue comes back with a delivery-count above any seen
+// before the cut, and never above max_deliveries (one delivered 3 times
+// before the cut goes to the DLQ instead).
 func TestPowerCut_DeadLetters(t *testing.T) {
 	start := time.Now()
 	const maxDeliveries = 3
@@ -351,6 +354,7 @@ func TestPowerCut_DeadLetters(t *testing.T) {
 	p := newPowerCutArgs(t, []string{"--log-level", "error"}, true, "full", `checkpoint_interval = "100ms"`,
 		"[queues]", fmt.Sprintf("max_deliveries = %d", maxDeliveries), `redelivery_delay_min = "1ms"`, `redelivery_delay_max = "1ms"`)
 	var totalDead, totalMoved int
+	refused := func(b string) bool { return strings.HasSuffix(b, "0") }
 	for round := 0; round < 6; round++ {
 		timeouts := round%2 == 1
 		queue := "pc-dlq-" + strconv.Itoa(round)
@@ -394,13 +398,19 @@ func TestPowerCut_DeadLetters(t *testing.T) {
 				if timeouts {
 					continue
 				}
+				// Every tenth message is refused for good at once.
+				refuse := refused(b)
+				nack := stomp.NewFrame("NACK", "id", m.Get("ack"))
+				if refuse {
+					nack = stomp.NewFrame("NACK", "id", m.Get("ack"), "requeue", "false", "reason", "power-cut test")
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if request(c, stomp.NewFrame("NACK", "id", m.Get("ack"))) != nil {
+					if request(c, nack) != nil {
 						return // the power was cut
 					}
-					if n >= maxDeliveries {
+					if n >= maxDeliveries || refuse {
 						mu.Lock()
 						dead[b] = true
 						if len(dead) == target {
@@ -416,8 +426,9 @@ func TestPowerCut_DeadLetters(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%s: fewer than %d messages dead-lettered in 20 s", queue, target)
 		}
-		// Not synchronisation: the cut comes at a random moment of the load.
-		time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
+		// Not synchronisation: the cut comes at a random moment of the load
+		// (for timeouts: before or after the 30 ms of the deliveries seen).
+		time.Sleep(time.Duration(rand.IntN(10)+rand.IntN(2)*rand.IntN(60)) * time.Millisecond)
 		p.cut()
 		c.Close()
 		wg.Wait()
@@ -439,10 +450,16 @@ func TestPowerCut_DeadLetters(t *testing.T) {
 			case q > 0:
 				if n := deliveryCount(t, lastQ[b]); n < seen[b]+1 {
 					t.Errorf("%s: %s delivered with delivery-count %d after the cut, but delivery %d was seen before", queue, b, n, seen[b])
+				} else if n > maxDeliveries {
+					t.Errorf("%s: %s delivered with delivery-count %d after the cut, max_deliveries is %d", queue, b, n, maxDeliveries)
 				}
 			case d > 0:
 				m := lastD[b]
-				if m.Get("dlq-reason") != "max-deliveries" || m.Get("dlq-delivery-count") != strconv.Itoa(maxDeliveries) || m.Get("dlq-original-destination") != "/queue/"+queue {
+				reason, count := "max-deliveries", maxDeliveries
+				if !timeouts && refused(b) {
+					reason, count = "nack: power-cut test", 1
+				}
+				if m.Get("dlq-reason") != reason || m.Get("dlq-delivery-count") != strconv.Itoa(count) || m.Get("dlq-original-destination") != "/queue/"+queue {
 					t.Errorf("%s: dead letter %s has dlq-reason %q, dlq-delivery-count %q, dlq-original-destination %q",
 						queue, b, m.Get("dlq-reason"), m.Get("dlq-delivery-count"), m.Get("dlq-original-destination"))
 				}
