@@ -115,16 +115,41 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 	if n > 0 {
 		return 0, fmt.Errorf("%w: %s has %d consumers; close them first (herald connections)", ErrQueueBusy, name, n)
 	}
-	purged, err := b.deleteQueue(ctx, q)
-	if err == nil {
-		// A dedup id is the producer's word for one message of this
-		// queue: a new queue of the name (a temporary queue's name comes
-		// again in the next run) starts with none, as its messages do.
-		if _, ferr := b.submitWait(ctx, &Batch{Ops: []Op{{Kind: OpForgetDedup, Queue: name}}}); ferr != nil {
-			err = fmt.Errorf("delete %s: forget its dedup ids: %w; retry", name, ferr)
+	var purged int
+	var err error
+	for {
+		var n int
+		n, err = b.deleteQueue(ctx, q)
+		purged += n
+		if err == nil {
+			// A dedup id is the producer's word for one message of this
+			// queue: a new queue of the name (a temporary queue's name comes
+			// again in the next run) starts with none, as its messages do.
+			if _, ferr := b.submitWait(ctx, &Batch{Ops: []Op{{Kind: OpForgetDedup, Queue: name}}}); ferr != nil {
+				err = fmt.Errorf("delete %s: forget its dedup ids: %w; retry", name, ferr)
+			}
 		}
+		if err != nil {
+			b.mu.Lock()
+			break
+		}
+		// What committed into q since the purge loop found it empty (a
+		// dead letter or a SEND whose commit was in the journal's next
+		// group) is purged too: q is dropped only once found empty under
+		// its lock, and what commits after that goes to the name's next
+		// queue (takeCommitted).
+		b.mu.Lock()
+		q.mu.Lock()
+		empty := q.core.Snapshot().Count == 0
+		if empty {
+			q.dropped = true
+		}
+		q.mu.Unlock()
+		if empty {
+			break
+		}
+		b.mu.Unlock()
 	}
-	b.mu.Lock()
 	delete(b.deleting, name)
 	if err != nil {
 		// Not deleted: the queue and what it holds stay (the journal

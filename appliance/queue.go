@@ -42,7 +42,11 @@ type queue struct {
 	timer    *time.Timer
 	timerAt  int64 // ms the timer is armed for, 0 = none
 	deleted  bool  // removed by DeleteQueue: callers re-resolve the name
-	closed   bool  // broker closing: no more timers or page-ins
+	// dropped: DeleteQueue found the queue empty and forgot it for good;
+	// a message committed after that goes to the name's queue
+	// (takeCommitted), not to this one.
+	dropped  bool
+	closed   bool // broker closing: no more timers or page-ins
 	failLog  rateLog
 	orderLog rateLog // EvOutOfOrder
 
@@ -205,13 +209,30 @@ func (q *queue) handOver(moved []queuecore.Moved, completion bool) {
 			h = requeueHeaders(m)
 		}
 		nm := &Message{ID: mv.NewID, Queue: target, Headers: h, Body: m.Body, Group: m.Group, Enqueued: m.Enqueued}
-		tq := q.b.queue(target)
-		if completion {
-			tq.signal(func(now int64) { tq.core.Committed(coreMsg(nm), false, now) })
-		} else {
-			tq.run(func(now int64) { tq.core.Committed(coreMsg(nm), false, now) })
+		for tq := q.b.queue(target); !tq.takeCommitted(nm, false, completion); {
+			tq = q.b.queue(target) // dropped by DeleteQueue meanwhile: the name's new queue
 		}
 	}
+}
+
+// takeCommitted gives the core committed message m; false (and nothing
+// done) when DeleteQueue dropped q meanwhile: the caller resolves the name
+// again. completion: on a journal completion (signal, not run).
+func (q *queue) takeCommitted(m *Message, reserved, completion bool) bool {
+	ok := false
+	fn := func(now int64) {
+		if q.dropped {
+			return
+		}
+		ok = true
+		q.core.Committed(coreMsg(m), reserved, now)
+	}
+	if completion {
+		q.signal(fn)
+	} else {
+		q.run(fn)
+	}
+	return ok
 }
 
 // coreMsg is the core's view of m.
@@ -353,21 +374,31 @@ func (q *queue) live() *queue {
 // committed adds a message whose enqueue is durable (a completion).
 // reserved says whether reserve counted it.
 func (q *queue) committed(m *Message, reserved bool) {
-	lq := q.live()
-	if lq == nil {
-		if reserved {
-			q.enqueueFailed(m)
+	for {
+		lq := q.live()
+		if lq == nil {
+			if reserved {
+				q.enqueueFailed(m)
+			}
+			return
 		}
-		return
-	}
-	if lq != q {
-		if reserved {
-			q.enqueueFailed(m)
+		if lq != q {
+			if reserved {
+				q.enqueueFailed(m)
+			}
+			for !lq.takeCommitted(m, false, true) {
+				if lq = q.live(); lq == nil {
+					return
+				}
+			}
+			return
 		}
-		lq.signal(func(now int64) { lq.core.Committed(coreMsg(m), false, now) })
-		return
+		if q.takeCommitted(m, reserved, true) {
+			return
+		}
+		// Dropped by DeleteQueue after it found q empty: live resolves
+		// the name's new queue now.
 	}
-	q.signal(func(now int64) { q.core.Committed(coreMsg(m), reserved, now) })
 }
 
 // enqueueFailed returns the reservation of an enqueue that did not commit
