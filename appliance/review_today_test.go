@@ -92,3 +92,43 @@ func TestReviewToday_DeleteDropsDeadLetterCommittedAfterPurge(t *testing.T) {
 			dlq, r.n, r.err, before.Messages, after.Messages)
 	}
 }
+
+// Claim (888e134): a queue delete forgets the queue's dedup ids. The
+// OpForgetDedup it journals resolves the queue's id the way an enqueue
+// does, creating a queues row for a name the journal never held: every
+// temporary reply queue a client subscribed to and that got no message
+// leaves a row in the journal's queues table when its connection ends,
+// forever (names carry the session id: the table grows with every
+// request-reply connection).
+func TestReviewToday_DeleteLeavesNoQueueRow(t *testing.T) {
+	tb := mustStartBroker(t, nil)
+	for range 3 {
+		c := tb.Dial(t)
+		if _, err := c.SubscribeReceipt(ctxT(t), "/temp-queue/answers", "auto"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Disconnect(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := sql.Open("sqlite3", "file:"+tb.Store.Path()+"?_busy_timeout=10000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if err := db.QueryRow(`SELECT count(*) FROM queues WHERE name LIKE '#tmp%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	if n != 0 {
+		t.Fatalf("3 temporary queues that never held a message, deleted with their connections: %d rows of them in the journal's queues table", n)
+	}
+}
