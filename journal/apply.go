@@ -12,6 +12,24 @@ import (
 // flags column bits.
 const flagZstd = 1
 
+// qidIfAny is qid for operations that only remove (a purge, a forget of
+// dedup ids): 0 and no row made when the journal never held the queue.
+func (s *Store) qidIfAny(ctx context.Context, name string) (int64, error) {
+	if id, ok := s.qids[name]; ok {
+		return id, nil
+	}
+	var id int64
+	err := s.st.selectQueue.QueryRowContext(ctx, name).Scan(&id)
+	if err == sql.ErrNoRows {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.qids[name] = id
+	return id, nil
+}
+
 func (s *Store) qid(ctx context.Context, name string) (int64, error) {
 	if id, ok := s.qids[name]; ok {
 		return id, nil
@@ -183,9 +201,12 @@ func (s *Store) applyOp(ctx context.Context, op *appliance.Op, now int64, hb *[]
 				return err
 			}
 		case appliance.OpForgetDedup:
-			q, err := s.qid(ctx, op.Queue)
+			q, err := s.qidIfAny(ctx, op.Queue)
 			if err != nil {
 				return err
+			}
+			if q == 0 {
+				break // no row: no dedup id either
 			}
 			if _, err := s.wc.ExecContext(ctx, "DELETE FROM dedup WHERE qid=?", q); err != nil {
 				return err
@@ -208,9 +229,10 @@ func (s *Store) deleteMsg(ctx context.Context, id uint64) error {
 
 // purge deletes the messages of op.Queue up to op.ID except op.Keep.
 func (s *Store) purge(ctx context.Context, op *appliance.Op) error {
-	q, err := s.qid(ctx, op.Queue)
-	if err != nil {
-		return err
+	op.Affected, op.Bytes = 0, 0
+	q, err := s.qidIfAny(ctx, op.Queue)
+	if err != nil || q == 0 {
+		return err // no row: nothing to purge, and none made for it
 	}
 	keep := "-1"
 	for _, id := range op.Keep {
