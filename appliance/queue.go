@@ -470,15 +470,20 @@ func (q *queue) pageIn(req *queuecore.PageIn, reserved int64) {
 
 // addConsumer subscribes sub; false when the queue was deleted meanwhile
 // (the caller resolves the name again).
+//
+// The check and the subscribe are one step under the queue's lock, where
+// DeleteQueue and forgetIdleQueues count consumers and mark the queue
+// deleted: a SUBSCRIBE cannot attach to a queue they have just taken.
 func (q *queue) addConsumer(sub *subscription) bool {
-	q.mu.Lock()
-	if q.deleted {
-		q.mu.Unlock()
-		return false
-	}
-	q.mu.Unlock()
-	q.run(func(now int64) { q.core.Subscribe(sub.con, now) })
-	return true
+	ok := true
+	q.run(func(now int64) {
+		if q.deleted {
+			ok = false
+			return
+		}
+		q.core.Subscribe(sub.con, now)
+	})
+	return ok
 }
 
 // removeConsumer detaches sub; its unacked messages return to the queue at
