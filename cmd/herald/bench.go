@@ -546,7 +546,7 @@ func benchCleanup(ctx context.Context, cCtx *cli.Context, res *sendResult, own b
 	name, isQueue := strings.CutPrefix(res.Dest, "/queue/")
 	if !own {
 		if isQueue {
-			cl.Note = fmt.Sprintf("left %d message(s) in %s (given with --dest, so not emptied); empty it with: herald queue purge %s", cl.Stored, res.Dest, name)
+			cl.Note = fmt.Sprintf("left %d message(s) in %s (given with --dest, so not emptied); empty it with: herald queue purge --yes %s", cl.Stored, res.Dest, name)
 		} else {
 			cl.Note = fmt.Sprintf("sent %d message(s) to %s (a topic keeps none)", cl.Stored, res.Dest)
 		}
@@ -555,7 +555,7 @@ func benchCleanup(ctx context.Context, cCtx *cli.Context, res *sendResult, own b
 	drained, err := benchDrain(ctx, cCtx, res.Dest, cl.Stored)
 	cl.Drained = drained
 	if err != nil {
-		cl.Note = fmt.Sprintf("could not empty %s: %v (%d of %d message(s) drained); purge it with: herald queue purge %s, then herald queue delete --yes %s",
+		cl.Note = fmt.Sprintf("could not empty %s: %v (%d of %d message(s) drained); purge it with: herald queue purge --yes %s, then herald queue delete --yes %s",
 			res.Dest, unwrapClient(err), drained, cl.Stored, name, name)
 		return
 	}

@@ -279,7 +279,7 @@ func TestBench_SendCleansUp(t *testing.T) {
 	}
 	r = sendResult{}
 	benchJSON(t, stdout, &r)
-	mustContain(t, "bench --dest stderr", stderr, "left", "/queue/mine", "herald queue purge mine")
+	mustContain(t, "bench --dest stderr", stderr, "left", "/queue/mine", "herald queue purge --yes mine")
 	q = decode[appliance.QueueView](t, first(runAdmin(t, d.Socket, exitOK, "queue", "show", "--json", "mine")))
 	if uint64(q.Messages) < r.Messages || r.Cleanup.Drained != 0 {
 		t.Errorf("--dest: queue has %d messages, cleanup %+v; want the %d confirmed kept", q.Messages, r.Cleanup, r.Messages)

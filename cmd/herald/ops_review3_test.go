@@ -1,0 +1,37 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/herald-mq/herald/admin/admintest"
+	"github.com/herald-mq/herald/appliance"
+)
+
+// bench send --dest /queue/NAME leaves its messages and says how to empty
+// the queue: the command it names must work as printed. It said "herald
+// queue purge NAME", which purge refuses without --yes (exit 64).
+func TestBench_DestLeftHintRuns(t *testing.T) {
+	d := admintest.Start(t, nil)
+	code, _, stderr := runCLI(t, "", "--server", d.STOMP, "bench", "send", "--socket", d.Socket, "--dest", "/queue/left",
+		"--producers", "1", "--window", "4", "--duration", "200ms", "--json")
+	if code != 0 {
+		t.Fatalf("bench send --dest: exit %d: %s", code, stderr)
+	}
+	_, hint, ok := strings.Cut(stderr, "empty it with: ")
+	if !ok {
+		t.Fatalf("bench send --dest: no hint to empty the queue in:\n%s", stderr)
+	}
+	args := strings.Fields(strings.TrimSpace(hint))
+	if len(args) < 2 || args[0] != "herald" {
+		t.Fatalf("hint %q is not a herald command", hint)
+	}
+	code, out, errOut := runCLI(t, "", append(args[1:], "--socket", d.Socket)...)
+	if code != 0 {
+		t.Fatalf("the hint %q fails: exit %d: %s%s", strings.TrimSpace(hint), code, out, errOut)
+	}
+	q := decode[appliance.QueueView](t, first(runAdmin(t, d.Socket, exitOK, "queue", "show", "--json", "left")))
+	if q.Messages != 0 {
+		t.Errorf("after the hint %q: %d messages left", strings.TrimSpace(hint), q.Messages)
+	}
+}
