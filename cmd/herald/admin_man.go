@@ -164,6 +164,9 @@ func roffFlags(b *strings.Builder, flags []cli.Flag) {
 		if !ok {
 			continue
 		}
+		if vf, ok := f.(cli.VisibleFlag); ok && !vf.IsVisible() {
+			continue // hidden from --help, and so from the manual page
+		}
 		usage := df.GetUsage()
 		placeholder := ""
 		if i := strings.IndexByte(usage, '`'); i >= 0 {

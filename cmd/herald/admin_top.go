@@ -38,12 +38,23 @@ func topCommand() *cli.Command {
 multicast channels, with per-second rates computed between refreshes. Quit
 with q or Ctrl-C; the terminal is restored. When stdin or stdout is not a
 terminal, or with --iterations, prints plain frames one after another.`,
-		Flags: adminFlags(
+		Flags: hideJSON(adminFlags(
 			&cli.DurationFlag{Name: "interval", Value: time.Second, Usage: "refresh period"},
 			&cli.IntFlag{Name: "iterations", Usage: "stop after this many frames (0: until q)"},
-		),
+		)),
 		Action: runTop,
 	}
+}
+
+// hideJSON leaves the shared --json flag out of top's help and manual
+// page: top refuses it (runTop) with a pointer to the commands that have it.
+func hideJSON(flags []cli.Flag) []cli.Flag {
+	for _, f := range flags {
+		if b, ok := f.(*cli.BoolFlag); ok && b.Name == "json" {
+			b.Hidden = true
+		}
+	}
+	return flags
 }
 
 // topSnap is one refresh's data.

@@ -35,3 +35,21 @@ func TestBench_DestLeftHintRuns(t *testing.T) {
 		t.Errorf("after the hint %q: %d messages left", strings.TrimSpace(hint), q.Messages)
 	}
 }
+
+// herald top refuses --json (exit 64), but its help and the manual page
+// offered it ("print the answer as JSON"), as for the other admin commands.
+func TestAdminCLI_TopHelpHasNoJSON(t *testing.T) {
+	code, out, errOut := runCLI(t, "", "top", "--help")
+	if code != 0 {
+		t.Fatalf("herald top --help: exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "--json") {
+		t.Errorf("herald top --help offers --json, which top refuses:\n%s", out)
+	}
+	_, man, _ := runCLI(t, "", "man")
+	_, sec, _ := strings.Cut(man, `.SS "herald top [flags]"`)
+	sec, _, _ = strings.Cut(sec, ".SS ")
+	if strings.Contains(sec, "json") {
+		t.Errorf("herald(1) offers --json for top:\n%s", sec)
+	}
+}
