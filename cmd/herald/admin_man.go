@@ -28,8 +28,8 @@ store (kv), prints the messages of a multicast channel
 (listen), checks what makes multicast fail on this host (doctor, which reads the
 channels from /etc/herald/herald.toml), measures a server (bench), and
 administers the local daemon through
-its admin socket (--socket, HERALD_SOCKET). Every admin command takes --json,
-whose output is the admin API's JSON (docs/admin-api.md, in /usr/share/doc/herald
+its admin socket (--socket, HERALD_SOCKET). Every admin command but top takes
+--json, whose output is the admin API's JSON (docs/admin-api.md, in /usr/share/doc/herald
 when packaged).
 
 Flags may come before or after the arguments, global ones included; after --
