@@ -94,7 +94,7 @@ The server keeps the last kv.history revisions of each key (1 by default: the
 current one). Columns: REVISION, OPERATION, CONTENT-TYPE, BYTES, VALUE (values
 with a newline, a tab, a leading quote or bytes that are not UTF-8 are shown
 quoted, as Go strings). --json prints a JSON array of {"key","revision","operation",
-"content_type","value"} (plus "value_base64" for values that are not UTF-8).`,
+"content_type","bytes","value"} (plus "value_base64" for values that are not UTF-8).`,
 			Flags:  []cli.Flag{jsonFlag("a JSON array of the revisions"), timeout()},
 			Action: runKVHistory,
 		},
@@ -567,11 +567,23 @@ func runKVHistory(cCtx *cli.Context) error {
 	}
 	w := cCtx.App.Writer
 	if cCtx.Bool("json") {
+		// The table's columns, each in every revision (as kv ls --json).
+		type revision struct {
+			Key         string `json:"key"`
+			Revision    uint64 `json:"revision"`
+			Operation   string `json:"operation"`
+			ContentType string `json:"content_type"`
+			Bytes       int    `json:"bytes"`
+			Value       string `json:"value"`
+			ValueBase64 string `json:"value_base64,omitempty"`
+		}
 		list := make([]kvEntry, 0, len(msgs))
 		for _, m := range msgs {
 			list = append(list, entryOf(m))
 		}
-		return stdoutOK(printJSONList(w, list, func(e kvEntry) any { return e }))
+		return stdoutOK(printJSONList(w, list, func(e kvEntry) any {
+			return revision{e.Key, e.Revision, e.Operation, e.ContentType, len(e.raw), e.Value, e.ValueBase64}
+		}))
 	}
 	t := newTable(w, "REVISION", "OPERATION", "CONTENT-TYPE", "BYTES", "VALUE")
 	for _, m := range msgs {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -51,5 +52,33 @@ func TestAdminCLI_TopHelpHasNoJSON(t *testing.T) {
 	sec, _, _ = strings.Cut(sec, ".SS ")
 	if strings.Contains(sec, "json") {
 		t.Errorf("herald(1) offers --json for top:\n%s", sec)
+	}
+}
+
+// herald kv history shows CONTENT-TYPE and BYTES; its --json, documented
+// as {"key","revision","operation","content_type","value"}, had no bytes,
+// and no content_type when the value had none. Every revision carries both,
+// as herald kv ls --json does.
+func TestKVCLI_HistoryJSONHasTheTableFields(t *testing.T) {
+	addr := startKVBroker(t)
+	mustKV(t, addr, 0, "", "put", "cfg.db", "plain")
+	mustKV(t, addr, 0, "", "put", "cfg.db", `{"a":1}`, "--content-type", "application/json")
+	var hist []map[string]any
+	if err := json.Unmarshal([]byte(mustKV(t, addr, 0, "", "history", "--json", "cfg.db")), &hist); err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 2 {
+		t.Fatalf("history --json: %v, want 2 revisions", hist)
+	}
+	for i, want := range []struct {
+		ct    string
+		bytes float64
+	}{{"", 5}, {"application/json", 7}} {
+		if ct, ok := hist[i]["content_type"]; !ok || ct != want.ct {
+			t.Errorf("revision %d: content_type %v (present %v), want %q", i+1, ct, ok, want.ct)
+		}
+		if b, ok := hist[i]["bytes"].(float64); !ok || b != want.bytes {
+			t.Errorf("revision %d: bytes %v, want the number %v (the table's BYTES)", i+1, hist[i]["bytes"], want.bytes)
+		}
 	}
 }
