@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -189,7 +190,12 @@ close them first. Requires --yes.`,
 				ArgsUsage: "NAME",
 				Description: `POST /v1/queues/{name}/requeue?max=N: moves up to N (default all) messages
 of the queue's dead-letter queue (DLQ.NAME) back to the tail of NAME, oldest
-first, with their delivery count reset. Name the original queue, not the DLQ.`,
+first, with their delivery count reset. Name the original queue, not the DLQ.
+
+It moves them in requests of 10000 (each its own journal transactions), up to
+what the DLQ held when it began: on a terminal it shows how many it moved
+(on stderr), and if it stops early (--timeout, an error) it says how many
+had moved; run it again to move the rest.`,
 				Flags: adminFlags(&cli.IntFlag{Name: "max", Usage: "move at most this many (0: all)"}),
 				Action: func(cCtx *cli.Context) error {
 					name, err := oneQueue(cCtx, "queue requeue [flags] NAME")
@@ -199,9 +205,40 @@ first, with their delivery count reset. Name the original queue, not the DLQ.`,
 					if cCtx.Int("max") < 0 {
 						return usageErrorf("--max %d: want 0 (all) or more", cCtx.Int("max"))
 					}
-					return adminCall(cCtx, "queue requeue "+name, func(ctx context.Context, c *admin.Client) error {
-						r, err := c.Requeue(ctx, name, cCtx.Int("max"))
+					what := "queue requeue " + name
+					return adminCall(cCtx, what, func(ctx context.Context, c *admin.Client) error {
+						var progress func(moved, total int)
+						errw, shown := cCtx.App.ErrWriter, false
+						if !cCtx.Bool("json") && isTerminal(errw) {
+							progress = func(moved, total int) {
+								shown = true
+								if total > 0 {
+									fmt.Fprintf(errw, "\rrequeue: %d/%d messages (%d%%)", moved, total, moved*100/total)
+								} else {
+									fmt.Fprintf(errw, "\rrequeue: %d messages", moved)
+								}
+							}
+						}
+						r, total, err := requeueInBatches(ctx, c, name, cCtx.Int("max"), progress)
+						if shown {
+							fmt.Fprintln(errw)
+						}
 						if err != nil {
+							if moved := deref(r.Requeued); moved > 0 {
+								var ee *exitError
+								if !errors.As(adminFailure(what, socketPath(cCtx), ctx, err), &ee) {
+									return err
+								}
+								of := ""
+								if total > 0 {
+									of = fmt.Sprintf(" of %d", total)
+								}
+								done := fmt.Sprintf("at least %d%s messages had moved from %s to %s: run it again to move the rest", moved, of, r.DLQ, name)
+								if ee.code == exitTimeout && ctx.Err() != nil {
+									return &exitError{code: exitTimeout, err: fmt.Errorf("%s: --timeout %s passed; %s (--timeout 0: no limit)", what, cCtx.Duration("timeout"), done)}
+								}
+								return &exitError{code: ee.code, err: fmt.Errorf("%w; %s", ee.err, done)}
+							}
 							return err
 						}
 						if cCtx.Bool("json") {
@@ -219,6 +256,60 @@ first, with their delivery count reset. Name the original queue, not the DLQ.`,
 			}
 			return usageErrorf("queue needs a command: show, peek, purge, delete or requeue; see: herald queue --help")
 		},
+	}
+}
+
+// requeueBatch is how many dead letters one requeue request moves: each
+// request is bounded by the daemon's operation timeout (30 s), and the
+// progress shown advances per request.
+var requeueBatch = 10000
+
+// requeueInBatches moves up to maxN (0: all) dead letters of name back to
+// it, requeueBatch per request, and at most what the DLQ held after the
+// first request (dead letters that come back, expired again, are not
+// cycled). progress, when set, is called after each request with the
+// messages moved and the total to move (0: unknown). The answer sums the
+// requests; on an error it holds what had moved before.
+func requeueInBatches(ctx context.Context, c *admin.Client, name string, maxN int, progress func(moved, total int)) (*admin.QueueOp, int, error) {
+	sum := &admin.QueueOp{Queue: name}
+	moved, total := 0, 0
+	sum.Requeued = &moved
+	for first := true; ; first = false {
+		want := requeueBatch
+		if maxN > 0 {
+			want = min(want, maxN-moved)
+		}
+		if total > 0 {
+			want = min(want, total-moved)
+		}
+		if !first && total == 0 {
+			// The DLQ's depth is unknown: the rest in one request (0: all).
+			want = 0
+			if maxN > 0 {
+				want = maxN - moved
+			}
+		}
+		r, err := c.Requeue(ctx, name, want)
+		if err != nil {
+			return sum, total, err
+		}
+		n := deref(r.Requeued)
+		moved += n
+		sum.Queue, sum.DLQ = r.Queue, r.DLQ
+		if first && n == want {
+			if q, err := c.Queue(ctx, r.DLQ); err == nil {
+				total = moved + q.Messages
+				if maxN > 0 {
+					total = min(total, maxN)
+				}
+			}
+		}
+		if progress != nil && moved > 0 {
+			progress(moved, total)
+		}
+		if n < want || want == 0 || (maxN > 0 && moved >= maxN) || (total > 0 && moved >= total) {
+			return sum, total, nil
+		}
 	}
 }
 
