@@ -60,7 +60,8 @@ func benchCommand() *cli.Command {
   herald bench topic   one paced publisher, K subscribers: end-to-end latency and losses
   herald bench drain   fill a queue, then C consumers ACK every message: drain rate
                        (--jetstream: the same against a NATS JetStream pull consumer)
-The target is the global --server (and --login/--passcode). See docs/benchmarks.md.`,
+The target is the global --server (and --login/--passcode). See docs/benchmarks.md.
+On a terminal, the run's phase and progress show on stderr (not with --json).`,
 		Action: func(cCtx *cli.Context) error {
 			if cCtx.Args().Present() {
 				return usageErrorf("unknown bench command %q; want send, topic or drain", cCtx.Args().First())
@@ -291,6 +292,45 @@ func readBenchFlags(cCtx *cli.Context) (benchFlags, error) {
 	return f, nil
 }
 
+// benchProgress shows, when standard error is a terminal and the result is
+// not --json, one line that status renders: at once, then every half
+// second. The returned stop clears it (call it before printing anything).
+func benchProgress(cCtx *cli.Context, jsonOut bool, status func() string) (stop func()) {
+	w := cCtx.App.ErrWriter
+	if jsonOut || !isTerminal(w) {
+		return func() {}
+	}
+	fmt.Fprintf(w, "\r\x1b[Kbench: %s", status())
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				fmt.Fprint(w, "\r\x1b[K")
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "\r\x1b[Kbench: %s", status())
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
+}
+
+// benchClock renders the phase of a timed run: warming up, then measuring.
+func benchClock(start time.Time, warmup, duration time.Duration) func() string {
+	return func() string {
+		el := time.Since(start)
+		if el < warmup {
+			return fmt.Sprintf("warming up, %s of %s", el.Truncate(time.Second), warmup)
+		}
+		return fmt.Sprintf("measuring, %s of %s", min(el-warmup, duration).Truncate(time.Second), duration)
+	}
+}
+
 // benchDial is dial with the bench options: a virtual host and a large
 // subscription buffer, so that a subscriber never stalls the reader.
 func benchDial(ctx context.Context, cCtx *cli.Context) (*client.Conn, error) {
@@ -408,6 +448,8 @@ func runBenchSend(cCtx *cli.Context) error {
 	start := time.Now()
 	measureFrom := start.Add(bf.warmup)
 	measureTo := measureFrom.Add(bf.duration)
+	stopProgress := benchProgress(cCtx, bf.jsonOut, benchClock(start, bf.warmup, bf.duration))
+	defer stopProgress()
 
 	type prodResult struct {
 		h        histogram
@@ -470,6 +512,7 @@ func runBenchSend(cCtx *cli.Context) error {
 		}()
 	}
 	wg.Wait()
+	stopProgress()
 
 	res := sendResult{
 		Mode: "send", Server: bf.server, Dest: bf.dest, Producers: producers, Window: window,
@@ -780,6 +823,8 @@ func runBenchTopic(cCtx *cli.Context) error {
 	start := time.Now()
 	measureFrom := start.Add(bf.warmup)
 	measureTo := measureFrom.Add(bf.duration)
+	stopProgress := benchProgress(cCtx, bf.jsonOut, benchClock(start, bf.warmup, bf.duration))
+	defer stopProgress()
 	var seq int64
 	var pubErr error
 	t := time.NewTicker(tick)
@@ -829,6 +874,7 @@ func runBenchTopic(cCtx *cli.Context) error {
 	close(stop)
 	closePub()
 	rwg.Wait()
+	stopProgress()
 
 	res := topicResult{
 		Mode: "topic", Transport: transport, Server: bf.server, Dest: bf.dest, Subscribers: k,

@@ -219,6 +219,10 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	cpu0 := cpu.now()
 	var next atomic.Int64
 	var stored atomic.Uint64
+	stopFill := benchProgress(cCtx, cCtx.Bool("json"), func() string {
+		return fmt.Sprintf("filling %s: %d of %d messages stored", res.Dest, stored.Load(), n)
+	})
+	defer stopFill()
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
 	for range 4 {
@@ -253,6 +257,7 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 		}()
 	}
 	wg.Wait()
+	stopFill()
 	res.Messages = stored.Load()
 	res.FillS = time.Since(start).Seconds()
 	res.FillPerS = benchRound1(float64(res.Messages) / res.FillS)
@@ -298,6 +303,10 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	start = time.Now()
 	cpu0 = cpu.now()
 	self0 := selfCPU()
+	stopDrain := benchProgress(cCtx, cCtx.Bool("json"), func() string {
+		return fmt.Sprintf("draining %s: %d of %d messages received", res.Dest, received.Load(), res.Messages)
+	})
+	defer stopDrain()
 	for _, c := range conns {
 		// Each MESSAGE is handled on the connection's reading goroutine
 		// (SubscribeFunc), as the JetStream consumer below handles its
@@ -375,6 +384,7 @@ func stompDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	}()
 	<-done
 	wg.Wait()
+	stopDrain()
 	res.DrainS = time.Since(start).Seconds()
 	res.Received, res.Redelivered = received.Load(), redelivered.Load()
 	res.DrainCPUus = cpuPerMsg(cpu.now()-cpu0, res.Received)
@@ -575,6 +585,10 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	cpu0 := cpu.now()
 	var next atomic.Int64
 	var stored atomic.Uint64
+	stopFill := benchProgress(cCtx, cCtx.Bool("json"), func() string {
+		return fmt.Sprintf("filling %s: %d of %d messages stored", res.Dest, stored.Load(), n)
+	})
+	defer stopFill()
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
 	for p := range 4 {
@@ -648,6 +662,7 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 		}()
 	}
 	wg.Wait()
+	stopFill()
 	res.Messages = stored.Load()
 	res.FillS = time.Since(start).Seconds()
 	res.FillPerS = benchRound1(float64(res.Messages) / res.FillS)
@@ -690,6 +705,10 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 	start = time.Now()
 	cpu0 = cpu.now()
 	self0 := selfCPU()
+	stopDrain := benchProgress(cCtx, cCtx.Bool("json"), func() string {
+		return fmt.Sprintf("draining %s: %d of %d messages received", res.Dest, received.Load(), res.Messages)
+	})
+	defer stopDrain()
 	for _, c := range conns {
 		wg.Add(1)
 		go func() {
@@ -787,6 +806,7 @@ func jsDrain(cCtx *cli.Context, res *drainResult, n int) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+	stopDrain()
 	res.DrainS = time.Since(start).Seconds()
 	res.Received, res.Redelivered = received.Load(), redelivered.Load()
 	res.DrainCPUus = cpuPerMsg(cpu.now()-cpu0, res.Received)
@@ -828,6 +848,8 @@ func jsSend(cCtx *cli.Context, res *sendResult, bf benchFlags, producers, window
 	start := time.Now()
 	measureFrom := start.Add(bf.warmup)
 	measureTo := measureFrom.Add(bf.duration)
+	stopProgress := benchProgress(cCtx, bf.jsonOut, benchClock(start, bf.warmup, bf.duration))
+	defer stopProgress()
 	type prod struct {
 		h        histogram
 		n        uint64
@@ -907,6 +929,7 @@ func jsSend(cCtx *cli.Context, res *sendResult, bf benchFlags, producers, window
 		}()
 	}
 	wg.Wait()
+	stopProgress()
 	var h histogram
 	for _, r := range results {
 		h.merge(&r.h)

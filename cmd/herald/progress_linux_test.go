@@ -107,3 +107,40 @@ func TestAdminCLI_RequeueShowsProgress(t *testing.T) {
 		t.Errorf("at the end: jobs %d, DLQ.jobs %d; want 50 and 0", depth("jobs"), depth("DLQ.jobs"))
 	}
 }
+
+// herald bench ran for --duration (10 s by default), and bench drain filled
+// and drained its queue, without a sign of life. On a terminal each shows
+// its phase and progress on stderr, cleared before the result; piped or
+// with --json, nothing of it.
+func TestBench_ShowsProgressOnATerminal(t *testing.T) {
+	d := admintest.Start(t, nil)
+	code, out, screen := runOnTerminal(t, "--server", d.STOMP, "bench", "send", "--socket", d.Socket,
+		"--producers", "1", "--window", "4", "--size", "64", "--duration", "600ms")
+	if code != 0 || !strings.Contains(out, "throughput") {
+		t.Fatalf("bench send on a terminal: exit %d, stdout %q, terminal %q", code, out, screen)
+	}
+	if !strings.Contains(screen, "bench: measuring, 0s of 600ms") {
+		t.Errorf("bench send: the terminal did not show its progress: %q", screen)
+	}
+	code, out, screen = runOnTerminal(t, "--server", d.STOMP, "bench", "drain", "--socket", d.Socket,
+		"--messages", "300", "--consumers", "1", "--size", "64")
+	if code != 0 || !strings.Contains(out, "drain") {
+		t.Fatalf("bench drain on a terminal: exit %d, stdout %q, terminal %q", code, out, screen)
+	}
+	for _, w := range []string{"bench: filling /queue/bench-drain.", "of 300 messages stored", "bench: draining /queue/bench-drain.", "of 300 messages received"} {
+		if !strings.Contains(screen, w) {
+			t.Errorf("bench drain: the terminal did not show %q: %q", w, screen)
+		}
+	}
+
+	code, _, screen = runOnTerminal(t, "--server", d.STOMP, "bench", "send", "--socket", d.Socket,
+		"--producers", "1", "--window", "4", "--size", "64", "--duration", "300ms", "--json")
+	if code != 0 || strings.Contains(screen, "measuring") {
+		t.Errorf("bench send --json on a terminal: exit %d, progress shown: %q", code, screen)
+	}
+	code, _, errOut := runCLI(t, "", "--server", d.STOMP, "bench", "send", "--socket", d.Socket,
+		"--producers", "1", "--window", "4", "--size", "64", "--duration", "300ms")
+	if code != 0 || strings.Contains(errOut, "measuring") {
+		t.Errorf("bench send piped: exit %d, progress on stderr: %q", code, errOut)
+	}
+}
