@@ -24,7 +24,8 @@ exist. A relative FILE is taken from the current directory. Restore by
 stopping heraldd and putting the copy in place of DATA_DIR/herald.db (remove
 herald.db-wal and herald.db-shm).
 
-Progress is a bar on a terminal, plain lines otherwise (on stderr). A backup
+Progress is a bar on a terminal, plain lines otherwise (on stderr); none
+with --json. A backup
 of a large journal takes as long as it takes: there is no --timeout unless
 one is given.`,
 		Flags: adminFlagsTimeout(&cli.DurationFlag{Name: "timeout", DefaultText: "none", Usage: "give up after this long (exit 75)"}),
@@ -37,11 +38,11 @@ one is given.`,
 				return usageErrorf("backup file %q: %v", cCtx.Args().First(), err)
 			}
 			errw := cCtx.App.ErrWriter
-			bar := isTerminal(errw)
+			bar := isTerminal(errw) && !cCtx.Bool("json")
 			lastPct := -1
 			return adminCall(cCtx, "backup", func(ctx context.Context, c *admin.Client) error {
 				res, err := c.Backup(ctx, dest, func(ev admin.BackupEvent) {
-					if ev.PagesTotal == 0 {
+					if ev.PagesTotal == 0 || cCtx.Bool("json") {
 						return
 					}
 					pct := ev.PagesDone * 100 / ev.PagesTotal

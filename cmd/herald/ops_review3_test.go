@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/admin/admintest"
 	"github.com/herald-mq/herald/appliance"
 )
@@ -80,5 +82,23 @@ func TestKVCLI_HistoryJSONHasTheTableFields(t *testing.T) {
 		if b, ok := hist[i]["bytes"].(float64); !ok || b != want.bytes {
 			t.Errorf("revision %d: bytes %v, want the number %v (the table's BYTES)", i+1, hist[i]["bytes"], want.bytes)
 		}
+	}
+}
+
+// herald backup --json printed its progress lines on stderr as well ("backup:
+// N/M pages"): with --json a script reads the result, and the progress stays
+// off (as for requeue and bench).
+func TestAdminCLI_BackupJSONIsQuiet(t *testing.T) {
+	d := admintest.Start(t, nil)
+	conn := d.Dial(t)
+	d.Send(t, conn, "/queue/orders", 20, "order-")
+	dest := filepath.Join(t.TempDir(), "b.db")
+	out, stderr := runAdmin(t, d.Socket, exitOK, "backup", "--json", dest)
+	if stderr != "" {
+		t.Errorf("backup --json: stderr %q, want nothing", stderr)
+	}
+	var r admin.BackupEvent
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Path != dest || r.PagesTotal == 0 {
+		t.Errorf("backup --json: %v: %s", err, out)
 	}
 }
