@@ -114,6 +114,9 @@ func socketGroup(sock string) string {
 // adminCall runs fn with a client and a context bounded by --timeout,
 // turning its error into an exit code.
 func adminCall(cCtx *cli.Context, what string, fn func(ctx context.Context, c *admin.Client) error) error {
+	if err := checkTimeout(cCtx); err != nil {
+		return err
+	}
 	sock := socketPath(cCtx)
 	c := admin.NewClient(sock)
 	defer c.Close()
@@ -125,6 +128,15 @@ func adminCall(cCtx *cli.Context, what string, fn func(ctx context.Context, c *a
 	}
 	if err := fn(ctx, c); err != nil {
 		return adminFailure(what, sock, ctx, err)
+	}
+	return nil
+}
+
+// checkTimeout refuses a negative --timeout (0 is no limit), as send and
+// receive do.
+func checkTimeout(cCtx *cli.Context) error {
+	if d := cCtx.Duration("timeout"); d < 0 {
+		return usageErrorf("--timeout %s must not be negative (0: no limit)", d)
 	}
 	return nil
 }

@@ -99,6 +99,9 @@ fails at once (exit 77).`,
 			if err := checkArgs(cCtx, 0, 0, "await-ready [flags]"); err != nil {
 				return err
 			}
+			if err := checkTimeout(cCtx); err != nil {
+				return err
+			}
 			sock := socketPath(cCtx)
 			c := admin.NewClient(sock)
 			defer c.Close()

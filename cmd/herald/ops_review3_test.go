@@ -102,3 +102,21 @@ func TestAdminCLI_BackupJSONIsQuiet(t *testing.T) {
 		t.Errorf("backup --json: %v: %s", err, out)
 	}
 }
+
+// A negative --timeout was taken as "no limit" by the admin commands
+// (herald status --timeout -1s: exit 0), where send, receive, kv and bench
+// refuse it (exit 64). It is a usage error for them too.
+func TestAdminCLI_NegativeTimeoutRefused(t *testing.T) {
+	d := admintest.Start(t, nil)
+	for _, args := range [][]string{
+		{"status", "--timeout", "-1s"},
+		{"queues", "--timeout", "-5s"},
+		{"await-ready", "--timeout", "-1s"},
+		{"backup", "--timeout", "-1s", filepath.Join(t.TempDir(), "b.db")},
+	} {
+		code, _, errOut := runCLI(t, "", append(args, "--socket", d.Socket)...)
+		if code != exitUsage || !strings.Contains(errOut, "--timeout") {
+			t.Errorf("herald %s: exit %d, stderr %q; want 64 naming --timeout", strings.Join(args, " "), code, errOut)
+		}
+	}
+}
