@@ -38,7 +38,7 @@ func topCommand() *cli.Command {
 multicast channels, with per-second rates computed between refreshes. Quit
 with q or Ctrl-C; the terminal is restored. When stdin or stdout is not a
 terminal, or with --iterations, prints plain frames one after another.`,
-		Flags: hideJSON(adminFlags(
+		Flags: hideFlags(adminFlags(
 			&cli.DurationFlag{Name: "interval", Value: time.Second, Usage: "refresh period"},
 			&cli.IntFlag{Name: "iterations", Usage: "stop after this many frames (0: until q)"},
 		)),
@@ -46,12 +46,17 @@ terminal, or with --iterations, prints plain frames one after another.`,
 	}
 }
 
-// hideJSON leaves the shared --json flag out of top's help and manual
-// page: top refuses it (runTop) with a pointer to the commands that have it.
-func hideJSON(flags []cli.Flag) []cli.Flag {
+// hideFlags leaves two shared admin flags out of top's help and manual
+// page: --json, which top refuses (runTop) with a pointer to the commands
+// that have it, and --timeout, which a live view has no use for (each
+// refresh is bounded by itself); it is still accepted, and ignored.
+func hideFlags(flags []cli.Flag) []cli.Flag {
 	for _, f := range flags {
-		if b, ok := f.(*cli.BoolFlag); ok && b.Name == "json" {
-			b.Hidden = true
+		switch f := f.(type) {
+		case *cli.BoolFlag:
+			f.Hidden = f.Name == "json"
+		case *cli.DurationFlag:
+			f.Hidden = f.Name == "timeout"
 		}
 	}
 	return flags

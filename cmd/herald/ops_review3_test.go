@@ -49,6 +49,11 @@ func TestAdminCLI_TopHelpHasNoJSON(t *testing.T) {
 	if strings.Contains(out, "--json") {
 		t.Errorf("herald top --help offers --json, which top refuses:\n%s", out)
 	}
+	// --timeout ("give up after this long (exit 75)") was offered too, and
+	// top never read it.
+	if strings.Contains(out, "--timeout") {
+		t.Errorf("herald top --help offers --timeout, which top ignores:\n%s", out)
+	}
 	_, man, _ := runCLI(t, "", "man")
 	_, sec, _ := strings.Cut(man, `.SS "herald top [flags]"`)
 	sec, _, _ = strings.Cut(sec, ".SS ")
