@@ -157,3 +157,32 @@ func lookupCommand(cmds []*cli.Command, name string) *cli.Command {
 	}
 	return nil
 }
+
+// commandPath names the command args run ("user", "list"): command names
+// met in order, skipping flags and their values.
+func commandPath(app *cli.App, args []string) []string {
+	var path []string
+	flags, cmds := app.Flags, app.Commands
+	for i := 1; i < len(args); i++ {
+		t := args[i]
+		if t == "--" {
+			break
+		}
+		if f := lookupFlag(append(append([]cli.Flag(nil), app.Flags...), flags...), t); f != nil {
+			if takesValue(f, t) {
+				i++
+			}
+			continue
+		}
+		c := lookupCommand(cmds, t)
+		if c == nil {
+			if strings.HasPrefix(t, "-") {
+				continue
+			}
+			break
+		}
+		path = append(path, c.Name)
+		flags, cmds = c.Flags, c.Subcommands
+	}
+	return path
+}

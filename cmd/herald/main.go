@@ -49,13 +49,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "herald: %v\n", err)
 	var ee *exitError
+	if !errors.As(err, &ee) && strings.HasPrefix(err.Error(), "Required flag") {
+		// urfave/cli's own check of Required flags: say where to look, as
+		// every other usage error does.
+		fmt.Fprintf(stderr, "herald: %v; see: %s --help\n", err, strings.Join(append([]string{"herald"}, commandPath(app, args)...), " "))
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "herald: %v\n", err)
 	if errors.As(err, &ee) {
 		return ee.code
-	}
-	if strings.HasPrefix(err.Error(), "Required flag") {
-		return exitUsage // urfave/cli's own check of Required flags
 	}
 	return exitOther
 }

@@ -125,3 +125,19 @@ func TestAdminCLI_NegativeTimeoutRefused(t *testing.T) {
 		}
 	}
 }
+
+// A required flag left out ("herald user list") got urfave/cli's bare
+// `Required flag "file" not set`, where every other usage error says where
+// to look: it now ends "see: herald user list --help".
+func TestCLI_RequiredFlagHint(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"user list", "see: herald user list --help"},
+		{"--server 127.0.0.1:1 user grant alice read /queue/x", "see: herald user grant --help"},
+		{"listen --json", "see: herald listen --help"},
+	} {
+		code, _, errOut := runCLI(t, "", strings.Fields(c.args)...)
+		if code != exitUsage || !strings.Contains(errOut, "Required flag") || !strings.Contains(errOut, c.want) {
+			t.Errorf("herald %s: exit %d, stderr %q; want 64 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
