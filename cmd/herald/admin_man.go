@@ -38,7 +38,7 @@ everything is an argument. --timeout 0 means no limit.`
 const manExit = `0 success
 1 other error; for doctor, a check failed (the error names which); for kv put and kv del, a compare-and-set conflict
 64 usage error (bad flags or arguments, a destination the server refuses)
-66 no such queue, connection or key (kv get); a --file that cannot be read
+66 no such queue, connection or key (kv get); a --file, --key-file or --config that cannot be read
 69 the daemon is unavailable (not running, connection refused or lost)
 75 timeout
 77 permission denied on the admin socket (join the herald group, or use sudo)`

@@ -57,7 +57,7 @@ func runKVWatchMulticast(cCtx *cli.Context, name string, count int, idle time.Du
 		return usageErrorf("--key-id %d: want 0 to 255", id)
 	}
 	if f := cCtx.String("key-file"); f != "" {
-		key, err := readKeyFile(f)
+		key, err := readKeyFile("--key-file", f)
 		if err != nil {
 			return err
 		}

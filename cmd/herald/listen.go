@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -133,7 +135,7 @@ func runListen(cCtx *cli.Context) error {
 		return usageErrorf("--seal and --next-key-file need --key-file (the channel's key)")
 	}
 	if f := cCtx.String("next-key-file"); f != "" {
-		key, err := readKeyFile(f)
+		key, err := readKeyFile("--next-key-file", f)
 		if err != nil {
 			return err
 		}
@@ -162,7 +164,7 @@ func runListen(cCtx *cli.Context) error {
 		cfg.SessionTimeout = d
 	}
 	if f := cCtx.String("key-file"); f != "" {
-		key, err := readKeyFile(f)
+		key, err := readKeyFile("--key-file", f)
 		if err != nil {
 			return err
 		}
@@ -231,14 +233,21 @@ var setMaxProcs = func(n int) { runtime.GOMAXPROCS(n) }
 
 // readKeyFile reads an HMAC key as docs/multicast-protocol.md section 6 says: the file's bytes
 // with every trailing CR and LF byte removed.
-func readKeyFile(f string) ([]byte, error) {
+// flag names the option that gave it (--key-file, --next-key-file).
+func readKeyFile(flag, f string) ([]byte, error) {
 	key, err := os.ReadFile(f)
 	if err != nil {
-		return nil, fmt.Errorf("read key: %w", err)
+		why := err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			why = pe.Err
+		}
+		return nil, &exitError{code: exitNoInput, err: fmt.Errorf(
+			"%s %s: cannot read it (%w); check the path, and that this user may read the file (a key file is kept 0640, readable by its group)", flag, f, why)}
 	}
 	key = bytes.TrimRight(key, "\r\n")
 	if len(key) == 0 {
-		return nil, usageErrorf("--key-file %s is empty (or only line ends)", f)
+		return nil, usageErrorf("%s %s is empty (or only line ends)", flag, f)
 	}
 	return key, nil
 }

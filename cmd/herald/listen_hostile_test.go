@@ -27,13 +27,13 @@ func TestListen_KeyFileBytes(t *testing.T) {
 	} {
 		f := filepath.Join(dir, "k")
 		os.WriteFile(f, []byte(tc.file), 0o600)
-		if got, err := readKeyFile(f); err != nil || string(got) != tc.want {
+		if got, err := readKeyFile("--key-file", f); err != nil || string(got) != tc.want {
 			t.Errorf("key file %q: got %q, %v; want %q", tc.file, got, err, tc.want)
 		}
 	}
 	f := filepath.Join(dir, "empty")
 	os.WriteFile(f, []byte("\r\n"), 0o600)
-	if _, err := readKeyFile(f); err == nil || !strings.Contains(err.Error(), "empty") {
+	if _, err := readKeyFile("--key-file", f); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("key file of line ends only: got %v, want an error saying it is empty", err)
 	}
 }

@@ -141,3 +141,20 @@ func TestCLI_RequiredFlagHint(t *testing.T) {
 		}
 	}
 }
+
+// herald listen --key-file naming a file it cannot read exited 1 with
+// "read key: open F: ...": a file given on the command line that cannot be
+// read is exit 66 (herald(1)), as for send --file and user --file.
+func TestListen_UnreadableKeyFile(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "mcast.key")
+	for _, args := range [][]string{
+		{"listen", "--group", "239.255.0.9:7400", "--key-file", missing},
+		{"listen", "--group", "239.255.0.9:7400", "--key-file", missing, "--next-key-file", missing},
+		{"--server", "127.0.0.1:1", "kv", "watch", "--group", "239.255.0.9:7400", "--key-file", missing, "cfg.>"},
+	} {
+		code, _, errOut := runCLI(t, "", args...)
+		if code != exitNoInput || !strings.Contains(errOut, missing) || !strings.Contains(errOut, "key-file") {
+			t.Errorf("herald %s: exit %d, stderr %q; want 66 naming --key-file and the file", strings.Join(args, " "), code, errOut)
+		}
+	}
+}
