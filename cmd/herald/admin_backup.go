@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -22,12 +25,13 @@ began, and producers and consumers carry on meanwhile. The daemon writes the
 file, so its directory must be writable by the daemon's user; FILE must not
 exist. A relative FILE is taken from the current directory. Restore by
 stopping heraldd and putting the copy in place of DATA_DIR/herald.db (remove
-herald.db-wal and herald.db-shm).
+herald.db-wal and herald.db-shm). If FILE is not there for herald once the
+daemon has written it (the packaged unit gives heraldd a private /tmp), it
+exits 1 saying where to back up instead.
 
 Progress is a bar on a terminal, plain lines otherwise (on stderr); none
-with --json. A backup
-of a large journal takes as long as it takes: there is no --timeout unless
-one is given.`,
+with --json. A backup of a large journal takes as long as it takes: there is
+no --timeout unless one is given.`,
 		Flags: adminFlagsTimeout(&cli.DurationFlag{Name: "timeout", DefaultText: "none", Usage: "give up after this long (exit 75)"}),
 		Action: func(cCtx *cli.Context) error {
 			if err := checkArgs(cCtx, 1, 1, "backup [flags] FILE"); err != nil {
@@ -63,11 +67,29 @@ one is given.`,
 					return err
 				}
 				if cCtx.Bool("json") {
-					return printJSON(cCtx.App.Writer, res)
+					if err := printJSON(cCtx.App.Writer, res); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(cCtx.App.Writer, "backup written: %s (%s, %d pages, %.1fs)\n", res.Path, humanBytes(res.Bytes), res.PagesTotal, res.Seconds)
 				}
-				fmt.Fprintf(cCtx.App.Writer, "backup written: %s (%s, %d pages, %.1fs)\n", res.Path, humanBytes(res.Bytes), res.PagesTotal, res.Seconds)
-				return nil
+				return backupVisible(res.Path)
 			})
 		},
 	}
+}
+
+// backupVisible checks that the file heraldd wrote is there for us too. A
+// daemon with its own mount namespace writes elsewhere: the packaged unit's
+// PrivateTmp=yes gives it a /tmp of its own, where a backup is out of
+// reach and removed when the service stops, though it "succeeded".
+func backupVisible(path string) error {
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		return nil // there, or not ours to see (permissions)
+	}
+	return &exitError{code: exitOther, err: fmt.Errorf(
+		"backup: heraldd wrote %s, but there is no such file here: heraldd sees another file system at that path "+
+			"(the packaged unit has a private /tmp, PrivateTmp=yes, removed when the service stops); "+
+			"back up under its data directory instead (herald backup /var/lib/herald/backup-$(date +%%F).db), "+
+			"or a directory added with ReadWritePaths= (systemctl edit herald)", path)}
 }

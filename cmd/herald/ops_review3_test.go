@@ -2,6 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,5 +160,40 @@ func TestListen_UnreadableKeyFile(t *testing.T) {
 		if code != exitNoInput || !strings.Contains(errOut, missing) || !strings.Contains(errOut, "key-file") {
 			t.Errorf("herald %s: exit %d, stderr %q; want 66 naming --key-file and the file", strings.Join(args, " "), code, errOut)
 		}
+	}
+}
+
+// The packaged unit gives heraldd a private /tmp (PrivateTmp=yes): "sudo
+// herald backup /tmp/b.db" succeeded, printed "backup written: /tmp/b.db",
+// and left nothing the operator could find (and the copy goes when the
+// service stops). The CLI now checks that the file it was told about is
+// there, and says where to back up instead. A stand-in admin socket plays
+// the daemon in another mount namespace: it reports a file this process
+// cannot see.
+func TestAdminCLI_BackupNotVisibleHere(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req admin.BackupRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintf(w, `{"type":"progress","pages_done":4,"pages_total":4}`+"\n")
+		fmt.Fprintf(w, `{"type":"result","pages_total":4,"path":%q,"bytes":16384,"seconds":0.01}`+"\n", req.Path)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	dest := filepath.Join(t.TempDir(), "elsewhere", "b.db") // not here
+	code, out, errOut := runCLI(t, "", "backup", "--socket", sock, dest)
+	if code != exitOther || !strings.Contains(errOut, "no such file here") || !strings.Contains(errOut, "/var/lib/herald") {
+		t.Errorf("backup of a file heraldd wrote where we cannot see it: exit %d, stdout %q, stderr %q; want 1 saying so and where to back up", code, out, errOut)
+	}
+	// A file that is there: fine, as before.
+	here := filepath.Join(t.TempDir(), "b.db")
+	os.WriteFile(here, []byte("x"), 0o600)
+	if code, _, errOut := runCLI(t, "", "backup", "--socket", sock, here); code != 0 {
+		t.Errorf("backup of a file that is there: exit %d: %s", code, errOut)
 	}
 }
