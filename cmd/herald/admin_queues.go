@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -239,7 +241,19 @@ had moved; run it again to move the rest.`,
 								}
 								return &exitError{code: ee.code, err: fmt.Errorf("%w; %s", ee.err, done)}
 							}
-							return err
+							var ae *admin.APIError
+							if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+								return err
+							}
+							// No DLQ: none was ever needed, or the empty one
+							// was forgotten. The queue being there, nothing
+							// is to requeue, as from an empty DLQ.
+							q, qerr := c.Queue(ctx, name)
+							if qerr != nil || q.DLQ == "" || !strings.Contains(ae.Message, strconv.Quote(q.DLQ)) {
+								return err
+							}
+							zero := 0
+							r = &admin.QueueOp{Queue: name, DLQ: q.DLQ, Requeued: &zero}
 						}
 						if cCtx.Bool("json") {
 							return printJSON(cCtx.App.Writer, r)

@@ -197,3 +197,24 @@ func TestAdminCLI_BackupNotVisibleHere(t *testing.T) {
 		t.Errorf("backup of a file that is there: exit %d: %s", code, errOut)
 	}
 }
+
+// A queue that never dead-lettered has no DLQ, and an empty DLQ is forgotten
+// once idle: "herald queue requeue jobs" then exited 66, `no such queue
+// "DLQ.jobs"`, where an empty DLQ still remembered gave "requeued 0" and
+// exit 0. Nothing to requeue is the same answer either way; an unknown
+// queue is still 66.
+func TestAdminCLI_RequeueWithoutDLQ(t *testing.T) {
+	d := admintest.Start(t, nil)
+	conn := d.Dial(t)
+	d.Send(t, conn, "/queue/jobs", 1, "m")
+	out, _ := runAdmin(t, d.Socket, exitOK, "queue", "requeue", "jobs")
+	if out != "requeued 0 messages from DLQ.jobs to jobs\n" {
+		t.Errorf("requeue of a queue without dead letters: %q", out)
+	}
+	r := decode[admin.QueueOp](t, first(runAdmin(t, d.Socket, exitOK, "queue", "requeue", "--json", "jobs")))
+	if r.Requeued == nil || *r.Requeued != 0 || r.DLQ != "DLQ.jobs" || r.Queue != "jobs" {
+		t.Errorf("requeue --json without dead letters: %+v", r)
+	}
+	_, errOut := runAdmin(t, d.Socket, exitNotFound, "queue", "requeue", "nosuch")
+	mustContain(t, "requeue of an unknown queue", errOut, "nosuch")
+}
