@@ -66,7 +66,7 @@ func manPage(app *cli.App) string {
 			p := path + " " + c.Name
 			syn := p
 			switch {
-			case len(c.Subcommands) > 0:
+			case hasSubcommands(c):
 				syn += " COMMAND"
 			case c.ArgsUsage != "":
 				syn += " [flags] " + c.ArgsUsage
@@ -241,4 +241,16 @@ func completionCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// hasSubcommands reports whether c has commands of its own to document: the
+// help subcommand the library adds (to the command being run, man itself)
+// does not count.
+func hasSubcommands(c *cli.Command) bool {
+	for _, s := range c.Subcommands {
+		if !s.Hidden && s.Name != "help" {
+			return true
+		}
+	}
+	return false
 }

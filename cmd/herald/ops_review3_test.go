@@ -218,3 +218,14 @@ func TestAdminCLI_RequeueWithoutDLQ(t *testing.T) {
 	_, errOut := runAdmin(t, d.Socket, exitNotFound, "queue", "requeue", "nosuch")
 	mustContain(t, "requeue of an unknown queue", errOut, "nosuch")
 }
+
+// herald(1) gave "herald man COMMAND": man takes no command; the help
+// subcommand the library adds to the command being run made it look like
+// one with subcommands.
+func TestMan_ManIsALeaf(t *testing.T) {
+	_, man, _ := runCLI(t, "", "man")
+	if strings.Contains(man, `.SS "herald man COMMAND"`) || !strings.Contains(man, `.SS "herald man [flags]"`) {
+		i := strings.Index(man, `.SS "herald man`)
+		t.Errorf("herald(1) section of man: %q", man[i:min(len(man), i+60)])
+	}
+}
