@@ -170,6 +170,8 @@ func adminFailure(what, sock string, ctx context.Context, err error) error {
 		return &exitError{code: exitNoPerm, err: fmt.Errorf(
 			"%s: permission denied: join group %s to use the admin socket %s (sudo usermod -aG %s $USER, then log in again), or run with sudo",
 			what, g, sock, g)}
+	case errors.Is(err, syscall.ECONNREFUSED) && !isSocket(sock):
+		return &exitError{code: exitUnavailable, err: fmt.Errorf("%s: %s is not a socket: point --socket / HERALD_SOCKET at heraldd's admin socket (admin.socket in its configuration, DATA_DIR/admin.sock by default)", what, sock)}
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
 		return &exitError{code: exitUnavailable, err: fmt.Errorf("%s: heraldd is not answering on %s; is it running? start it with: %s (or point --socket / HERALD_SOCKET at its admin socket)", what, sock, startHint())}
 	}
@@ -178,6 +180,12 @@ func adminFailure(what, sock string, ctx context.Context, err error) error {
 		return &exitError{code: exitUnavailable, err: fmt.Errorf("%s: %w", what, err)}
 	}
 	return &exitError{code: exitOther, err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// isSocket reports whether path is a unix socket (or cannot be looked at).
+func isSocket(path string) bool {
+	fi, err := os.Stat(path)
+	return err != nil || fi.Mode()&fs.ModeSocket != 0
 }
 
 // printJSON writes v indented, as the admin API does.

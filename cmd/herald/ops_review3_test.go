@@ -229,3 +229,18 @@ func TestMan_ManIsALeaf(t *testing.T) {
 		t.Errorf("herald(1) section of man: %q", man[i:min(len(man), i+60)])
 	}
 }
+
+// --socket (or HERALD_SOCKET) naming a file or directory that is not a
+// socket got "heraldd is not answering on PATH; is it running?": it is not
+// a socket at all, and the message now says so.
+func TestAdminCLI_SocketPathNotASocket(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "herald.toml")
+	os.WriteFile(file, []byte("x"), 0o644)
+	for _, p := range []string{file, dir} {
+		code, _, errOut := runCLI(t, "", "status", "--socket", p)
+		if code != exitUnavailable || !strings.Contains(errOut, p+" is not a socket") {
+			t.Errorf("status --socket %s: exit %d, stderr %q; want 69 saying it is not a socket", p, code, errOut)
+		}
+	}
+}
