@@ -77,7 +77,7 @@ func classifyStream(err error) error {
 	case errors.Is(err, appliance.ErrNoCursor):
 		return errorf(http.StatusNotFound, "list the cursors with: herald stream cursors NAME", err.Error())
 	case errors.Is(err, appliance.ErrStreamBusy), errors.Is(err, appliance.ErrCursorActive):
-		return errorf(http.StatusConflict, "close its consumers first: herald connections, then herald connections close ID", err.Error())
+		return errorf(http.StatusConflict, "close its subscribers first: herald connections, then herald connections close ID", err.Error())
 	case errors.Is(err, appliance.ErrStreamDeleting):
 		return errorf(http.StatusConflict, "wait for the running delete, then retry", err.Error())
 	}

@@ -113,7 +113,7 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) (int, error) {
 	q.mu.Unlock()
 	b.mu.Unlock()
 	if n > 0 {
-		return 0, fmt.Errorf("%w: %s has %d consumers; close them first (herald connections)", ErrQueueBusy, name, n)
+		return 0, fmt.Errorf("%w: %s has %d consumers", ErrQueueBusy, name, n)
 	}
 	var purged int
 	var err error

@@ -192,7 +192,7 @@ func (b *Broker) DeleteStream(ctx context.Context, name string) (int, error) {
 	}
 	if n := st.core.Subscribers(); n > 0 {
 		st.mu.Unlock()
-		return 0, fmt.Errorf("%w: %s has %d subscribers; close them first (herald connections)", ErrStreamBusy, st.name, n)
+		return 0, fmt.Errorf("%w: %s has %d subscribers", ErrStreamBusy, st.name, n)
 	}
 	st.deleting = true
 	st.notifyPubLocked() // the publisher ends

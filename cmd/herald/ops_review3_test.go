@@ -244,3 +244,27 @@ func TestAdminCLI_SocketPathNotASocket(t *testing.T) {
 		}
 	}
 }
+
+// A delete refused for consumers said what to do twice: "close them first
+// (herald connections); close its consumers first: herald connections, then
+// herald connections close ID". Once, and for a stream, its subscribers.
+func TestAdminCLI_BusyHintOnce(t *testing.T) {
+	d := admintest.Start(t, nil)
+	conn := d.Dial(t)
+	d.Send(t, conn, "/queue/jobs", 1, "m")
+	d.Send(t, conn, "/stream/stats", 1, "s")
+	if _, err := conn.SubscribeReceipt(ctxT(t), "/queue/jobs", "client-individual"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.SubscribeReceipt(ctxT(t), "/stream/stats", "auto"); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut := runAdmin(t, d.Socket, exitOther, "queue", "delete", "--yes", "jobs")
+	if strings.Count(errOut, "first") != 1 || !strings.Contains(errOut, "herald connections close ID") {
+		t.Errorf("queue delete with a consumer: %q; want one hint naming herald connections close ID", errOut)
+	}
+	code, _, errOut := runCLI(t, "", "stream", "delete", "--socket", d.Socket, "--yes", "stats")
+	if code != exitOther || strings.Count(errOut, "first") != 1 || !strings.Contains(errOut, "subscribers first") {
+		t.Errorf("stream delete with a subscriber: exit %d, %q; want 1 and one hint about its subscribers", code, errOut)
+	}
+}
