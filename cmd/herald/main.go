@@ -98,8 +98,21 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		if c.OnUsageError == nil {
 			c.OnUsageError = onUsageError
 		}
+		hideHelpCommands(c)
 	}
 	return app
+}
+
+// hideHelpCommands leaves out the library's "help" subcommand of c and
+// its subcommands, as the application's own is (HideHelpCommand): --help is
+// the one way to help, at every level.
+func hideHelpCommands(c *cli.Command) {
+	if len(c.Subcommands) > 0 {
+		c.HideHelpCommand = true
+	}
+	for _, s := range c.Subcommands {
+		hideHelpCommands(s)
+	}
 }
 
 // exitError carries the exit code of an error.

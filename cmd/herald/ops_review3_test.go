@@ -268,3 +268,18 @@ func TestAdminCLI_BusyHintOnce(t *testing.T) {
 		t.Errorf("stream delete with a subscriber: exit %d, %q; want 1 and one hint about its subscribers", code, errOut)
 	}
 }
+
+// herald --help lists no help command (HideHelpCommand), but bench, kv,
+// user and lock listed "help, h" among their commands. None does now; the
+// --help flag is the one way, everywhere.
+func TestCLI_NoHelpSubcommandListed(t *testing.T) {
+	for _, c := range []string{"bench", "kv", "user", "lock", "queue", "stream", "connections"} {
+		code, out, errOut := runCLI(t, "", c, "--help")
+		if code != 0 {
+			t.Fatalf("herald %s --help: exit %d: %s", c, code, errOut)
+		}
+		if strings.Contains(out, "help, h") {
+			t.Errorf("herald %s --help lists a help command:\n%s", c, out)
+		}
+	}
+}
