@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -611,6 +612,26 @@ func testDebInstall(t *testing.T, p packages) {
 		out, err := runErr(time.Minute, "systemd-analyze", "verify", unitPath)
 		if err != nil || strings.TrimSpace(out) != "" {
 			t.Errorf("systemd-analyze verify %s: %v\n%s", unitPath, err, out)
+		}
+	})
+
+	// A configuration error must not make systemd restart heraldd in a
+	// loop: its exit status (78) is in the unit's RestartPreventExitStatus.
+	t.Run("ConfigErrorNotRestarted", func(t *testing.T) {
+		var prevent []string
+		for _, l := range strings.Split(readOrEmpty(unitPath), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "RestartPreventExitStatus="); ok {
+				prevent = append(prevent, strings.Fields(v)...)
+			}
+		}
+		bad := filepath.Join(t.TempDir(), "bad.toml")
+		if err := os.WriteFile(bad, []byte("[stomp]\nmax_connections = -1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := exec.Command("/usr/bin/heraldd", "--config", bad, "--check-config").Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !slices.Contains(prevent, strconv.Itoa(ee.ExitCode())) {
+			t.Errorf("heraldd with an invalid configuration: %v; the unit's RestartPreventExitStatus is %q, want it to hold that exit status", err, prevent)
 		}
 	})
 
