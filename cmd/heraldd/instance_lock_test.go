@@ -12,17 +12,15 @@ import (
 	"time"
 )
 
-// startRefused starts heraldd with args and expects it to exit by itself
-// within 30 s, and returns its exit code and combined output. If it
-// listens on addr instead (it serves; addr "": not checked, for a daemon
-// that fails only after it listens), or runs on after 30 s, the test fails
-// with why: what it must not have done.
-func startRefused(t *testing.T, addr, why string, args ...string) (int, string) {
+// startWatched starts heraldd (the test binary as its child) with args,
+// its output in out; done gets its exit (put it back once read, for the
+// cleanup, which kills it and waits).
+func startWatched(t *testing.T, args ...string) (*exec.Cmd, *logBuf, chan error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
-	var out logBuf
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &logBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +30,17 @@ func startRefused(t *testing.T, addr, why string, args ...string) (int, string) 
 		cmd.Process.Kill()
 		<-done
 	})
+	return cmd, out, done
+}
+
+// startRefused starts heraldd with args and expects it to exit by itself
+// within 30 s, and returns its exit code and combined output. If it
+// listens on addr instead (it serves; addr "": not checked, for a daemon
+// that fails only after it listens), or runs on after 30 s, the test fails
+// with why: what it must not have done.
+func startRefused(t *testing.T, addr, why string, args ...string) (int, string) {
+	t.Helper()
+	cmd, out, done := startWatched(t, args...)
 	deadline := time.After(30 * time.Second)
 	for {
 		select {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -40,19 +39,7 @@ func holdShared(t *testing.T, d time.Duration, paths ...string) {
 // within 30 s; an exit first fails the test with why.
 func startThrough(t *testing.T, addr, why string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
-	var out logBuf
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-	})
+	_, out, done := startWatched(t, args...)
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
