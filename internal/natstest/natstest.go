@@ -28,6 +28,7 @@ type Cluster struct {
 	t       testing.TB
 	Opts    []*server.Options
 	Servers []*server.Server
+	ports   *reserved
 }
 
 // FreePort returns a TCP port free on 127.0.0.1 now.
@@ -40,13 +41,83 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// reserved holds a listener on each port a node will use while the node
+// is not running. A port picked by FreePort and left unbound until the
+// node starts (seconds later for the last node of a cluster) can become
+// the source port of another test's connection, and then the node cannot
+// listen on it: a bound listener keeps the kernel from handing it out.
+type reserved struct {
+	mu   sync.Mutex
+	held map[int]net.Listener
+}
+
+// take binds a new port on 127.0.0.1 and holds it.
+func (r *reserved) take(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	r.mu.Lock()
+	if r.held == nil {
+		r.held = map[int]net.Listener{}
+	}
+	r.held[port] = ln
+	r.mu.Unlock()
+	return port
+}
+
+// release lets go of ports, just before a node binds them.
+func (r *reserved) release(ports ...int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range ports {
+		if ln := r.held[p]; ln != nil {
+			ln.Close()
+			delete(r.held, p)
+		}
+	}
+}
+
+// hold binds ports again once a node has stopped, so that they are still
+// free when it restarts; a port taken in between stays unheld (the
+// restart then reports it).
+func (r *reserved) hold(ports ...int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range ports {
+		if r.held[p] != nil {
+			continue
+		}
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+			r.held[p] = ln
+		}
+	}
+}
+
+func (r *reserved) closeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, ln := range r.held {
+		ln.Close()
+		delete(r.held, p)
+	}
+}
+
 // NodeOptions returns the options of n nodes of a cluster named name, with
 // store directories under dir.
 func NodeOptions(t testing.TB, name, dir string, n int) []*server.Options {
+	r := &reserved{}
+	defer r.closeAll()
+	return nodeOptions(t, name, dir, n, r)
+}
+
+// nodeOptions is NodeOptions with the ports held in r.
+func nodeOptions(t testing.TB, name, dir string, n int, r *reserved) []*server.Options {
 	var routes []string
 	ports := make([][2]int, n)
 	for i := range n {
-		ports[i] = [2]int{FreePort(t), FreePort(t)}
+		ports[i] = [2]int{r.take(t), r.take(t)}
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[i][1]))
 	}
 	var out []*server.Options
@@ -66,37 +137,121 @@ func NodeOptions(t testing.TB, name, dir string, n int) []*server.Options {
 			// One node: a standalone JetStream server (a cluster of
 			// one never elects a meta leader).
 			o.Cluster, o.Routes = server.ClusterOpts{}, nil
+			r.release(ports[i][1])
 		}
 		out = append(out, o)
 	}
 	return out
 }
 
-// Start starts a cluster of n nodes and waits until JetStream answers.
+// nodePorts are the ports node options listen on.
+func nodePorts(o *server.Options) []int {
+	if o.Cluster.Port != 0 {
+		return []int{o.Port, o.Cluster.Port}
+	}
+	return []int{o.Port}
+}
+
+// errLog keeps what a node logs as an error or fatal error (a port it
+// could not listen on), which NoLog would otherwise drop.
+type errLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *errLog) add(kind, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) < 20 {
+		l.lines = append(l.lines, kind+": "+fmt.Sprintf(format, v...))
+	}
+}
+
+// fatal tells whether the node logged a fatal error (it will not start).
+func (l *errLog) fatal() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.HasPrefix(line, "fatal: ") {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *errLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) == 0 {
+		return "nothing logged as an error"
+	}
+	return strings.Join(l.lines, "; ")
+}
+
+func (l *errLog) Noticef(string, ...any)         {}
+func (l *errLog) Warnf(string, ...any)           {}
+func (l *errLog) Debugf(string, ...any)          {}
+func (l *errLog) Tracef(string, ...any)          {}
+func (l *errLog) Errorf(format string, v ...any) { l.add("error", format, v...) }
+func (l *errLog) Fatalf(format string, v ...any) { l.add("fatal", format, v...) }
+
+// Start starts a cluster of n nodes and waits until JetStream answers. A
+// node that cannot listen (a port taken by another process after all) gets
+// the whole cluster started again on new ports, up to three times.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, Opts: NodeOptions(t, "herald", t.TempDir(), n)}
-	c.Servers = make([]*server.Server, n)
-	for i := range n {
-		c.StartNode(i)
+	var last error
+	for range 3 {
+		r := &reserved{}
+		c := &Cluster{t: t, Opts: nodeOptions(t, "herald", t.TempDir(), n, r), ports: r}
+		c.Servers = make([]*server.Server, n)
+		var err error
+		for i := range n {
+			if err = c.startNode(i); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			last = err
+			c.Shutdown()
+			r.closeAll()
+			continue
+		}
+		t.Cleanup(func() { c.Shutdown(); r.closeAll() })
+		c.WaitReady(60 * time.Second)
+		return c
 	}
-	t.Cleanup(c.Shutdown)
-	c.WaitReady(60 * time.Second)
-	return c
+	t.Fatalf("nats cluster of %d did not start in 3 tries: %v", n, last)
+	return nil
 }
 
 // StartNode starts (or restarts) node i with its store.
 func (c *Cluster) StartNode(i int) {
 	c.t.Helper()
-	s, err := server.NewServer(c.Opts[i])
-	if err != nil {
-		c.t.Fatalf("nats node %d: %v", i, err)
+	if err := c.startNode(i); err != nil {
+		c.t.Fatal(err)
 	}
+}
+
+func (c *Cluster) startNode(i int) error {
+	o := c.Opts[i]
+	c.ports.release(nodePorts(o)...)
+	s, err := server.NewServer(o)
+	if err != nil {
+		return fmt.Errorf("nats node %d: %v", i, err)
+	}
+	log := &errLog{}
+	s.SetLogger(log, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(20 * time.Second) {
-		c.t.Fatalf("nats node %d did not start", i)
+	deadline := time.Now().Add(20 * time.Second)
+	for !s.ReadyForConnections(100 * time.Millisecond) {
+		if log.fatal() || time.Now().After(deadline) {
+			s.Shutdown()
+			return fmt.Errorf("nats node %d did not start (ports %v): %s", i, nodePorts(o), log)
+		}
 	}
 	c.Servers[i] = s
+	return nil
 }
 
 // StopNode stops node i.
@@ -105,6 +260,7 @@ func (c *Cluster) StopNode(i int) {
 		s.Shutdown()
 		s.WaitForShutdown()
 		c.Servers[i] = nil
+		c.ports.hold(nodePorts(c.Opts[i])...)
 	}
 }
 
@@ -189,6 +345,7 @@ type Procs struct {
 	Prefix []string
 	Host   string
 	Dialer Dialer
+	ports  *reserved
 }
 
 // Dialer dials a node (nats.CustomDialer).
@@ -234,10 +391,29 @@ func RunChildIfAsked() {
 	}
 	if !o.NoLog {
 		s.ConfigureLogger()
+	} else {
+		// Errors still go to stderr, and a port the node cannot listen
+		// on ends it (the parent's start then fails at once).
+		s.SetLogger(childLog{}, false, false)
 	}
 	s.Start()
 	s.WaitForShutdown()
 	os.Exit(0)
+}
+
+// childLog is a child node's logger when logging is off.
+type childLog struct{}
+
+func (childLog) Noticef(string, ...any) {}
+func (childLog) Warnf(string, ...any)   {}
+func (childLog) Debugf(string, ...any)  {}
+func (childLog) Tracef(string, ...any)  {}
+func (childLog) Errorf(format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "natstest child: error: "+format+"\n", v...)
+}
+func (childLog) Fatalf(format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "natstest child: fatal: "+format+"\n", v...)
+	os.Exit(3)
 }
 
 // StartProcs starts n nodes as child processes of the test binary.
@@ -251,7 +427,8 @@ func StartProcs(t testing.TB, n int) *Procs {
 // addresses, reached at host through dialer.
 func StartProcsIn(t testing.TB, n int, prefix []string, host string, dialer Dialer) *Procs {
 	t.Helper()
-	p := &Procs{t: t, Opts: NodeOptions(t, "herald", t.TempDir(), n), cmds: make([]*exec.Cmd, n), exe: os.Args[0], Prefix: prefix, Host: host, Dialer: dialer}
+	r := &reserved{}
+	p := &Procs{t: t, Opts: nodeOptions(t, "herald", t.TempDir(), n, r), ports: r, cmds: make([]*exec.Cmd, n), exe: os.Args[0], Prefix: prefix, Host: host, Dialer: dialer}
 	if p.Host == "" {
 		p.Host = "127.0.0.1"
 	}
@@ -265,6 +442,7 @@ func StartProcsIn(t testing.TB, n int, prefix []string, host string, dialer Dial
 		for i := range n {
 			p.Kill(i)
 		}
+		r.closeAll()
 	})
 	waitJetStream(t, p.URLs(), 120*time.Second, nats.SetCustomDialer(p.Dialer)) // race-built child nodes on 2 loaded cores took over 60 s once
 	return p
@@ -287,6 +465,7 @@ func (p *Procs) Start(i int) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr
+	p.ports.release(nodePorts(o)...)
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("start nats node %d: %v", i, err)
 	}
@@ -300,11 +479,28 @@ func (p *Procs) Start(i int) {
 			c.Close()
 			return
 		}
+		if exitedEarly(cmd.Process.Pid) {
+			p.t.Fatalf("nats node %d exited before listening on %d (its stderr above says why)", i, o.Port)
+		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("nats node %d did not listen", i)
+			p.t.Fatalf("nats node %d did not listen on %d in 20s", i, o.Port)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// exitedEarly tells whether process pid has exited and waits to be reaped
+// (a zombie).
+func exitedEarly(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	st := string(b)
+	if k := strings.LastIndexByte(st, ')'); k >= 0 && k+2 < len(st) {
+		return st[k+2] == 'Z'
+	}
+	return false
 }
 
 // Kill sends SIGKILL to node i and reaps it.
@@ -316,6 +512,9 @@ func (p *Procs) Kill(i int) {
 	if cmd != nil {
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
+		if p.Prefix == nil {
+			p.ports.hold(nodePorts(p.Opts[i])...)
+		}
 	}
 }
 
