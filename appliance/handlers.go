@@ -224,8 +224,8 @@ func (s *session) onSend(f *stomp.Frame) bool {
 	s.submit(&Batch{Ops: []Op{{Kind: OpEnqueue, Msg: m}}, Wait: wait, Done: func(b *Batch, err error) {
 		if err != nil {
 			q.enqueueFailed(m)
-			s.log.Error("message not stored", "queue", name, "err", err)
-			s.fail(f, "message not stored", err.Error())
+			s.log.Error(notStored("message", err), "queue", name, "err", err)
+			s.fail(f, notStored("message", err), err.Error())
 			s.endReads(time.Now())
 			return
 		}
@@ -608,7 +608,7 @@ func (s *session) onAck(f *stomp.Frame) bool {
 		res.done(b.Ops, err)
 		if receipt != "" {
 			if err != nil {
-				s.fail(f, "acknowledgement not stored", err.Error())
+				s.fail(f, notStored("acknowledgement", err), err.Error())
 				return
 			}
 			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt))

@@ -2,6 +2,8 @@ package appliance
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/herald-mq/herald/appliance/headers"
 )
@@ -127,6 +129,38 @@ type Committer interface {
 // Journal is the durable store behind queues. Implementations batch every
 // submitted operation of every connection into few transactions (group
 // commit) and never reorder batches.
+// ErrJournalStopped is wrapped by the error of a batch the journal
+// refused because an earlier I/O error stopped it: nothing of the batch
+// was stored.
+var ErrJournalStopped = errors.New("journal stopped after an I/O error")
+
+// ErrOutcomeUnknown is wrapped by the error of a batch whose commit met an
+// I/O error (a failed fsync, a write error): it may or may not be stored,
+// and only the journal's recovery at the next start tells. It wraps
+// ErrJournalStopped too: the journal takes nothing more after it.
+var ErrOutcomeUnknown = fmt.Errorf("%w; whether this was stored is unknown", ErrJournalStopped)
+
+// notStored is the ERROR message header for what (a "message", an
+// "acknowledgement") that the journal did not commit because of err.
+func notStored(what string, err error) string {
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
+		return what + " may or may not be stored (journal I/O error)"
+	case errors.Is(err, ErrJournalStopped):
+		return what + " not stored (journal stopped)"
+	}
+	return what + " not stored"
+}
+
+// txNotCommitted is the ERROR message header for a transaction the journal
+// did not commit because of err.
+func txNotCommitted(err error) string {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return "transaction may or may not be committed (journal I/O error)"
+	}
+	return "transaction not committed"
+}
+
 type Journal interface {
 	// Submit queues b for the next group commit. It blocks only while the
 	// journal's intake is full (backpressure). After Close it calls b.Done

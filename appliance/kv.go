@@ -240,7 +240,7 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 	case errors.Is(err, kvcore.ErrCreateDenied):
 		return s.deny(f, *s.ident.Load(), dest, auth.Create)
 	case res.journal:
-		s.fail(f, "value not stored", fmt.Sprintf("%s: %v", dest, err))
+		s.fail(f, notStored("value", err), fmt.Sprintf("%s: %v", dest, err))
 		return false
 	case err != nil:
 		s.drainJournal()

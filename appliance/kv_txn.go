@@ -168,7 +168,7 @@ func (s *session) commitKV(f *stomp.Frame, id string, tx *transaction) bool {
 	if err := <-done; err != nil {
 		s.b.journalResult(err)
 		s.log.Error("transaction not stored", "transaction", id, "err", err)
-		s.fail(f, "transaction not committed", fmt.Sprintf("transaction %s: %v", id, err))
+		s.fail(f, txNotCommitted(err), fmt.Sprintf("transaction %s: %v", id, err))
 		return false
 	}
 	kv.txns.Add(1)

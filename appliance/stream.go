@@ -226,8 +226,8 @@ func (s *session) onStreamSend(f *stomp.Frame, name string) bool {
 		defer st.inflight.Done()
 		s.b.journalResult(err)
 		if err != nil {
-			s.log.Error("message not stored", "stream", name, "err", err)
-			s.fail(f, "message not stored", err.Error())
+			s.log.Error(notStored("message", err), "stream", name, "err", err)
+			s.fail(f, notStored("message", err), err.Error())
 			s.endReads(time.Now())
 			return
 		}

@@ -168,7 +168,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 				}
 				if err != nil {
 					undo()
-					s.fail(f, "transaction not committed", err.Error())
+					s.fail(f, txNotCommitted(err), err.Error())
 					return false
 				}
 				if s.b.checkDisk(false) {
@@ -181,7 +181,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 				if err := s.b.checkStreamSinks(name, m.Headers, m.Body); err != nil {
 					st.inflight.Done()
 					undo()
-					s.fail(f, "transaction not committed", err.Error())
+					s.fail(f, txNotCommitted(err), err.Error())
 					return false
 				}
 				apps = append(apps, streamApp{st, m, len(ops)})
@@ -193,7 +193,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 				s.rewriteReplyTo(h)
 				if err := s.b.checkSinks(name, h, bf.Body); err != nil {
 					undo()
-					s.fail(f, "transaction not committed", err.Error())
+					s.fail(f, txNotCommitted(err), err.Error())
 					return false
 				}
 				topics = append(topics, topicMsg{name, h, bf.Body})
@@ -281,7 +281,7 @@ func (s *session) onCommit(f *stomp.Frame) bool {
 		}
 		if err != nil {
 			s.log.Error("transaction not stored", "transaction", id, "err", err)
-			s.fail(f, "transaction not committed", err.Error())
+			s.fail(f, txNotCommitted(err), err.Error())
 		}
 		if committed != nil {
 			committed <- err

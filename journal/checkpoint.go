@@ -137,6 +137,9 @@ func (s *Store) checkpointOn(ctx context.Context, query func(context.Context, st
 	start := time.Now()
 	err = query(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &logPages, &done)
 	if err != nil {
+		if ioFailure(err) {
+			s.stopFor(err)
+		}
 		s.log.Warn("checkpoint failed", "mode", mode, "err", err)
 		return 0, 0, 0, err
 	}

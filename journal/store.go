@@ -102,6 +102,12 @@ type Store struct {
 	qids map[string]int64    // writer-owned cache of queue ids
 	sids map[string]*streamW // writer-owned cache of stream ids and next offsets (stream.go)
 
+	// stopped holds the I/O error that stopped the journal (see
+	// stopFor); halted is closed then.
+	stopped    atomic.Pointer[error]
+	halted     chan struct{}
+	haltedOnce sync.Once
+
 	commits, ops, failed, checkpoints atomic.Uint64
 	pendingDone                       atomic.Int64  // completions handed to the completer, not yet run
 	inline                            atomic.Uint64 // batches CommitNow committed
@@ -159,7 +165,7 @@ func New(cfg Config) *Store {
 		cfg.Now = time.Now
 	}
 	return &Store{cfg: cfg, log: cfg.Logger, qids: map[string]int64{}, sids: map[string]*streamW{},
-		closing: make(chan struct{}), abort: make(chan struct{}),
+		closing: make(chan struct{}), abort: make(chan struct{}), halted: make(chan struct{}),
 		flushed: make(chan struct{}), released: make(chan struct{})}
 }
 
@@ -358,7 +364,7 @@ func (s *Store) release() {
 	s.wmu.Lock() // a CommitNow running its Done
 	defer s.wmu.Unlock()
 	close(s.flushed)
-	if !s.aborted() {
+	if !s.aborted() && s.stopped.Load() == nil {
 		// The WAL is durable without it: interrupted when Close gives up.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		go func() {
@@ -565,6 +571,15 @@ func (s *Store) complete(c completed) {
 // without savepoints; if one fails, the transaction is rolled back and
 // redone with a savepoint per batch so that the failing batch fails alone.
 func (s *Store) commit(batches []*appliance.Batch, nops int) []error {
+	if p := s.stopped.Load(); p != nil {
+		err := fmt.Errorf("journal: %w (%v): nothing of this was stored; heraldd stops so that a restart recovers the journal", appliance.ErrJournalStopped, *p)
+		errs := make([]error, len(batches))
+		for i := range errs {
+			errs[i] = err
+		}
+		s.failed.Add(1)
+		return errs
+	}
 	errs, retry := s.commitTx(batches, false)
 	if retry {
 		errs, _ = s.commitTx(batches, true)
@@ -581,7 +596,12 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 	ctx := context.Background()
 	fail := func(err error) ([]error, bool) {
 		s.failed.Add(1)
-		err = classify(err)
+		if ioFailure(err) {
+			s.stopFor(err)
+			err = fmt.Errorf("journal: %w (%v); nothing of this was stored; heraldd stops so that a restart recovers the journal", appliance.ErrJournalStopped, err)
+		} else {
+			err = classify(err)
+		}
 		errs := make([]error, len(batches))
 		for i := range errs {
 			errs[i] = err
@@ -613,7 +633,7 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 			}
 			if err != nil {
 				rollback()
-				if len(batches) == 1 {
+				if len(batches) == 1 || ioFailure(err) {
 					return fail(err)
 				}
 				return nil, true
@@ -625,6 +645,10 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 			return fail(err)
 		}
 		if err := s.apply(ctx, b, now); err != nil {
+			if ioFailure(err) {
+				rollback()
+				return fail(err)
+			}
 			if _, rerr := s.wc.ExecContext(ctx, "ROLLBACK TO b"); rerr != nil {
 				rollback()
 				return fail(rerr)
@@ -643,11 +667,58 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 	}
 	if _, err := s.wc.ExecContext(ctx, "COMMIT"); err != nil {
 		rollback()
+		if ioFailure(err) {
+			// The commit record may be in the WAL, written but not
+			// known to be durable: recovery at the next start decides.
+			s.failed.Add(1)
+			s.stopFor(err)
+			s.qids = map[string]int64{}
+			s.sids = map[string]*streamW{}
+			err = fmt.Errorf("journal: I/O error at commit (%v): %w: it may be there after heraldd restarts; the journal takes nothing more and heraldd stops so that a restart recovers it (check the disk: dmesg)", err, appliance.ErrOutcomeUnknown)
+			errs := make([]error, len(batches))
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs, false
+		}
 		return fail(err)
 	}
 	s.commits.Add(1)
 	s.ops.Add(uint64(nops))
 	return errs, false
+}
+
+// ioFailure tells whether err is SQLite's I/O error or a corruption
+// report: the disk failed a write, sync or read. After one the journal
+// stops (stopFor): the outcome of a failed commit is unknown until a
+// recovery reads the WAL again, and a disk that fails an fsync may have
+// dropped the pages it could not write (Linux marks them clean), so a
+// later fsync that succeeds proves nothing about them.
+func ioFailure(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.Code == sqlite3.ErrIoErr || se.Code == sqlite3.ErrCorrupt)
+}
+
+// stopFor stops the journal after err: every later batch fails with
+// ErrJournalStopped, and Stopped is closed. The daemon then exits, and its
+// next start recovers the journal (what the WAL durably holds).
+func (s *Store) stopFor(err error) {
+	if s.stopped.CompareAndSwap(nil, &err) {
+		s.log.Error("journal I/O error: the journal takes no more writes; heraldd stops so that a restart recovers the journal to its last durable commit; check the disk (dmesg)", "err", err)
+	}
+	s.haltedOnce.Do(func() { close(s.halted) })
+}
+
+// Stopped is closed when an I/O error stopped the journal; Failure tells
+// which.
+func (s *Store) Stopped() <-chan struct{} { return s.halted }
+
+// Failure is the I/O error that stopped the journal, or nil.
+func (s *Store) Failure() error {
+	if p := s.stopped.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // ErrDiskFull is returned for batches that failed because the disk is full.

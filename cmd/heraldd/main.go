@@ -245,7 +245,13 @@ func (d *daemon) run() int {
 
 	sigs := d.sigs
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	for sig := range sigs {
+	for {
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-d.store.Stopped():
+			return d.journalStopped(start)
+		}
 		if sig == syscall.SIGHUP {
 			d.reload()
 			continue
@@ -269,6 +275,21 @@ func (d *daemon) run() int {
 	}
 	d.log.Info("heraldd stopped", "uptime", time.Since(start).Round(time.Second))
 	return 0
+}
+
+// journalStopped ends the daemon after an I/O error stopped the journal
+// (journal.Store.Stopped): sessions end (their clients got an ERROR for
+// whatever the journal refused), and heraldd exits with 74 (EX_IOERR).
+// The unit's Restart=on-failure starts it again, and the journal's
+// recovery decides what the WAL durably holds; a batch whose commit met
+// the error may or may not be there, as its ERROR said.
+func (d *daemon) journalStopped(start time.Time) int {
+	d.log.Error("the journal stopped after an I/O error: heraldd exits (status 74) so that a restart recovers the journal; check the disk (dmesg, smartctl)", "err", d.store.Failure(), "uptime", time.Since(start).Round(time.Second))
+	notify("STOPPING=1\nSTATUS=journal I/O error: exiting")
+	if err := d.shutdown(); err != nil {
+		d.log.Warn("shutdown after the journal stopped", "err", err)
+	}
+	return 74
 }
 
 // shutdown stops in order: stop accepting and end sessions (unacked

@@ -3,6 +3,7 @@ package lazyfs
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -115,6 +116,11 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.lfs.mu.Lock()
 	defer h.lfs.mu.Unlock()
 	h.lfs.fsyncs++
+	if h.lfs.faultsLeft > 0 && strings.HasSuffix(h.path, h.lfs.faultSuffix) {
+		h.lfs.faultsLeft--
+		h.lfs.faultsReturned++
+		return syscall.EIO
+	}
 	if !h.st.dirty {
 		return 0
 	}

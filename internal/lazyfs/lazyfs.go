@@ -26,6 +26,10 @@ type FS struct {
 	dirty  map[*fileState]struct{} // states with unsynced changes
 	fsyncs int
 	cuts   int
+	// fsync faults (FailFsyncs)
+	faultSuffix    string
+	faultsLeft     int
+	faultsReturned int
 
 	// Namespace model (ns.go); nsMu is taken before mu, never after.
 	nsMu     sync.Mutex
@@ -106,6 +110,25 @@ func (f *FS) Unsynced() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.dirty)
+}
+
+// FailFsyncs makes the next n fsync or fdatasync calls on files whose
+// path ends with suffix fail with EIO, as a device that cannot write
+// makes them fail. The file's unsynced changes stay as they were: still
+// read back, lost at a Cut, made durable by a later fsync that succeeds.
+// (Linux may instead mark the pages clean and lose them for good; either
+// way nothing written since the last successful fsync is known durable.)
+func (f *FS) FailFsyncs(suffix string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faultSuffix, f.faultsLeft = suffix, n
+}
+
+// FsyncFaults reports how many fsync calls failed because of FailFsyncs.
+func (f *FS) FsyncFaults() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.faultsReturned
 }
 
 // Fsyncs reports how many fsync/fdatasync calls the mount has served.
