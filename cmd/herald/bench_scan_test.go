@@ -60,3 +60,40 @@ func FuzzBenchScan(f *testing.F) {
 		}
 	})
 }
+
+// parseBenchInt agrees with strconv.ParseInt on every input, the edges of
+// its fast path (18 and 19 digits, the int64 limit) included.
+func FuzzParseBenchInt(f *testing.F) {
+	for _, s := range []string{"0", "1764660000000000000", "9223372036854775807", "9223372036854775808",
+		"9999999999999999999", "99999999999999999999", "-5", "+5", "", "12a", "000000000000000000001"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		want, err := strconv.ParseInt(string(v), 10, 64)
+		got, ok := parseBenchInt(v)
+		if ok != (err == nil) || ok && got != want {
+			t.Fatalf("parseBenchInt(%q) = %d, %v; ParseInt: %d, %v", v, got, ok, want, err)
+		}
+	})
+}
+
+// natsMsgSize reads the byte count and field count of a MSG line as
+// strings.Fields and strconv.Atoi did before it.
+func TestNatsMsgSize(t *testing.T) {
+	for _, c := range []struct {
+		line      string
+		n, fields int
+	}{
+		{"MSG bench 1 128", 128, 4},
+		{"MSG bench 1 _INBOX.x 16", 16, 5},
+		{"MSG  bench\t1   0 ", 0, 4},
+		{"MSG bench 1 12x", -1, 4},
+		{"MSG bench", -1, 2},
+		{"MSG bench 1 1234567890", -1, 4},
+	} {
+		n, f := natsMsgSize([]byte(c.line))
+		if n != c.n || f != c.fields {
+			t.Errorf("natsMsgSize(%q) = %d, %d fields; want %d, %d", c.line, n, f, c.n, c.fields)
+		}
+	}
+}
