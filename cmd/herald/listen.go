@@ -8,11 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -89,7 +92,7 @@ another origin are refused unless --serve-allow-origin names them. Each client m
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line"},
 			&cli.BoolFlag{Name: "timestamps", Usage: "with --json, add \"time_ns\" to each message: when it was printed (Unix nanoseconds), to measure latency against a send time"},
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Usage: "exit after `N` messages (0: never)"},
-			&cli.BoolFlag{Name: "stats", Usage: "print the receiver's counters to stderr on exit"},
+			&cli.BoolFlag{Name: "stats", Usage: "print the receiver's counters to stderr on exit (one JSON object with --json)"},
 			&cli.DurationFlag{Name: "session-timeout", Value: multicast.DefaultSessionTimeout,
 				Usage: "without a key, follow a new sender session only after the current one has been silent this long"},
 			&cli.IntFlag{Name: "late-join", Usage: "joining late, first print the last `N` messages of each topic still in the sender's window (repaired like any loss)"},
@@ -200,17 +203,61 @@ func runListen(cCtx *cli.Context) error {
 		err = stdoutErr(ferr)
 	}
 	if cCtx.Bool("stats") {
-		st := r.Stats()
-		fmt.Fprintf(cCtx.App.ErrWriter, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d"+
-			" malformed %d ahead %d foreign-source %d other-session %d overflow %d slow-consumer %d reassembled %d forged-fragments %d sealed %d"+
-			" fragments %d fragments-dropped %d incomplete %d history-requests %d history-answers %d history-repairs %d history-unanswered %d"+
-			" window-expired %d budget-expired %d catalog-conflicts %d streams-evicted %d\n",
-			st.Datagrams, st.Messages, st.Gaps, st.GapMessages, st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf,
-			st.Malformed, st.Ahead, st.ForeignSource, st.OtherSession, st.Overflow, st.SlowConsumerDrops, st.Reassembled, st.ForgedFragments, st.Sealed,
-			st.Fragments, st.ReassemblyDrops, st.Incomplete, st.HistoryRequests, st.HistoryAnswers, st.HistoryRepairs, st.HistoryUnanswered,
-			st.WindowExpired, st.BudgetExpired, st.CatalogConflicts, st.StreamsEvicted)
+		writeListenStats(cCtx.App.ErrWriter, r.Stats(), cCtx.Bool("json"))
 	}
 	return err
+}
+
+// writeListenStats prints the receiver's counters: one line of "name value"
+// pairs, or with asJSON one JSON object of the same counters (names with
+// underscores: {"datagrams": N, ..., "streams_evicted": N}).
+func writeListenStats(w io.Writer, st multicast.ReceiverStats, asJSON bool) {
+	counters := []struct {
+		name string
+		v    uint64
+	}{
+		{"datagrams", st.Datagrams}, {"messages", st.Messages}, {"gaps", st.Gaps}, {"gap-messages", st.GapMessages},
+		{"naks", st.NAKs}, {"repairs", st.Repairs}, {"kernel-drops", st.KernelDrops}, {"auth-failures", st.AuthFailures},
+		{"rcvbuf", uint64(st.RcvBuf)}, {"malformed", st.Malformed}, {"ahead", st.Ahead}, {"foreign-source", st.ForeignSource},
+		{"other-session", st.OtherSession}, {"overflow", st.Overflow}, {"slow-consumer", st.SlowConsumerDrops},
+		{"reassembled", st.Reassembled}, {"forged-fragments", st.ForgedFragments}, {"sealed", st.Sealed},
+		{"fragments", st.Fragments}, {"fragments-dropped", st.ReassemblyDrops}, {"incomplete", uint64(st.Incomplete)},
+		{"history-requests", st.HistoryRequests}, {"history-answers", st.HistoryAnswers}, {"history-repairs", st.HistoryRepairs},
+		{"history-unanswered", st.HistoryUnanswered}, {"window-expired", st.WindowExpired}, {"budget-expired", st.BudgetExpired},
+		{"catalog-conflicts", st.CatalogConflicts}, {"streams-evicted", st.StreamsEvicted},
+	}
+	var b []byte
+	if asJSON {
+		b = append(b, '{')
+		for i, c := range counters {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, strings.ReplaceAll(c.name, "-", "_"))
+			b = append(b, ':')
+			b = strconv.AppendUint(b, c.v, 10)
+		}
+		b = append(b, '}', '\n')
+		w.Write(b)
+		return
+	}
+	for i, c := range counters {
+		if c.name == "gap-messages" {
+			// "gaps N (M messages)", as the line has always read
+			b = append(b, " ("...)
+			b = strconv.AppendUint(b, c.v, 10)
+			b = append(b, " messages)"...)
+			continue
+		}
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, c.name...)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, c.v, 10)
+	}
+	b = append(b, '\n')
+	w.Write(b)
 }
 
 // listenProcs is how many threads may run Go code at once in herald listen, 0 to leave the

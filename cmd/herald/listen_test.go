@@ -312,6 +312,20 @@ func TestListen_Output(t *testing.T) {
 			if isJSON := slices.Contains(tc.args, "--json"); perStream(stdout, isJSON) != perStream(tc.want, isJSON) {
 				t.Errorf("stdout:\ngot:\n%s\nwant (in this order per topic, between session lines):\n%s", stdout, tc.want)
 			}
+			if isJSON := slices.Contains(tc.args, "--json"); isJSON {
+				// --json: the counters are one JSON object too.
+				var st map[string]uint64
+				if err := json.Unmarshal([]byte(stderr), &st); err != nil || st["datagrams"] == 0 {
+					t.Fatalf("--stats --json: stderr %q, want one JSON object of counters (%v)", stderr, err)
+				}
+				if st["naks"] != 0 {
+					t.Errorf("--stats --json: naks %d, want 0", st["naks"])
+				}
+				if strings.Contains(tc.want, listenBigBody) && (st["reassembled"] != 1 || st["forged_fragments"] != 0) {
+					t.Errorf("--stats --json: %q, want reassembled 1 forged_fragments 0", stderr)
+				}
+				return
+			}
 			if !strings.HasPrefix(stderr, "datagrams ") || !strings.Contains(stderr, " naks 0 ") {
 				t.Errorf("--stats: stderr %q, want one counters line with naks 0", stderr)
 			}
