@@ -93,7 +93,7 @@ func awaitReadyCommand() *cli.Command {
 		Usage: "wait until the daemon answers ready (for scripts and unit files)",
 		Description: `Polls GET /v1/ready until it answers ready, or gives up after --timeout
 (exit 75). A missing socket counts as not ready yet; a socket it may not use
-fails at once (exit 77).`,
+fails at once (exit 77), and so does a path that is not a socket (exit 69).`,
 		Flags: adminFlags(&cli.DurationFlag{Name: "interval", Value: 100 * time.Millisecond, Usage: "time between polls"}),
 		Action: func(cCtx *cli.Context) error {
 			if err := checkArgs(cCtx, 0, 0, "await-ready [flags]"); err != nil {
@@ -116,8 +116,11 @@ fails at once (exit 77).`,
 				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				last = c.Ready(rctx)
 				cancel()
-				if errors.Is(last, syscall.EACCES) || errors.Is(last, os.ErrPermission) {
-					// Not a daemon still starting: waiting will not help.
+				if errors.Is(last, syscall.EACCES) || errors.Is(last, os.ErrPermission) ||
+					errors.Is(last, syscall.ECONNREFUSED) && !isSocket(sock) {
+					// Not a daemon still starting (a socket it may not
+					// use, or a path that is no socket): waiting will
+					// not help.
 					return adminFailure("await-ready", sock, ctx, last)
 				}
 				if last == nil {

@@ -238,6 +238,19 @@ func TestAdminCLI_ExitCodes(t *testing.T) {
 	mustContain(t, "no daemon", stderr, "herald: status: heraldd is not answering on "+missing, "is it running?")
 	runAdmin(t, missing, exitTimeout, "await-ready", "--timeout", "300ms")
 
+	// A path that is not a socket (a data directory's file given by
+	// mistake): not a daemon still starting, so at once, saying what it is.
+	notSock := filepath.Join(dir, "herald.db")
+	if err := os.WriteFile(notSock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, stderr = runAdmin(t, notSock, exitUnavailable, "await-ready", "--timeout", "20s")
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("await-ready on a regular file waited %s", d)
+	}
+	mustContain(t, "await-ready on a file", stderr, notSock+" is not a socket")
+
 	// A socket that accepts and never answers: timeout.
 	mute := filepath.Join(dir, "mute.sock")
 	ln, err := net.Listen("unix", mute)
