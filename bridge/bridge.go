@@ -151,6 +151,15 @@ func New(o Options) (*Bridge, error) {
 // Name is the bridge's name.
 func (b *Bridge) Name() string { return b.cfg.Name }
 
+// SetLocalAddr sets Options.LocalAddr, for a bridge made before the
+// appliance listens (so that a bridge that cannot be made refuses the start
+// before any client connects). Call it before Start.
+func (b *Bridge) SetLocalAddr(addr string) {
+	for _, w := range b.workers {
+		w.o.LocalAddr = addr
+	}
+}
+
 // Start runs the workers until Close.
 func (b *Bridge) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -168,6 +177,14 @@ func (b *Bridge) Close() {
 		b.cancel()
 	}
 	b.wg.Wait()
+}
+
+// Check reports what would make New refuse cfg beyond its validation
+// (appliance.Config.Validate): its TLS files, read and parsed. For
+// heraldd --check-config and the checks before a start.
+func Check(cfg appliance.BridgeConfig) error {
+	_, err := tlsConfig(cfg)
+	return err
 }
 
 func tlsConfig(cfg appliance.BridgeConfig) (*tls.Config, error) {

@@ -13,25 +13,15 @@ import (
 	"github.com/herald-mq/herald/bridge/bridgeview"
 )
 
-// startBridges starts the [[bridge]]s once the STOMP listener is up: each
-// connects to this daemon over loopback TCP (stompAddr, with an unspecified
-// host replaced by the loopback address).
-func (d *daemon) startBridges(stompAddr net.Addr) error {
-	if len(d.cfg.Bridges) == 0 {
-		return nil
-	}
-	addr := stompAddr.String()
-	if ta, ok := stompAddr.(*net.TCPAddr); ok && (ta.IP == nil || ta.IP.IsUnspecified()) {
-		host := "127.0.0.1"
-		if ta.IP != nil && ta.IP.To4() == nil {
-			host = "::1"
-		}
-		addr = net.JoinHostPort(host, fmt.Sprint(ta.Port))
-	}
+// newBridges makes the [[bridge]]s (reading their TLS files) before the
+// daemon listens: one that cannot be made refuses the start (exit 78)
+// before any client connected. startBridges starts them once the STOMP
+// listener is up: each connects to this daemon over loopback TCP.
+func (d *daemon) newBridges() error {
 	for _, bc := range d.cfg.Bridges {
 		b, err := bridge.New(bridge.Options{
-			Config:    bc,
-			LocalAddr: addr,
+			Config: bc,
+			// LocalAddr: set by startBridges once listening.
 			// The listener's frame limits (a reload's from the next
 			// connection): a message this daemon accepted is one its
 			// bridge can read.
@@ -45,14 +35,34 @@ func (d *daemon) startBridges(stompAddr net.Addr) error {
 		if err != nil {
 			return err
 		}
-		b.Start()
 		d.bridges = append(d.bridges, b)
+	}
+	return nil
+}
+
+// startBridges starts the bridges newBridges made, connecting to this
+// daemon's STOMP listener at stompAddr (an unspecified host replaced by the
+// loopback address).
+func (d *daemon) startBridges(stompAddr net.Addr) {
+	if len(d.bridges) == 0 {
+		return
+	}
+	addr := stompAddr.String()
+	if ta, ok := stompAddr.(*net.TCPAddr); ok && (ta.IP == nil || ta.IP.IsUnspecified()) {
+		host := "127.0.0.1"
+		if ta.IP != nil && ta.IP.To4() == nil {
+			host = "::1"
+		}
+		addr = net.JoinHostPort(host, fmt.Sprint(ta.Port))
+	}
+	for _, b := range d.bridges {
+		b.SetLocalAddr(addr)
+		b.Start()
 	}
 	if d.adm.server != nil {
 		d.adm.server.SetBridges(bridgeStats{d})
 	}
 	d.adminMetrics().Registry().MustRegister(bridgeCollector{d})
-	return nil
 }
 
 // stopBridges stops every bridge; their messages in flight stay in the

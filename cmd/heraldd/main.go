@@ -212,6 +212,11 @@ func (d *daemon) run() int {
 		d.shutdown()
 		return 78
 	}
+	if err := d.newBridges(); err != nil {
+		d.log.Error("cannot start a bridge; check [[bridge]] in the config", "err", err)
+		d.shutdown()
+		return 78
+	}
 	addr, err := d.broker.Listen(d.cfg.Stomp.Listen)
 	if err != nil {
 		// preflight bound it a moment ago: something took it since.
@@ -235,11 +240,7 @@ func (d *daemon) run() int {
 		d.shutdown()
 		return 69
 	}
-	if err := d.startBridges(addr); err != nil {
-		d.log.Error("cannot start a bridge; check [[bridge]] in the config", "err", err)
-		d.shutdown()
-		return 78
-	}
+	d.startBridges(addr)
 	d.log.Info("heraldd ready", "version", version, "stomp", addr.String(), "data_dir", d.cfg.DataDir, "sync", d.cfg.Journal.Sync, "startup", time.Since(start).Round(time.Millisecond))
 	notify("READY=1\nSTATUS=serving STOMP on " + addr.String())
 

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/bridge"
 )
 
 // severity says what a problem found by preflight does to a start.
@@ -78,6 +79,11 @@ func preflight(cfg appliance.Config) []problem {
 		add(checkListen("stomp.tls_listen", cfg.Stomp.TLSListen, running, cfg.DataDir))
 		if _, err := appliance.TLSConfig(cfg.Stomp); err != nil {
 			ps = append(ps, problem{sev: sevConfig, key: "stomp.tls_cert", msg: err.Error()})
+		}
+	}
+	for i, bc := range cfg.Bridges {
+		if err := bridge.Check(bc); err != nil {
+			ps = append(ps, problem{sev: sevConfig, key: fmt.Sprintf("bridge[%d] (%s)", i, bc.Name), msg: err.Error()})
 		}
 	}
 	if _, _, err := appliance.LoadAuth(cfg); err != nil {

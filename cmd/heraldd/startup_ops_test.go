@@ -143,3 +143,51 @@ func TestReload_TLSTurnedOffInTheFile(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A [[bridge]] whose tls_ca holds no certificate: --check-config reports it
+// (exit 78), and a start is refused by the same check before it listens.
+// Before, the check passed, and the daemon listened, accepted clients,
+// then exited 78 when it made the bridge.
+func TestCheckConfig_BridgeTLSFilesChecked(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf(`data_dir = %q
+[stomp]
+listen = %q
+[admin]
+socket = %q
+[[bridge]]
+name = "backbone"
+kind = "jetstream"
+direction = "out"
+urls = ["nats://127.0.0.1:4222"]
+stream = "HERALD"
+appliance_id = "site-a"
+tls = true
+tls_ca = %q
+[[bridge.map]]
+local = "/queue/orders"
+remote = "sites.a.orders"
+`, filepath.Join(dir, "data"), freeAddr(t), filepath.Join(dir, "admin.sock"), ca)
+	path := filepath.Join(dir, "herald.toml")
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := checkConfig(t, path, "")
+	if code != 78 || !strings.Contains(out, "tls_ca") || !strings.Contains(out, "bridge[0] (backbone)") {
+		t.Errorf("heraldd --check-config with a bridge tls_ca holding no certificate: exit %d, output %q; want 78 naming bridge[0] and tls_ca", code, out)
+	}
+	cmd := exec.Command(os.Args[0], "--config", path)
+	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
+	sout, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 78 {
+		t.Errorf("heraldd start with a bad bridge tls_ca: %v, want exit 78\n%s", err, lastLines(string(sout), 3))
+	}
+	if strings.Contains(string(sout), "journal") || strings.Contains(string(sout), "heraldd ready") {
+		t.Errorf("heraldd start with a bad bridge tls_ca got past the checks before it was refused:\n%s", lastLines(string(sout), 5))
+	}
+}
