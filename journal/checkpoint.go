@@ -137,9 +137,11 @@ func (s *Store) checkpointOn(ctx context.Context, query func(context.Context, st
 	start := time.Now()
 	err = query(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &logPages, &done)
 	if err != nil {
-		if ioFailure(err) {
-			s.stopFor(err)
-		}
+		// Not a reason to stop, unlike a commit's I/O error: a checkpoint
+		// that fails records no progress (nBackfill moves only after the
+		// database file's fsync), so the next one copies the same frames
+		// again from the WAL, which still holds them; and a disk that
+		// really fails fails the next commit's WAL fsync too.
 		s.log.Warn("checkpoint failed", "mode", mode, "err", err)
 		return 0, 0, 0, err
 	}

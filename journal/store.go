@@ -689,8 +689,9 @@ func (s *Store) commitTx(batches []*appliance.Batch, savepoints bool) (errs []er
 }
 
 // ioFailure tells whether err is SQLite's I/O error or a corruption
-// report: the disk failed a write, sync or read. After one the journal
-// stops (stopFor): the outcome of a failed commit is unknown until a
+// report: the disk failed a write, sync or read. After one in a
+// transaction the journal stops (stopFor; a checkpoint's is retried, see
+// checkpointOn): the outcome of a failed commit is unknown until a
 // recovery reads the WAL again, and a disk that fails an fsync may have
 // dropped the pages it could not write (Linux marks them clean), so a
 // later fsync that succeeds proves nothing about them.
@@ -703,6 +704,10 @@ func ioFailure(err error) bool {
 // ErrJournalStopped, and Stopped is closed. The daemon then exits, and its
 // next start recovers the journal (what the WAL durably holds).
 func (s *Store) stopFor(err error) {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		err = fmt.Errorf("%w (SQLite extended code %d)", err, int(se.ExtendedCode))
+	}
 	if s.stopped.CompareAndSwap(nil, &err) {
 		s.log.Error("journal I/O error: the journal takes no more writes; heraldd stops so that a restart recovers the journal to its last durable commit; check the disk (dmesg)", "err", err)
 	}

@@ -223,7 +223,7 @@ type listenEvent struct {
 	} `json:"session"`
 }
 
-// listenStats is the line `herald listen --stats` prints to stderr at exit.
+// listenStats are counters `herald listen --json --stats` prints to stderr at exit.
 type listenStats struct {
 	Datagrams, Messages, Gaps, GapMessages, NAKs, Repairs, KernelDrops, AuthFailures, RcvBuf uint64
 }
@@ -311,18 +311,28 @@ func (l *mcListener) stop(t testing.TB) listenStats {
 		}
 	}
 	var st listenStats
-	for _, line := range strings.Split(l.stderr.String(), "\n") {
-		if strings.HasPrefix(line, "datagrams ") {
-			_, err := fmt.Sscanf(line, "datagrams %d messages %d gaps %d (%d messages) naks %d repairs %d kernel-drops %d auth-failures %d rcvbuf %d",
-				&st.Datagrams, &st.Messages, &st.Gaps, &st.GapMessages, &st.NAKs, &st.Repairs, &st.KernelDrops, &st.AuthFailures, &st.RcvBuf)
-			if err != nil {
-				t.Errorf("herald listen in %s: stats line %q: %v", l.name, line, err)
+	c := listenCounters(l.stderr.String())
+	if c == nil {
+		t.Errorf("herald listen in %s printed no stats object; stderr: %s", l.name, l.stderr)
+		return st
+	}
+	st.Datagrams, st.Messages, st.Gaps, st.GapMessages = c["datagrams"], c["messages"], c["gaps"], c["gap_messages"]
+	st.NAKs, st.Repairs, st.KernelDrops, st.AuthFailures, st.RcvBuf = c["naks"], c["repairs"], c["kernel_drops"], c["auth_failures"], c["rcvbuf"]
+	return st
+}
+
+// listenCounters finds the counters `herald listen --json --stats` prints
+// to stderr at exit (one JSON object) in stderr; nil if there are none.
+func listenCounters(stderr string) map[string]uint64 {
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(line, `{"datagrams":`) {
+			var c map[string]uint64
+			if json.Unmarshal([]byte(line), &c) == nil {
+				return c
 			}
-			return st
 		}
 	}
-	t.Errorf("herald listen in %s printed no stats line; stderr: %s", l.name, l.stderr)
-	return st
+	return nil
 }
 
 func (l *mcListener) snapshot() []listenEvent {

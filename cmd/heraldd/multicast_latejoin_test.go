@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,15 +101,16 @@ func TestMulticastLateJoin(t *testing.T) {
 			t.Errorf("%s: ends at %d, want %d", topic, next[topic]-1, c)
 		}
 	}
-	stats := l.stderr.String()
-	for _, w := range []string{" reassembled 3 ", " fragments-dropped 0 incomplete 0 ", " history-answers 1 "} {
-		if !strings.Contains(stats, w) {
-			t.Errorf("herald listen --stats: want %q in %s", w, statsLine(stats))
+	stats := listenCounters(l.stderr.String())
+	if stats == nil {
+		t.Fatalf("herald listen --json --stats printed no counters: %s", l.stderr.String())
+	}
+	for k, want := range map[string]uint64{"reassembled": 3, "fragments_dropped": 0, "incomplete": 0, "history_answers": 1} {
+		if stats[k] != want {
+			t.Errorf("herald listen --stats: %s %d, want %d (%v)", k, stats[k], want, stats)
 		}
 	}
-	if m := regexp.MustCompile(` fragments (\d+) `).FindStringSubmatch(statsLine(stats)); m == nil {
-		t.Errorf("herald listen --stats: no fragments counter in %q", statsLine(stats))
-	} else if f, _ := strconv.Atoi(m[1]); f < 3*(200_000/1342) {
+	if f := stats["fragments"]; f < 3*(200_000/1342) {
 		t.Errorf("herald listen --stats: fragments %d, want at least %d (3 messages of 200 kB)", f, 3*(200_000/1342))
 	}
 
@@ -132,11 +132,9 @@ func TestMulticastLateJoin(t *testing.T) {
 	// The sender answers every history request that reaches it; behind 10% loss an answer can
 	// be lost and the listener asks again (its history-requests), so the channel counts from 1
 	// up to the listener's requests, never more.
-	asked := uint64(0)
-	if m := regexp.MustCompile(` history-requests (\d+) `).FindStringSubmatch(statsLine(stats)); m == nil {
-		t.Errorf("herald listen --stats: no history-requests counter in %q", statsLine(stats))
-	} else {
-		asked, _ = strconv.ParseUint(m[1], 10, 64)
+	asked, ok := stats["history_requests"]
+	if !ok {
+		t.Errorf("herald listen --stats: no history_requests counter in %v", stats)
 	}
 	for where, v := range map[string]admin.ChannelView{"GET /v1/channels": cl.Channels[0], "herald channels --json": cli.Channels[0]} {
 		if v.FragmentedMessages != 3 || v.Fragments < 3*(200_000/1342) || v.HistoryAnswers < 1 || v.HistoryAnswers > asked || v.Streams != 4 {
@@ -158,15 +156,6 @@ func TestMulticastLateJoin(t *testing.T) {
 			t.Errorf("metrics: %s missing or not positive", m)
 		}
 	}
-}
-
-func statsLine(stderr string) string {
-	for _, l := range strings.Split(stderr, "\n") {
-		if i := strings.Index(l, "datagrams "); i >= 0 {
-			return l[i:]
-		}
-	}
-	return ""
 }
 
 // scrapeMetrics reads /metrics from addr inside host's namespace.
