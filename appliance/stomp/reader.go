@@ -271,25 +271,40 @@ func (r *Reader) ReadFrame() (*Frame, error) {
 		}
 		return f, nil
 	}
-	var body []byte
+	// Without a content-length the body is what comes before the next
+	// NUL: it arrives in parts of at most the read buffer, each copied as
+	// it comes; a body longer than one part is then copied into one
+	// buffer of its size (an appended slice would keep spare capacity that
+	// is counted nowhere once a queue holds the body).
+	var parts [][]byte
+	got := 0
 	for {
 		chunk, err := r.br.ReadSlice(0)
-		if len(body)+len(chunk) > r.limits.MaxBody+1 {
+		if got+len(chunk) > r.limits.MaxBody+1 {
 			return nil, limitErr("max_body", r.limits.MaxBody, "body exceeds the limit of %d bytes", r.limits.MaxBody)
 		}
 		if err == nil {
-			r.bodyGrows(len(chunk) - 1)
-			if body == nil {
-				body = make([]byte, 0, len(chunk)-1)
+			last := chunk[:len(chunk)-1]
+			if parts == nil {
+				r.bodyGrows(len(last))
+				f.Body = append(make([]byte, 0, len(last)), last...)
+				return f, nil
 			}
-			f.Body = append(body, chunk[:len(chunk)-1]...)
+			// The whole body, while its parts are still allocated.
+			r.bodyGrows(got + len(last))
+			body := make([]byte, 0, got+len(last))
+			for _, p := range parts {
+				body = append(body, p...)
+			}
+			f.Body = append(body, last...)
 			return f, nil
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
 			return nil, eofInFrame(err)
 		}
 		// chunk is the reader's buffer: copy it before waiting in onBody.
-		body = append(body, chunk...)
+		parts = append(parts, append([]byte(nil), chunk...))
+		got += len(chunk)
 		r.bodyGrows(len(chunk))
 	}
 }
@@ -319,11 +334,20 @@ func newFrame(n int) *Frame {
 
 // bodyStep is the most a body buffer is allocated ahead of the octets that
 // have arrived: a content-length is only a claim, so a body grows as it is
-// received (from bodyStep, doubling, up to the announced length) and a peer
-// that announces 16 MiB and sends nothing holds bodyStep, not 16 MiB.
+// received and a peer that announces 16 MiB and sends nothing holds
+// bodyStep, not 16 MiB.
 const bodyStep = 64 << 10
 
 // readBody reads a body of n octets (n is within MaxBody).
+//
+// A body longer than bodyStep is read into parts, each allocated once the
+// ones before it have arrived and at most as large as they are together,
+// until they hold half the body; then into one buffer of n octets, which
+// takes the parts and the rest. What is allocated is at most twice what
+// has arrived, and at most twice n in all, all of it charged through
+// onBody: the parts stay allocated until the garbage collector frees
+// them. (Growing one buffer by doubling allocated up to three times n,
+// and was charged n.)
 func (r *Reader) readBody(n int) ([]byte, error) {
 	if n <= bodyStep {
 		r.bodyGrows(n)
@@ -333,21 +357,25 @@ func (r *Reader) readBody(n int) ([]byte, error) {
 		}
 		return body, nil
 	}
-	r.bodyGrows(bodyStep)
-	body := make([]byte, 0, bodyStep)
-	for len(body) < n {
-		if len(body) == cap(body) {
-			// Everything allocated so far has arrived: at most double.
-			r.bodyGrows(min(n, 2*cap(body)) - cap(body))
-			grown := make([]byte, len(body), min(n, 2*cap(body)))
-			copy(grown, body)
-			body = grown
-		}
-		m, err := r.br.Read(body[len(body):cap(body)])
-		body = body[:len(body)+m]
-		if err != nil && len(body) < n {
+	var parts [][]byte
+	got := 0
+	for size := bodyStep; n-got > got; size = min(got, n-got) {
+		r.bodyGrows(size)
+		p := make([]byte, size)
+		if _, err := io.ReadFull(r.br, p); err != nil {
 			return nil, eofInFrame(err)
 		}
+		parts = append(parts, p)
+		got += size
+	}
+	r.bodyGrows(n)
+	body := make([]byte, n)
+	off := 0
+	for _, p := range parts {
+		off += copy(body[off:], p)
+	}
+	if _, err := io.ReadFull(r.br, body[off:]); err != nil {
+		return nil, eofInFrame(err)
 	}
 	return body, nil
 }
