@@ -63,7 +63,10 @@ func TestTempQueue_NamesBounded(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "queues.max_queues") {
 		t.Fatalf("a 51st temporary-queue name on one connection: %v, want an ERROR naming queues.max_queues", err)
 	}
-	// Names already made are used again freely, on a new connection too.
+	// Names already made are used again freely, on a new connection too
+	// (once c's 50 are forgotten: all connections' names together are
+	// bounded by queues.max_queues as well, TestTempQueue_NameBytesBounded).
+	waitFor(t, 5*time.Second, "the names of the connection closed by its ERROR are forgotten", func() bool { return tb.B.TempClaims() == 0 })
 	c2 := tb.Dial(t)
 	for i := range 60 {
 		if _, err := c2.SendReceipt(ctxT(t), "/topic/nobody", nil, stomp.Header{Key: "reply-to", Value: fmt.Sprintf("/temp-queue/r%d", i%10)}); err != nil {

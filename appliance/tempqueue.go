@@ -62,10 +62,12 @@ func (s *session) rewriteReplyTo(h stomp.Headers) {
 }
 
 // tempRoom checks that the temporary queues a SEND or SUBSCRIBE names (its
-// destination, a reply-to) fit in the connection's bound: each name is
-// remembered until the connection ends, so at most queues.max_queues of
-// them per connection. False: the session was failed with an ERROR naming
-// it.
+// destination, a reply-to) fit in the bounds: each name is remembered
+// until the connection ends, so a name is at most maxTempName bytes (as a
+// destination's; a reply-to was otherwise bounded only by
+// stomp.max_header_line), and at most queues.max_queues names are
+// remembered per connection and for all connections together. False: the
+// session was failed with an ERROR naming the bound.
 func (s *session) tempRoom(f *stomp.Frame) bool {
 	max := s.b.cfg().Queues.MaxQueues
 	for _, k := range []string{"destination", "reply-to"} {
@@ -73,18 +75,33 @@ func (s *session) tempRoom(f *stomp.Frame) bool {
 		if !ok || rest == "" {
 			continue
 		}
+		if len(rest) > maxTempName {
+			s.fail(f, "invalid "+k, fmt.Sprintf("%s names a temporary queue of %d bytes (%s%.40s…); a queue's name must be 1 to %d bytes.", k, len(rest), prefixTempQueue, rest, maxTempName))
+			return false
+		}
 		full := s.tempName(rest)
 		s.b.mu.Lock()
 		_, known := s.b.temps[full]
-		n := len(s.temps)
+		n, all := len(s.temps), len(s.b.temps)
 		s.b.mu.Unlock()
-		if !known && n >= max {
+		if known {
+			continue
+		}
+		if n >= max {
 			s.fail(f, "too many temporary queues", fmt.Sprintf("This connection has named %d temporary queues (/temp-queue/…, in destination or reply-to headers), the most one connection may (queues.max_queues); %s is refused. Reuse the names, or reconnect to start afresh.", n, f.Get(k)))
+			return false
+		}
+		if all >= max {
+			s.fail(f, "too many temporary queues", fmt.Sprintf("The connections to this server have named %d temporary queues (/temp-queue/…, in destination or reply-to headers), the most they may together (queues.max_queues); %s is refused. Names are freed when the connections that made them end.", all, f.Get(k)))
 			return false
 		}
 	}
 	return true
 }
+
+// maxTempName is the most bytes of a /temp-queue/ name, as of any queue's
+// (parseDest).
+const maxTempName = 255
 
 func (b *Broker) claimTemp(name string, s *session) {
 	b.mu.Lock()
