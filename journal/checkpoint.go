@@ -134,6 +134,11 @@ func (s *Store) checkpoint(mode string) (busy, logPages, done int, err error) {
 
 // checkpointOn runs one checkpoint in mode with query and records it.
 func (s *Store) checkpointOn(ctx context.Context, query func(context.Context, string, ...any) *sql.Row, mode string) (busy, logPages, done int, err error) {
+	if err := s.stoppedErr(); err != nil {
+		// A stopped journal writes nothing: the next start's recovery
+		// reads the files as the failure left them.
+		return 0, 0, 0, err
+	}
 	start := time.Now()
 	err = query(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &logPages, &done)
 	if err != nil {
@@ -156,22 +161,37 @@ func (s *Store) checkpointOn(ctx context.Context, query func(context.Context, st
 }
 
 // pruneDedup drops dedup ids older than the window, and the oldest beyond
-// DedupMax. It runs on the writer goroutine between transactions.
+// DedupMax. It runs on the writer goroutine between transactions. Its
+// statements commit on their own: an I/O error in one stops the journal
+// as one in a batch does, and a stopped journal prunes nothing.
 func (s *Store) pruneDedup() {
+	if s.stoppedErr() != nil {
+		return
+	}
 	ctx := context.Background()
+	failed := func(err error) {
+		if ioFailure(err) {
+			s.stopFor(err)
+		}
+		s.log.Warn("dedup prune failed", "err", err)
+	}
 	cut := s.cfg.Now().Add(-s.cfg.DedupWindow).UnixMilli()
 	if _, err := s.wc.ExecContext(ctx, `DELETE FROM dedup WHERE at < ?`, cut); err != nil {
-		s.log.Warn("dedup prune failed", "err", err)
+		failed(err)
 		return
 	}
 	var n int
-	if err := s.wc.QueryRowContext(ctx, `SELECT count(*) FROM dedup`).Scan(&n); err != nil || n <= s.cfg.DedupMax {
+	if err := s.wc.QueryRowContext(ctx, `SELECT count(*) FROM dedup`).Scan(&n); err != nil {
+		failed(err)
+		return
+	}
+	if n <= s.cfg.DedupMax {
 		return
 	}
 	// Exactly the oldest n-DedupMax: the ids of one commit share one time,
 	// so a cut by time would take all of them.
 	if _, err := s.wc.ExecContext(ctx, `DELETE FROM dedup WHERE (qid, key) IN (SELECT qid, key FROM dedup ORDER BY at LIMIT ?)`, n-s.cfg.DedupMax); err != nil {
-		s.log.Warn("dedup prune failed", "err", err)
+		failed(err)
 	}
 }
 
@@ -180,6 +200,9 @@ func (s *Store) pruneDedup() {
 // tick rather than stalling commits.
 func (s *Store) writerCheckpoint(r ckReq) {
 	defer close(r.done)
+	if s.stoppedErr() != nil {
+		return
+	}
 	ctx := context.Background()
 	if _, err := s.wc.ExecContext(ctx, "PRAGMA busy_timeout=0"); err != nil {
 		return

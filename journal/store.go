@@ -571,8 +571,7 @@ func (s *Store) complete(c completed) {
 // without savepoints; if one fails, the transaction is rolled back and
 // redone with a savepoint per batch so that the failing batch fails alone.
 func (s *Store) commit(batches []*appliance.Batch, nops int) []error {
-	if p := s.stopped.Load(); p != nil {
-		err := fmt.Errorf("journal: %w (%v): nothing of this was stored; heraldd stops so that a restart recovers the journal", appliance.ErrJournalStopped, *p)
+	if err := s.stoppedErr(); err != nil {
 		errs := make([]error, len(batches))
 		for i := range errs {
 			errs[i] = err
@@ -717,6 +716,15 @@ func (s *Store) stopFor(err error) {
 // Stopped is closed when an I/O error stopped the journal; Failure tells
 // which.
 func (s *Store) Stopped() <-chan struct{} { return s.halted }
+
+// stoppedErr is the error of whatever a stopped journal refuses
+// (wrapping appliance.ErrJournalStopped), or nil while it runs.
+func (s *Store) stoppedErr() error {
+	if p := s.stopped.Load(); p != nil {
+		return fmt.Errorf("journal: %w (%v): nothing of this was stored; heraldd stops so that a restart recovers the journal", appliance.ErrJournalStopped, *p)
+	}
+	return nil
+}
 
 // Failure is the I/O error that stopped the journal, or nil.
 func (s *Store) Failure() error {
