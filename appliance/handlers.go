@@ -66,6 +66,10 @@ func (s *session) handle(f *stomp.Frame) bool {
 		// The RECEIPT promises that everything sent before is durable.
 		s.drainJournal()
 		if s.ackLost.Load() && f.Get("receipt") != "" {
+			if s.ackUnknown.Load() {
+				s.fail(f, notStored("acknowledgement", ErrOutcomeUnknown), "An ACK or NACK sent on this connection without a receipt met a journal I/O error at its commit: whether it was stored is unknown (the broker restarts to find out); its messages may be delivered again.")
+				return false
+			}
 			s.fail(f, "acknowledgement not stored", "An ACK or NACK sent on this connection without a receipt could not be journaled; its messages will be delivered again.")
 			return false
 		}
@@ -613,7 +617,7 @@ func (s *session) onAck(f *stomp.Frame) bool {
 			}
 			s.send(stomp.NewFrame(stomp.CmdReceipt, "receipt-id", receipt))
 		} else if err != nil {
-			s.ackLost.Store(true)
+			s.ackFailed(err)
 		}
 	}})
 	return true
@@ -720,7 +724,7 @@ func (s *session) submitAckParts(ops []Op, parts []ackPart) {
 	}
 	s.submit(&Batch{Ops: ops, Done: func(b *Batch, err error) {
 		if err != nil {
-			s.ackLost.Store(true)
+			s.ackFailed(err)
 		}
 		at := 0
 		for _, p := range parts {

@@ -169,8 +169,10 @@ type session struct {
 
 	// ackLost: an ACK or NACK without a receipt was not journaled (its
 	// messages are delivered again); a DISCONNECT then gets an ERROR, not
-	// the RECEIPT that says everything before it is durable.
-	ackLost atomic.Bool
+	// the RECEIPT that says everything before it is durable. ackUnknown:
+	// one met an I/O error at its commit (ErrOutcomeUnknown): it may be
+	// stored, and the ERROR says so.
+	ackLost, ackUnknown atomic.Bool
 
 	started                              time.Time
 	framesIn, framesOut, bytesIn, msgsIn atomic.Uint64
@@ -1017,8 +1019,17 @@ func (s *session) submit(b *Batch) {
 	s.b.intake.add(&s.iq, b, w)
 }
 
+// ackFailed records that an ACK or NACK without a receipt failed with err.
+func (s *session) ackFailed(err error) {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		s.ackUnknown.Store(true)
+	}
+	s.ackLost.Store(true)
+}
+
 // drainJournal waits until every journal batch this session submitted has
 // completed.
+
 func (s *session) drainJournal() {
 	if s.jpending.Load() == 0 {
 		return
