@@ -126,9 +126,6 @@ type Committer interface {
 	CommitNow(b *Batch) bool
 }
 
-// Journal is the durable store behind queues. Implementations batch every
-// submitted operation of every connection into few transactions (group
-// commit) and never reorder batches.
 // ErrJournalStopped is wrapped by the error of a batch the journal
 // refused because an earlier I/O error stopped it: nothing of the batch
 // was stored.
@@ -161,6 +158,9 @@ func txNotCommitted(err error) string {
 	return "transaction not committed"
 }
 
+// Journal is the durable store behind queues. Implementations batch every
+// submitted operation of every connection into few transactions (group
+// commit) and never reorder batches.
 type Journal interface {
 	// Submit queues b for the next group commit. It blocks only while the
 	// journal's intake is full (backpressure). After Close it calls b.Done
