@@ -79,3 +79,82 @@ func TestJournalFsyncErrorExits74(t *testing.T) {
 	}
 	t.Logf("after the restart: %d receipted messages back; the failed one delivered %d times (0 or 1 are both right)", len(bodies), seen["failing"])
 }
+
+// After the journal's I/O error, heraldd exits promptly even with work in
+// flight whose journaling now fails: a consumer holding unacknowledged
+// messages (their return at session end), a lock holder with a waiter
+// (the grant passed on at its end), a KV write. Each of those is refused
+// by the stopped journal; none may hold the exit up (the shutdown's bound
+// is 30 s).
+func TestJournalIOErrorExitsPromptly(t *testing.T) {
+	p := newPowerCut(t, "full", `checkpoint_interval = "50ms"`)
+	const queue = "io-busy"
+	c := dial2(t, p.addr)
+	var bodies []string
+	for i := range 40 {
+		bodies = append(bodies, fmt.Sprintf("m%d", i))
+	}
+	sendAll(t, c, queue, bodies, nil)
+	cons := dial2(t, p.addr)
+	sub, err := cons.Subscribe("/queue/"+queue, "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		select {
+		case <-sub.C():
+		case <-time.After(10 * time.Second):
+			t.Fatal("no MESSAGE within 10 s")
+		}
+	}
+	holder, waiter := dial2(t, p.addr), dial2(t, p.addr)
+	hs, err := holder.Subscribe("/lock/l", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hs.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lock not granted within 10 s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := waiter.SubscribeReceipt(ctx, "/lock/l", ""); err != nil {
+		t.Fatal(err)
+	}
+	wal := filepath.Join(p.mnt, "data", "herald", "herald.db-wal")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if fi, err := os.Stat(wal); err == nil && fi.Size() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the WAL of an idle heraldd was not truncated within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond)
+	exited := make(chan int, 1)
+	go func() {
+		p.d.cmd.Wait()
+		exited <- p.d.cmd.ProcessState.ExitCode()
+	}()
+	p.fs.FailFsyncs("herald.db-wal", 1)
+	start := time.Now()
+	if _, err := c.SendReceipt(ctx, "/queue/"+queue, []byte("failing")); err == nil {
+		t.Fatal("SEND whose commit's fsync failed got a RECEIPT")
+	}
+	select {
+	case code := <-exited:
+		took := time.Since(start)
+		t.Logf("heraldd exited %s after the I/O error", took.Round(time.Millisecond))
+		if code != 74 {
+			t.Fatalf("heraldd exited with %d, want 74", code)
+		}
+		if took > 5*time.Second {
+			t.Fatalf("heraldd took %s to exit after the journal's I/O error, want under 5 s", took)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("heraldd still running 40 s after its journal's fsync failed")
+	}
+}
