@@ -68,6 +68,19 @@
 // does not ask for lock forwarding, so flock and POSIX locks are kept by
 // the kernel (right for one mount).
 //
+// # Faults
+//
+// FailFsyncs(suffix, n) makes the next n fsync or fdatasync calls on files
+// whose path ends with suffix fail with EIO; the file's unsynced state is
+// left as it was (still read back, lost at a Cut, made durable by a later
+// fsync that succeeds). FailReads(suffix, n) makes the next n reads of such
+// files that reach the file system fail with EIO (n < 0: all of them until
+// FailReads is called again; the kernel tries a failed read once more, so
+// a failing device is n < 0), the file unchanged;
+// reads the kernel's page cache serves do not reach it (what was written
+// or read through the mount may be cached; a new Mount starts with nothing
+// cached). FsyncFaults and ReadFaults count the faults returned.
+//
 // # When FUSE is not there
 //
 // Mount mounts with mount(2) as root and through fusermount3 otherwise.

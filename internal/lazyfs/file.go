@@ -74,6 +74,9 @@ func (h *handle) truncate(size int64) syscall.Errno {
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if h.lfs.readFault(h.path) {
+		return nil, syscall.EIO
+	}
 	if h.st != nil {
 		h.lfs.mu.Lock()
 		defer h.lfs.mu.Unlock()

@@ -30,6 +30,10 @@ type FS struct {
 	faultSuffix    string
 	faultsLeft     int
 	faultsReturned int
+	// read faults (FailReads)
+	readFaultSuffix    string
+	readFaultsLeft     int
+	readFaultsReturned int
 
 	// Namespace model (ns.go); nsMu is taken before mu, never after.
 	nsMu     sync.Mutex
@@ -129,6 +133,41 @@ func (f *FS) FsyncFaults() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.faultsReturned
+}
+
+// FailReads makes the next n reads that reach the file system on files
+// whose path ends with suffix fail with EIO (n < 0: every one, until
+// FailReads is called again), as a device that cannot read a sector makes
+// them fail; the file is unchanged. Reads the kernel's page cache serves
+// do not reach the file system: what was written or read through the
+// mount may be cached; a new Mount starts with nothing cached. The kernel
+// tries a failed read again (a readahead, then the page's own read), so a
+// read(2) fails only when two reads in a row do: a failing device is n < 0.
+func (f *FS) FailReads(suffix string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readFaultSuffix, f.readFaultsLeft = suffix, n
+}
+
+// ReadFaults reports how many reads failed because of FailReads.
+func (f *FS) ReadFaults() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.readFaultsReturned
+}
+
+// readFault tells whether a read of path fails (FailReads).
+func (f *FS) readFault(path string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.readFaultsLeft != 0 && strings.HasSuffix(path, f.readFaultSuffix) {
+		if f.readFaultsLeft > 0 {
+			f.readFaultsLeft--
+		}
+		f.readFaultsReturned++
+		return true
+	}
+	return false
 }
 
 // Fsyncs reports how many fsync/fdatasync calls the mount has served.

@@ -2,6 +2,7 @@ package lazyfs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -507,5 +508,72 @@ func TestLookupSize(t *testing.T) {
 	}
 	if fi, err := os.Stat(e.path("b")); err != nil || fi.Size() != 10 {
 		t.Errorf("hard link: size %v, %v; want 10", fi, err)
+	}
+}
+
+// FailFsyncs: the next fsyncs of a matching file fail with EIO, others'
+// do not; its unsynced data still reads back and is lost at a cut unless a
+// later fsync succeeds.
+func TestFailFsyncs(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.createSynced("a-wal"), e.createSynced("b")
+	e.writeAt(a, "lost", 0)
+	e.writeAt(b, "kept", 0)
+	e.fs.FailFsyncs("-wal", 1)
+	if err := a.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("fsync of a-wal with a fault set: %v, want EIO", err)
+	}
+	e.sync(b) // not matching: succeeds
+	if n := e.fs.FsyncFaults(); n != 1 {
+		t.Fatalf("FsyncFaults() = %d, want 1", n)
+	}
+	if got, _ := os.ReadFile(e.path("a-wal")); string(got) != "lost" {
+		t.Errorf("a-wal after its failed fsync reads %q, want the unsynced %q", got, "lost")
+	}
+	a.Close()
+	b.Close()
+	e.cut()
+	e.expect("a-wal", nil)
+	e.expect("b", []byte("kept"))
+
+	c := e.createSynced("c-wal")
+	e.writeAt(c, "later", 0)
+	e.fs.FailFsyncs("-wal", 1)
+	if err := c.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("fsync of c-wal with a fault set: %v, want EIO", err)
+	}
+	e.sync(c) // the fault is spent: this one makes it durable
+	c.Close()
+	e.cut()
+	e.expect("c-wal", []byte("later"))
+}
+
+// FailReads: reads of a matching file that reach the file system (nothing
+// is cached after a remount) fail with EIO while the fault is set (n < 0);
+// other files read; the file is unchanged and reads back once cleared.
+func TestFailReads(t *testing.T) {
+	e := newEnv(t)
+	for _, name := range []string{"x.db", "y"} {
+		f := e.createSynced(name)
+		e.writeAt(f, "data of "+name, 0)
+		e.sync(f)
+		f.Close()
+	}
+	e.cut() // everything is synced: a remount, so that no page is cached
+	e.fs.FailReads(".db", -1)
+	if got, err := os.ReadFile(e.path("y")); err != nil || string(got) != "data of y" {
+		t.Fatalf("read of y (not matching) with a fault set: %q, %v", got, err)
+	}
+	for range 2 {
+		if _, err := os.ReadFile(e.path("x.db")); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("read of x.db with a fault set: %v, want EIO", err)
+		}
+	}
+	if n := e.fs.ReadFaults(); n < 2 {
+		t.Fatalf("ReadFaults() = %d, want at least 2", n)
+	}
+	e.fs.FailReads("", 0)
+	if got, err := os.ReadFile(e.path("x.db")); err != nil || string(got) != "data of x.db" {
+		t.Fatalf("read of x.db once the fault is spent: %q, %v", got, err)
 	}
 }
