@@ -71,3 +71,38 @@ func TestDisconnectAfterAckOfUnknownOutcome(t *testing.T) {
 		t.Fatalf("ERROR after an ACK of unknown outcome: %q, want it to say the acknowledgement may or may not be stored (not that its messages will be delivered again)", msg)
 	}
 }
+
+// A lock passed on to a waiter whose token's commit met an I/O error: the
+// waiter is refused (not granted), and its ERROR does not say the token
+// was not stored, which is not known (it may be, and the next start then
+// goes on from it). Before, it said the token "could not be stored".
+func TestLockGrantOfUnknownOutcome(t *testing.T) {
+	tb, fs := startOnLazyfs(t)
+	holder := tb.Dial(t)
+	hs, err := holder.Subscribe("/lock/l", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, hs)
+	w := dialRaw(t, tb)
+	w.connect("1.2")
+	w.write("SUBSCRIBE\nid:w\ndestination:/lock/l\nreceipt:sub-w\n\n\x00")
+	if f := w.frame(); f.Command != stomp.CmdReceipt {
+		t.Fatalf("got %s %v, want the waiter's SUBSCRIBE receipt", f.Command, f.Headers)
+	}
+	walEmpty(t, tb)
+	fs.FailFsyncs("herald.db-wal", 1)
+	if err := hs.Unsubscribe(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	f := w.frame()
+	if f.Command != stomp.CmdError {
+		t.Fatalf("waiter after a grant whose token's commit failed: got %s %v %q, want an ERROR", f.Command, f.Headers, f.Body)
+	}
+	if n := fs.FsyncFaults(); n != 1 {
+		t.Fatalf("%d fsync faults, want 1 (the grant's commit)", n)
+	}
+	if msg := f.Get("message") + " " + string(f.Body); !strings.Contains(msg, "may or may not be stored") || strings.Contains(msg, "could not be stored") {
+		t.Fatalf("ERROR of the refused grant: %q, want it to say the token may or may not be stored", msg)
+	}
+}

@@ -126,7 +126,11 @@ func (ls *lockStore) grant(b *Broker, g *lockcore.Grant) {
 		delete(ls.subs, g.Owner)
 		delete(ls.owners, sub)
 		next := ls.core.Release(g.Name, g.Owner)
-		sub.s.drop("lock not granted", fmt.Sprintf("The token of %s could not be stored in the journal (%v); the request is given up and this connection ends. Check the data directory's disk, then ask again.", sub.dest, err))
+		stored := "could not be stored in the journal"
+		if errors.Is(err, ErrOutcomeUnknown) {
+			stored = "may or may not be stored in the journal (its commit met an I/O error)"
+		}
+		sub.s.drop("lock not granted", fmt.Sprintf("The token of %s %s (%v); the request is given up and this connection ends. Check the data directory's disk, then ask again.", sub.dest, stored, err))
 		g = next
 	}
 }
