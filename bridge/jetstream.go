@@ -377,6 +377,18 @@ func (j *jsIn) broken() bool {
 
 func (j *jsIn) ackWait() time.Duration { return max(time.Second, 3*j.w.cfg().AckTimeout.Duration) }
 
+// pullHeartbeat is the idle heartbeat the bridge asks of its pull requests
+// (ack_timeout, within 1 s..5 s); each request expires after four of them.
+// A request lives only at the consumer's leader: when the leader is killed
+// the bridge's requests die with it, its connection (to another node)
+// stays up, and nothing tells it. nats.go pulls again once two heartbeats
+// are missed. With its defaults (a 30 s request, a heartbeat every 15 s)
+// the bridge brought nothing in for 30 s after a consumer leader was
+// killed while messages flowed (TestBridgeInConsumerLeaderKilled).
+func (j *jsIn) pullHeartbeat() time.Duration {
+	return min(max(time.Second, j.w.cfg().AckTimeout.Duration), 5*time.Second)
+}
+
 func (j *jsIn) ok() bool {
 	if j.nc == nil || j.cc == nil || j.broken() {
 		return false
@@ -462,6 +474,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 	base := nc.Stats().Reconnects
 	j.base = base
 	j.lost.Store(false)
+	hb := j.pullHeartbeat()
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		if nc.Stats().Reconnects != base {
 			j.lost.Store(true)
@@ -492,9 +505,10 @@ func (j *jsIn) connect(ctx context.Context) error {
 		case <-w.runCtx.Done():
 			// Stopped (Close): left unacknowledged, it comes again.
 		}
-	}, jetstream.PullMaxMessages(c.MaxInFlight), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		w.b.log.Debug("consume", "err", err)
-	}))
+	}, jetstream.PullMaxMessages(c.MaxInFlight), jetstream.PullHeartbeat(hb), jetstream.PullExpiry(4*hb),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			w.b.log.Debug("consume", "err", err)
+		}))
 	if err != nil {
 		return fmt.Errorf("consume %s on stream %s: %w", c.Durable, c.Stream, err)
 	}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/herald-mq/herald/internal/natstest"
+)
+
+// TestBridgeInConsumerLeaderKilled: while messages flow into the stream
+// and heraldd B brings them in, the node that leads B's consumer is killed
+// with SIGKILL. B is connected to another node. Its pull requests lived only
+// at the leader and died with it; B's connection stays up and nothing tells
+// it. nats.go pulls again once it misses two of the pull's idle heartbeats:
+// with its defaults (a 30 s pull, a heartbeat every 15 s) B brought nothing
+// in for 30 s after the kill (30.0 s, 30.2 s and 30.0 s between two
+// messages at B in three runs, the new leader elected after 6 to 8 s), and
+// this test failed: no message at B 12 s after the new leader was elected.
+// The bridge's pull heartbeat follows ack_timeout (1 s here): once a new
+// leader leads the consumer and the stream takes messages again, B must
+// have every message stored by then within 12 s. Every message arrives at
+// B once, in order.
+func TestBridgeInConsumerLeaderKilled(t *testing.T) {
+	const durable = "herald-site-b-backbone"
+	cl := natstest.StartProcs(t, 3)
+	urls := cl.URLs()
+	_, js := natstest.Connect(t, urls)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "HERALD", Subjects: []string{"sites.a.orders"}, Replicas: 3,
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The consumer is made here to learn its leader before B starts; B's
+	// bridge updates it to its own settings.
+	cons, err := js.CreateOrUpdateConsumer(ctx, "HERALD", jetstream.ConsumerConfig{
+		Durable: durable, FilterSubjects: []string{"sites.a.orders"},
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := -1
+	if ci.Cluster != nil {
+		fmt.Sscanf(ci.Cluster.Leader, "herald-n%d", &leader)
+	}
+	leader-- // herald-nK is node K-1
+	if leader < 0 || leader >= len(urls) {
+		t.Fatalf("consumer leader %+v: not a node of the cluster", ci.Cluster)
+	}
+	var others []string
+	for i, u := range urls {
+		if i != leader {
+			others = append(others, u)
+		}
+	}
+
+	// B and this test talk only to the nodes that survive.
+	_, js = natstest.Connect(t, others)
+	dirB, addrB := t.TempDir(), freeAddr(t)
+	cfgB := writeBridgeConfig(t, t.TempDir(), fmt.Sprintf(`
+[journal]
+sync = "normal"
+[[bridge]]
+name = "backbone"
+kind = "jetstream"
+direction = "in"
+urls = %s
+stream = "HERALD"
+replicas = 3
+appliance_id = "site-b"
+%s
+[[bridge.map]]
+local = "/queue/from-a"
+remote = "sites.a.orders"
+`, quoteList(others), bridgeTuning))
+	startChild(t, dirB, addrB, "--config", cfgB)
+	cb := dial2(t, addrB)
+	defer cb.Close()
+	sub, err := cb.SubscribeReceipt(context.Background(), "/queue/from-a", "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(i int, within time.Duration) error {
+		deadline := time.Now().Add(within)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := js.Publish(ctx, "sites.a.orders", []byte(strconv.Itoa(i)), jetstream.WithMsgID("m-"+strconv.Itoa(i)))
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("publish %d: %v", i, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	const n = 1000
+	var stored atomic.Int64 // messages 0..stored-1 are in the stream
+	pubDone := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			if err := publish(i, 90*time.Second); err != nil {
+				pubDone <- err
+				return
+			}
+			stored.Store(int64(i + 1))
+			time.Sleep(20 * time.Millisecond)
+		}
+		pubDone <- nil
+	}()
+	next := 0
+	var last time.Time
+	take := func(body []byte) {
+		t.Helper()
+		if got := string(body); got != strconv.Itoa(next) {
+			t.Fatalf("message %d at B: got %q (a duplicate, loss or reordering)", next, got)
+		}
+		next++
+		last = time.Now()
+	}
+	// receive waits for the next message at B until deadline.
+	receive := func(deadline time.Time) {
+		t.Helper()
+		select {
+		case f := <-sub.C():
+			take(f.Body)
+			cb.Ack(f)
+			return
+		default:
+		}
+		select {
+		case f := <-sub.C():
+			take(f.Body)
+			cb.Ack(f)
+		case err := <-pubDone:
+			if err != nil {
+				t.Fatal(err)
+			}
+			pubDone = nil
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("message %d did not arrive at B by %v", next, deadline.Format("15:04:05.000"))
+		}
+	}
+	for next < 200 {
+		receive(time.Now().Add(60 * time.Second))
+	}
+	cl.Kill(leader)
+	killed := time.Now()
+	t.Logf("consumer leader herald-n%d killed; %d messages at B", leader+1, next)
+
+	// Ready: a new leader leads the consumer, and the stream took a
+	// message since. B keeps receiving what it was given meanwhile.
+	newLeader := make(chan time.Time, 1)
+	go func() {
+		for time.Since(killed) < 90*time.Second {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			c, err := js.Consumer(ctx, "HERALD", durable)
+			if err == nil {
+				var ci *jetstream.ConsumerInfo
+				ci, err = c.Info(ctx)
+				if err == nil && ci.Cluster != nil && ci.Cluster.Leader != "" && ci.Cluster.Leader != fmt.Sprintf("herald-n%d", leader+1) {
+					cancel()
+					newLeader <- time.Now()
+					return
+				}
+			}
+			cancel()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	var elected time.Time
+	var mark int64
+	waitUntil := killed.Add(90 * time.Second)
+	for elected.IsZero() || stored.Load() <= mark {
+		select {
+		case elected = <-newLeader:
+			mark = stored.Load()
+		default:
+		}
+		if time.Now().After(waitUntil) {
+			t.Fatalf("90 s after the kill: new leader at %v, stored %d (%d at the election)", elected, stored.Load(), mark)
+		}
+		select {
+		case f := <-sub.C():
+			take(f.Body)
+			cb.Ack(f)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	ready, readyIdx := time.Now(), int(stored.Load())
+	t.Logf("new consumer leader %v after the kill, stream taking messages %v after (%d stored, %d at B)",
+		elected.Sub(killed).Round(time.Millisecond), ready.Sub(killed).Round(time.Millisecond), readyIdx, next)
+	for next < readyIdx {
+		receive(ready.Add(12 * time.Second))
+	}
+	t.Logf("message %d at B %v after the stream was ready", readyIdx-1, last.Sub(ready).Round(time.Millisecond))
+	for next < n {
+		receive(time.Now().Add(30 * time.Second))
+	}
+	if pubDone != nil {
+		if err := <-pubDone; err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case f := <-sub.C():
+		t.Fatalf("a message more than the %d sent: %q", n, f.Body)
+	case <-time.After(3 * time.Second):
+	}
+}
