@@ -64,6 +64,10 @@ type BridgeConfig struct {
 	ReconnectMax Duration `toml:"reconnect_max" json:"reconnect_max"`
 	// AckTimeout: a message the other side has not acknowledged after this
 	// long counts as a link failure (it is sent again after reconnecting).
+	// Direction in from JetStream also sets from it the consumer's ack wait
+	// (3 x, at least 1 s) and the idle heartbeat of its pull requests
+	// (within 1 s..5 s: a pull lost with a killed consumer leader is made
+	// again after two missed).
 	AckTimeout Duration `toml:"ack_timeout" json:"ack_timeout"`
 	// LogInterval: a failing bridge logs its reason at most once this often.
 	LogInterval Duration `toml:"log_interval" json:"log_interval"`
