@@ -628,16 +628,18 @@ func (s *session) queueTopic(sub *subscription, st *topicStats, f *stomp.Frame, 
 			s.drop("slow consumer", fmt.Sprintf("More than %d topic messages or %d bytes were waiting for this connection (topics.subscriber_buffer, topics.subscriber_buffer_bytes); it is closed so that other subscribers are not slowed.", limit, byteLimit))
 			return false
 		}
-		if !s.dropOldestTopicLocked() {
-			// Everything counted is being written: none is queued to
-			// drop. This one is queued over the bound (by one message:
-			// the next drops it if the batch is still being written),
-			// so the newest message always gets through, which is what
-			// drop-oldest is for (a dashboard's last value).
-			break
-		}
 		s.slowDrops.Add(1)
 		s.b.stats.slowDrops.Add(1)
+		if !s.dropOldestTopicLocked() {
+			// Everything counted is being written: this message is the
+			// one dropped, announced by its subscription's next one.
+			if s.pendingDrops == nil {
+				s.pendingDrops = map[*subscription]int{}
+			}
+			s.pendingDrops[sub]++
+			s.outMu.Unlock()
+			return false
+		}
 	}
 	it := outItem{f: f, topic: true, sub: sub, stats: st, size: size, shared: shared}
 	if n := s.pendingDrops[sub]; n > 0 {
