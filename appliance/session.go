@@ -93,13 +93,8 @@ type session struct {
 	out      []outItem
 	outBytes int64         // frames queued or being written (stomp.max_output_bytes)
 	drained  chan struct{} // closed and replaced each time the writer wrote a batch
-	// topicQ and topicB count the topic messages queued or being written
-	// (in out, in the writer's batch, or in head) until they are written:
-	// topics.subscriber_buffer and topics.subscriber_buffer_bytes bound
-	// them all, not only those still queued, so that a subscriber whose
-	// writer is stuck writing a full batch does not queue another.
-	topicQ int
-	topicB int64
+	topicQ   int
+	topicB   int64 // bytes of the topic messages queued (topics.subscriber_buffer_bytes)
 	// dropped topic messages not yet announced, by subscription: the
 	// subscription had no later message queued when they were dropped; its
 	// next one carries the count.
@@ -110,10 +105,6 @@ type session struct {
 	// headSize is what its frames weigh in outBytes.
 	head     []byte
 	headSize int64
-	// headTopicQ and headTopicB are the topic messages in head, counted
-	// in topicQ and topicB until head is written.
-	headTopicQ int
-	headTopicB int64
 	// wmu is held by whoever writes to conn: the writer for each batch and
 	// heart-beat, a publisher's goroutine for a direct write (TryLock).
 	wmu sync.Mutex
@@ -628,18 +619,11 @@ func (s *session) queueTopic(sub *subscription, st *topicStats, f *stomp.Frame, 
 			s.drop("slow consumer", fmt.Sprintf("More than %d topic messages or %d bytes were waiting for this connection (topics.subscriber_buffer, topics.subscriber_buffer_bytes); it is closed so that other subscribers are not slowed.", limit, byteLimit))
 			return false
 		}
+		if !s.dropOldestTopicLocked() {
+			break
+		}
 		s.slowDrops.Add(1)
 		s.b.stats.slowDrops.Add(1)
-		if !s.dropOldestTopicLocked() {
-			// Everything counted is being written: this message is the
-			// one dropped, announced by its subscription's next one.
-			if s.pendingDrops == nil {
-				s.pendingDrops = map[*subscription]int{}
-			}
-			s.pendingDrops[sub]++
-			s.outMu.Unlock()
-			return false
-		}
 	}
 	it := outItem{f: f, topic: true, sub: sub, stats: st, size: size, shared: shared}
 	if n := s.pendingDrops[sub]; n > 0 {
@@ -772,8 +756,8 @@ func (s *session) writer() {
 		s.outMu.Lock()
 		items, s.out = s.out, items[:0]
 		head, headSize := s.head, s.headSize
-		flightQ, flightB := s.headTopicQ, s.headTopicB
-		s.head, s.headSize, s.headTopicQ, s.headTopicB = nil, 0, 0, 0
+		s.head, s.headSize = nil, 0
+		s.topicQ, s.topicB = 0, 0
 		s.outMu.Unlock()
 		if len(items) == 0 && head == nil {
 			if stopping {
@@ -827,10 +811,6 @@ func (s *session) writer() {
 			if it.f.Command == stomp.CmdMessage {
 				s.msgsOut.Add(1)
 			}
-			if it.topic {
-				flightQ++
-				flightB += it.size
-			}
 			if it.last {
 				last = true
 				break
@@ -838,14 +818,6 @@ func (s *session) writer() {
 		}
 		if err == nil {
 			err = bw.Flush()
-		}
-		if err == nil && flightQ > 0 {
-			// Written: they leave the subscriber buffer (before the
-			// socket is free for a direct write, which wants them gone).
-			s.outMu.Lock()
-			s.topicQ -= flightQ
-			s.topicB -= flightB
-			s.outMu.Unlock()
 		}
 		s.wmu.Unlock()
 		if err != nil {
@@ -901,12 +873,6 @@ func appendItem(buf []byte, it *outItem, version string) []byte {
 // waiting for room (see waitOutput).
 func (s *session) wrote(n int64) {
 	s.outMu.Lock()
-	s.wroteLocked(n)
-	s.outMu.Unlock()
-}
-
-// wroteLocked is wrote with s.outMu held.
-func (s *session) wroteLocked(n int64) {
 	// A direct write (topic_direct.go) reports its bytes after it let go
 	// of the socket, and the session's cleanup may have released all of
 	// outBytes, these included, in between: release only what is left.
@@ -915,6 +881,7 @@ func (s *session) wroteLocked(n int64) {
 	s.b.mem.release(n)
 	close(s.drained)
 	s.drained = make(chan struct{})
+	s.outMu.Unlock()
 }
 
 // waitOutput holds the reader while the frames waiting for the writer

@@ -278,6 +278,7 @@ func (s *session) writeDirect(buf *[]byte, now time.Time) bool {
 	}
 	n := len(s.out)
 	s.out = s.out[:0]
+	s.topicQ, s.topicB = 0, 0
 	s.outMu.Unlock()
 	*buf = b
 	s.framesOut.Add(uint64(n))
@@ -287,22 +288,16 @@ func (s *session) writeDirect(buf *[]byte, now time.Time) bool {
 	w := s.rawWrite(b)
 	if w == len(b) {
 		s.lastWrite.Store(now.UnixNano())
-		s.outMu.Lock()
-		s.topicQ -= n
-		s.topicB -= size
-		s.wroteLocked(size)
-		s.outMu.Unlock()
 		s.wmu.Unlock()
+		s.wrote(size)
 		return true
 	}
 	// The rest is the writer's, before anything queued after it; it
-	// weighs in outBytes, and its messages in the subscriber buffer,
-	// until written.
+	// weighs in outBytes until written.
 	s.b.stats.directHandovers.Add(1)
 	rest := append([]byte(nil), b[w:]...)
 	s.outMu.Lock()
 	s.head, s.headSize = rest, size
-	s.headTopicQ, s.headTopicB = n, size
 	s.outMu.Unlock()
 	s.wmu.Unlock()
 	s.signal()
