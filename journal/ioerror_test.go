@@ -38,17 +38,7 @@ func TestStore_FsyncErrorStopsJournal(t *testing.T) {
 	}
 	// Let the checkpointer finish with that commit (an idle journal's WAL
 	// is truncated): its own WAL sync must not take the fault.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, wal := s.Sizes(); wal == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the WAL of an idle journal was not truncated within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
+	waitIdleWAL(t, s)
 	select {
 	case <-s.Stopped():
 		t.Fatal("journal stopped before any fault")
@@ -139,17 +129,7 @@ func openOnLazyfs(t *testing.T) (*journal.Store, *lazyfs.FS) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, wal := s.Sizes(); wal == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the WAL of an idle journal was not truncated within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
+	waitIdleWAL(t, s)
 	return s, fs
 }
 
@@ -205,4 +185,22 @@ func TestStore_StoppedJournalWritesNothing(t *testing.T) {
 	if _, wal := s.Sizes(); wal != wal0 || wal0 == 0 {
 		t.Errorf("WAL of the stopped journal: %d bytes, was %d after the failed commit (want it left as it was, not empty)", wal, wal0)
 	}
+}
+
+// waitIdleWAL waits until the checkpointer has truncated the WAL of the
+// idle journal s, and a little longer, so that the checkpointer's own WAL
+// sync does not take a fault meant for the next commit.
+func waitIdleWAL(t *testing.T, s *journal.Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, wal := s.Sizes(); wal == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the WAL of an idle journal was not truncated within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
 }

@@ -28,23 +28,7 @@ func TestJournalFsyncErrorExits74(t *testing.T) {
 	sendAll(t, c, queue, bodies, nil)
 	// Idle: the checkpointer truncates the WAL, so that its own WAL sync
 	// does not take the fault meant for the next commit.
-	wal := filepath.Join(p.mnt, "data", "herald", "herald.db-wal")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if fi, err := os.Stat(wal); err == nil && fi.Size() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the WAL of an idle heraldd was not truncated within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(150 * time.Millisecond)
-	exited := make(chan int, 1)
-	go func() {
-		p.d.cmd.Wait()
-		exited <- p.d.cmd.ProcessState.ExitCode()
-	}()
+	exited := p.idleAndWatchExit(t)
 	p.fs.FailFsyncs("herald.db-wal", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -122,23 +106,7 @@ func TestJournalIOErrorExitsPromptly(t *testing.T) {
 	if _, err := waiter.SubscribeReceipt(ctx, "/lock/l", ""); err != nil {
 		t.Fatal(err)
 	}
-	wal := filepath.Join(p.mnt, "data", "herald", "herald.db-wal")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if fi, err := os.Stat(wal); err == nil && fi.Size() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the WAL of an idle heraldd was not truncated within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(150 * time.Millisecond)
-	exited := make(chan int, 1)
-	go func() {
-		p.d.cmd.Wait()
-		exited <- p.d.cmd.ProcessState.ExitCode()
-	}()
+	exited := p.idleAndWatchExit(t)
 	p.fs.FailFsyncs("herald.db-wal", 1)
 	start := time.Now()
 	if _, err := c.SendReceipt(ctx, "/queue/"+queue, []byte("failing")); err == nil {
@@ -157,4 +125,30 @@ func TestJournalIOErrorExitsPromptly(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		t.Fatal("heraldd still running 40 s after its journal's fsync failed")
 	}
+}
+
+// idleAndWatchExit waits until heraldd, idle, has had its WAL truncated by
+// the checkpointer (so that the checkpointer's own WAL sync does not take
+// a fault meant for the next commit), then returns heraldd's exit code
+// once it exits.
+func (p *powerCut) idleAndWatchExit(t *testing.T) <-chan int {
+	t.Helper()
+	wal := filepath.Join(p.mnt, "data", "herald", "herald.db-wal")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if fi, err := os.Stat(wal); err == nil && fi.Size() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the WAL of an idle heraldd was not truncated within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond)
+	exited := make(chan int, 1)
+	go func() {
+		p.d.cmd.Wait()
+		exited <- p.d.cmd.ProcessState.ExitCode()
+	}()
+	return exited
 }
