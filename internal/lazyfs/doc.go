@@ -87,6 +87,11 @@
 // Without /dev/fuse, or without the permission to mount, the test is
 // skipped with a message naming what to install (apt-get install fuse3,
 // and a /dev/fuse device); with HERALD_REQUIRE_ROOT_TESTS=1 it fails
-// instead. Cleanup (registered by Mount) unmounts, lazily if the mount is
-// busy, also when the test fails.
+// instead. Cleanup (registered by Mount) unmounts, also when the test
+// fails. A busy mount (a file on it still open) is first aborted through
+// the FUSE control file system (/sys/fs/fuse/connections, mounted there if
+// it is not), then detached: detached alone, it would outlive the server in
+// this process, and closing the file when the process exits would wait for
+// a reply for good. Close files on the mount before the cleanup runs: after
+// the abort, every operation on them fails with ENOTCONN.
 package lazyfs

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // FS is one mount of the lazy file system.
@@ -41,7 +43,11 @@ type FS struct {
 	trash    string // where removed and replaced files wait, beside the backing dir
 	trashSeq int
 
-	t testing.TB
+	t reporter
+
+	// conn is the mount's connection in the FUSE control file system
+	// (the minor number of its device), for abort.
+	conn uint32
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -187,6 +193,16 @@ func (f *FS) Unmount() error {
 	f.unmountOnce.Do(func() {
 		f.unmountErr = f.syncEverything()
 		if err := f.server.Unmount(); err != nil {
+			// Busy: a file on the mount is still open. Detached alone,
+			// the connection would outlive its server: when this
+			// process exits, closing that file sends a FLUSH nobody
+			// will answer, and the kernel waits for the reply without
+			// end (the process hangs in D state, unkillable). Abort the
+			// connection first: every request on it fails at once.
+			f.t.Logf("lazyfs: %s is busy at unmount (%v): aborting its connection, then detaching it", f.mountDir, err)
+			if aerr := f.abort(); aerr != nil {
+				f.unmountErr = errors.Join(f.unmountErr, aerr)
+			}
 			if lerr := lazyUnmount(f.mountDir); lerr != nil {
 				f.unmountErr = errors.Join(f.unmountErr, fmt.Errorf("unmount %s: %v; lazy unmount: %v", f.mountDir, err, lerr))
 			}
@@ -196,6 +212,29 @@ func (f *FS) Unmount() error {
 		}
 	})
 	return f.unmountErr
+}
+
+// fusectlDir is where the FUSE control file system is mounted.
+const fusectlDir = "/sys/fs/fuse/connections"
+
+// abort aborts the mount's FUSE connection: requests waiting on it and
+// every later one fail with ENOTCONN.
+func (f *FS) abort() error {
+	if f.conn == 0 {
+		return fmt.Errorf("lazyfs: abort %s: its FUSE connection is not known", f.mountDir)
+	}
+	path := filepath.Join(fusectlDir, strconv.FormatUint(uint64(f.conn), 10), "abort")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		// The control file system is not mounted (systemd mounts it;
+		// a bare VM or container may not). Mount it: root only.
+		if merr := syscall.Mount("fusectl", fusectlDir, "fusectl", 0, ""); merr != nil && !errors.Is(merr, syscall.EBUSY) {
+			return fmt.Errorf("lazyfs: abort %s: no %s and mounting fusectl there failed: %v (mount -t fusectl none %s)", f.mountDir, path, merr, fusectlDir)
+		}
+	}
+	if err := os.WriteFile(path, []byte("1"), 0); err != nil {
+		return fmt.Errorf("lazyfs: abort %s: %w", f.mountDir, err)
+	}
+	return nil
 }
 
 func lazyUnmount(dir string) error {
@@ -229,6 +268,17 @@ func unavailable(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
+// reporter is where an FS reports: a test, or stderr in a test's child.
+type reporter interface {
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
+// unavailableError is a mount that failed because FUSE cannot be used here.
+type unavailableError struct{ msg string }
+
+func (e *unavailableError) Error() string { return e.msg }
+
 // Mount mounts a lazy file system over backingDir at mountDir (both must
 // exist) and registers a cleanup that unmounts it, also when the test
 // fails. If FUSE cannot be used here (no /dev/fuse, no permission, no
@@ -236,8 +286,26 @@ func unavailable(t testing.TB, format string, args ...any) {
 // HERALD_REQUIRE_ROOT_TESTS=1. Other errors are returned.
 func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 	t.Helper()
+	f, err := mount(t, backingDir, mountDir)
+	var unavail *unavailableError
+	if errors.As(err, &unavail) {
+		unavailable(t, "%s", unavail.msg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() {
+		if err := f.Unmount(); err != nil {
+			t.Errorf("lazyfs cleanup: %v", err)
+		}
+	})
+	return f, nil
+}
+
+// mount is Mount without a test: the caller unmounts.
+func mount(t reporter, backingDir, mountDir string) (*FS, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		unavailable(t, "no /dev/fuse (%v)", err)
+		return nil, &unavailableError{fmt.Sprintf("no /dev/fuse (%v)", err)}
 	}
 	backingDir, err := filepath.Abs(backingDir)
 	if err != nil {
@@ -290,15 +358,14 @@ func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENODEV) ||
 			errors.Is(err, exec.ErrNotFound) || strings.Contains(s, "permission denied") || strings.Contains(s, "not permitted") ||
 			!root && strings.Contains(s, "fusermount") {
-			unavailable(t, "cannot mount FUSE at %s (%v)", mountDir, err)
+			return nil, &unavailableError{fmt.Sprintf("cannot mount FUSE at %s (%v)", mountDir, err)}
 		}
 		return nil, fmt.Errorf("lazyfs: mount %s: %w", mountDir, err)
 	}
 	f.server = server
-	t.Cleanup(func() {
-		if err := f.Unmount(); err != nil {
-			t.Errorf("lazyfs cleanup: %v", err)
-		}
-	})
+	var mst syscall.Stat_t
+	if err := syscall.Stat(mountDir, &mst); err == nil {
+		f.conn = unix.Minor(mst.Dev)
+	}
 	return f, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -449,6 +450,13 @@ func TestShmPassthrough(t *testing.T) {
 const shmChildEnv = "LAZYFS_TEST_SHM_CHILD"
 
 func TestMain(m *testing.M) {
+	if dirs := os.Getenv(busyChildEnv); dirs != "" {
+		if err := busyChild(dirs); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if path := os.Getenv(shmChildEnv); path != "" {
 		if err := shmChild(path); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -576,4 +584,84 @@ func TestFailReads(t *testing.T) {
 	if got, err := os.ReadFile(e.path("x.db")); err != nil || string(got) != "data of x.db" {
 		t.Fatalf("read of x.db once the fault is spent: %q, %v", got, err)
 	}
+}
+
+// busyChildEnv names a backing dir and a mount point (joined by a colon)
+// for TestMain to run busyChild with, instead of the tests, when set.
+const busyChildEnv = "LAZYFS_TEST_BUSY_CHILD"
+
+// TestBusyUnmountLetsTheProcessExit: a process that serves a mount and
+// still has a file open on it when it unmounts must still be able to exit.
+// Detaching the busy mount is not enough: at exit the kernel closes that
+// file, sends a FLUSH to the server, which died with the process, and
+// waits for the reply for good (a clean-clone CI run hung so, in a journal
+// test, its test process unkillable). The child holds the file on
+// descriptor 0 so that it is closed before the /dev/fuse descriptor is.
+func TestBusyUnmountLetsTheProcessExit(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		unavailable(t, "no /dev/fuse (%v)", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), busyChildEnv+"="+t.TempDir()+":"+t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out.String())
+		}
+		if !bytes.Contains(out.Bytes(), []byte("aborting its connection")) {
+			t.Errorf("the child's unmount was not busy, so this test proved nothing:\n%s", out.String())
+		}
+	case <-time.After(30 * time.Second):
+		// Free the hung child by aborting its connection, named in its output.
+		var conn int
+		for _, line := range bytes.Split(out.Bytes(), []byte("\n")) {
+			if i := bytes.Index(line, []byte("conn=")); i >= 0 {
+				fmt.Sscanf(string(line[i:]), "conn=%d", &conn)
+			}
+		}
+		if conn != 0 {
+			os.WriteFile(filepath.Join(fusectlDir, fmt.Sprint(conn), "abort"), []byte("1"), 0)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+		}
+		t.Fatalf("the child did not exit within 30 s of unmounting with a file open (conn=%d):\n%s", conn, out.String())
+	}
+}
+
+// stderrReporter reports to stderr, for a child process with no test.
+type stderrReporter struct{}
+
+func (stderrReporter) Logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+func (stderrReporter) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "error: "+format+"\n", args...)
+}
+
+// busyChild mounts, opens a file on the mount as descriptor 0, unmounts
+// and returns, leaving the file open until the process exits.
+func busyChild(dirs string) error {
+	backing, mnt, _ := strings.Cut(dirs, ":")
+	fs, err := mount(stderrReporter{}, backing, mnt)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(mnt, "held"))
+	if err != nil {
+		return err
+	}
+	if err := unix.Dup2(int(f.Fd()), 0); err != nil {
+		return err
+	}
+	f.Close()
+	fmt.Fprintf(os.Stderr, "conn=%d\n", fs.conn)
+	return fs.Unmount()
 }
