@@ -757,6 +757,10 @@ func (s *session) writer() {
 		items, s.out = s.out, items[:0]
 		head, headSize := s.head, s.headSize
 		s.head, s.headSize = nil, 0
+		// The batch taken leaves topics.subscriber_buffer*: the bound is
+		// on what waits for the writer, and one batch being written can
+		// hold as much again (design.md, the budgets table). Counting it
+		// until written was tried and stranded dropped-before counts.
 		s.topicQ, s.topicB = 0, 0
 		s.outMu.Unlock()
 		if len(items) == 0 && head == nil {
