@@ -9,6 +9,8 @@
 #
 #   sudo bench/mcast-peers.sh                  # N=1000000 messages per run, RUNS=3 rounds
 #   N=300000 RUNS=1 sudo bench/mcast-peers.sh  # a quick look
+#   HERALDD_ENV="GOGC=200" LISTEN_ENV="GODEBUG=gctrace=1" sudo bench/mcast-peers.sh  # A/B of a setting
+#   HERALD_TOML=$'window = "4MiB"' sudo bench/mcast-peers.sh  # more keys for the channel's table
 #
 # Needs root (namespaces, nftables), Go, and python3-zmq (installed with apt-get when missing;
 # SKIP_INSTALL=1 skips that). Addresses 198.18.120.0/24 (RFC 2544 benchmark range) on a bridge in
@@ -25,7 +27,11 @@ RUNS=${RUNS:-3}
 SIZE=64
 WAIT=${WAIT:-120} # seconds a receiver waits for the last message
 LRATE=${LRATE:-10000} # latency case: messages per second
-LSECS=${LSECS:-10}    # latency case: seconds measured (after 1 s of warm-up)
+LSECS=${LSECS:-10}    # latency case: seconds measured (after LWARM s of warm-up)
+LWARM=${LWARM:-1}     # latency case: seconds of warm-up, not measured, for both peers
+HERALDD_ENV=${HERALDD_ENV:-} # environment (VAR=value ...) for heraldd
+LISTEN_ENV=${LISTEN_ENV:-}   # environment for the two `herald listen`
+HERALD_TOML=${HERALD_TOML:-} # lines added to the channel's table in heraldd's config
 # latency case: the reader of herald listen's output takes what is there every READ_MS ms (a 1 MiB
 # pipe), as epgm's receiver only notes the time in its own process; READ_MS=0 reads each line as
 # it comes and reports when it got it ("Herald read"), at the cost of a Python wake-up per line.
@@ -158,23 +164,23 @@ else:
     el = (last - first) if first and last and last > first else 0.0
     print(json.dumps({"received": msgs, "gaps": 0, "seconds": el, "rate": msgs / el if el > 0 else 0}))
 PY
-# epgm_lat.py: latency case. lpub RATE SECONDS SIZE URL: paced publisher (a message is due every
-# 1/RATE s from the start; what is due is sent, then it sleeps to the next), the body is its send
-# time (time_ns) and sequence, padded to SIZE; lsub WARM URL: the latency of each message from
+# epgm_lat.py: latency case. lpub RATE SECONDS WARM SIZE URL: paced publisher (a message is due
+# every 1/RATE s from the start; what is due is sent, then it sleeps to the next) for WARM + SECONDS
+# seconds, the body is its send time (time_ns) and sequence, padded to SIZE; lsub WARM URL: the latency of each message from
 # recv's return, after the first WARM messages, until 3 s of silence.
 cat >"$WORK/epgm_lat.py" <<'PY'
 import json, sys, time, zmq
 role = sys.argv[1]
 ctx = zmq.Context()
 if role == "lpub":
-    rate, secs, size, url = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    rate, secs, warm, size, url = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
     s = ctx.socket(zmq.PUB)
     s.setsockopt(zmq.RATE, 1000000)
     s.setsockopt(zmq.SNDBUF, 16 << 20)
     s.setsockopt(zmq.SNDHWM, 0)
     s.connect(url)
     time.sleep(1)
-    start, i, n = time.monotonic(), 0, int(rate * (secs + 1))
+    start, i, n = time.monotonic(), 0, int(rate * (secs + warm))
     while i < n:
         due = min(n, int((time.monotonic() - start) * rate) + 1)
         while i < due:
@@ -209,12 +215,12 @@ else:
     print(json.dumps({"received": got, "gaps": 0, "measured": len(lat), "p50_us": pct(0.5), "p90_us": pct(0.9),
                       "p99_us": pct(0.99), "p999_us": pct(0.999), "max_us": lat[-1] / 1e3 if lat else 0}))
 PY
-# stomp_lat.py RATE SECONDS SIZE HOST:PORT: the Herald latency publisher, paced exactly as
+# stomp_lat.py RATE SECONDS WARM SIZE HOST:PORT: the Herald latency publisher, paced exactly as
 # epgm_lat.py's (same loop), over a plain STOMP 1.2 connection: SEND frames without receipts,
 # header bench-ts = time_ns at the send, bench-seq = the sequence.
 cat >"$WORK/stomp_lat.py" <<'PY'
 import socket, sys, time
-rate, secs, size, (host, port) = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4].rsplit(":", 1)
+rate, secs, warm, size, (host, port) = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5].rsplit(":", 1)
 c = socket.create_connection((host, int(port)))
 c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 c.sendall(b"CONNECT\naccept-version:1.2\nhost:%s\n\n\0" % host.encode())
@@ -224,7 +230,7 @@ while b"\0" not in got:
 if not got.startswith(b"CONNECTED"):
     sys.exit("stomp_lat.py: " + got.decode(errors="replace"))
 body = b"x" * size
-start, i, n = time.monotonic(), 0, int(rate * (secs + 1))
+start, i, n = time.monotonic(), 0, int(rate * (secs + warm))
 while i < n:
     due = min(n, int((time.monotonic() - start) * rate) + 1)
     while i < due:
@@ -242,7 +248,7 @@ PY
 # instead of waking for each line: a reader woken 10,000 times a second took about 20 µs of CPU
 # per message from the processes measured on 2 cores, which epgm's receiver, noting the time in
 # its own process, does not. With READ_MS = 0, "read" is the time this reader got the line (one
-# pipe and one more process later). Messages of the first second (warm-up) are not counted.
+# pipe and one more process later). Messages of the first LWARM seconds (warm-up) are not counted.
 # Ends after 3 s of silence.
 cat >"$WORK/lat.py" <<'PY'
 import fcntl, json, os, re, select, sys, time
@@ -250,7 +256,12 @@ warm = int(sys.argv[1])  # bench-seq below this: warm-up
 every = int(sys.argv[2]) / 1000  # seconds between reads; 0: each line as it comes
 fd = sys.stdin.fileno()
 if every:
-    fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ: room for what comes between two reads
+    try:
+        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ: room for what comes between two reads
+    except OSError as e:
+        # Refused past the user's pipe-page limit (fs.pipe-user-pages-soft): go on with the
+        # pipe's own size rather than end the reader, which would end herald listen with EPIPE.
+        print("lat.py: F_SETPIPE_SZ refused (%s): the pipe keeps its size" % e, file=sys.stderr)
 ts_re, seq_re, at_re = re.compile(rb'"bench-ts":"(\d+)"'), re.compile(rb'"bench-seq":"(\d+)"'), re.compile(rb'"time_ns":(\d+)')
 # Parsing waits for the end: during the run this reader only reads and notes the time, so that
 # it takes as little CPU from the processes measured as the epgm receiver does.
@@ -299,20 +310,23 @@ group = "$HGROUP"
 interface = "eth0"
 topics = ["bench.>"]
 profile = "low-latency"
+$HERALD_TOML
 EOF2
 
 # herald_run LOSS: one Herald run; prints one JSON line per receiver.
 herald_run() {
 	local loss=$1 port=${HGROUP#*:}
 	rm -rf "$WORK/data"
-	ip netns exec "$P-s" "$WORK/bin/heraldd" --config "$WORK/herald.toml" 2>"$WORK/heraldd.log" &
+	# shellcheck disable=SC2086
+	ip netns exec "$P-s" env $HERALDD_ENV "$WORK/bin/heraldd" --config "$WORK/herald.toml" 2>"$WORK/heraldd.log" &
 	local hpid=$!
 	ip netns exec "$P-s" "$WORK/bin/herald" await-ready --socket "$WORK/data/admin.sock" --timeout 20s >/dev/null
 	[ "$loss" = 10 ] && loss r2 "$port"
 	local lpids=() cpids=()
 	for r in r1 r2; do
 		rm -f "$WORK/fifo-$r"; mkfifo "$WORK/fifo-$r"
-		ip netns exec "$P-$r" "$WORK/bin/herald" listen --group "$HGROUP" --interface eth0 --topic 'bench.>' --count "$N" >"$WORK/fifo-$r" &
+		# shellcheck disable=SC2086
+		ip netns exec "$P-$r" env $LISTEN_ENV "$WORK/bin/herald" listen --group "$HGROUP" --interface eth0 --topic 'bench.>' --count "$N" >"$WORK/fifo-$r" &
 		lpids+=($!)
 		"$PY" "$WORK/count.py" "$N" 10 <"$WORK/fifo-$r" >"$WORK/h-$r.json" &
 		cpids+=($!)
@@ -358,19 +372,21 @@ zmq_run() {
 # --timestamps` piped into lat.py.
 herald_lat() {
 	rm -rf "$WORK/data"
-	ip netns exec "$P-s" "$WORK/bin/heraldd" --config "$WORK/herald.toml" 2>"$WORK/heraldd.log" &
+	# shellcheck disable=SC2086
+	ip netns exec "$P-s" env $HERALDD_ENV "$WORK/bin/heraldd" --config "$WORK/herald.toml" 2>"$WORK/heraldd.log" &
 	local hpid=$!
 	ip netns exec "$P-s" "$WORK/bin/herald" await-ready --socket "$WORK/data/admin.sock" --timeout 20s >/dev/null
 	local lpids=() cpids=()
 	for r in r1 r2; do
 		rm -f "$WORK/fifo-$r"; mkfifo "$WORK/fifo-$r"
-		ip netns exec "$P-$r" "$WORK/bin/herald" listen --json --timestamps --group "$HGROUP" --interface eth0 --topic 'bench.>' >"$WORK/fifo-$r" &
+		# shellcheck disable=SC2086
+		ip netns exec "$P-$r" env $LISTEN_ENV "$WORK/bin/herald" listen --json --timestamps --group "$HGROUP" --interface eth0 --topic 'bench.>' >"$WORK/fifo-$r" &
 		lpids+=($!)
-		"$PY" "$WORK/lat.py" "$LRATE" "$READ_MS" <"$WORK/fifo-$r" >"$WORK/hl-$r.json" &
+		"$PY" "$WORK/lat.py" "$((LRATE * LWARM))" "$READ_MS" <"$WORK/fifo-$r" >"$WORK/hl-$r.json" &
 		cpids+=($!)
 	done
 	sleep 1
-	ip netns exec "$P-s" "$PY" "$WORK/stomp_lat.py" "$LRATE" "$LSECS" "$SIZE" 127.0.0.1:61620
+	ip netns exec "$P-s" "$PY" "$WORK/stomp_lat.py" "$LRATE" "$LSECS" "$LWARM" "$SIZE" 127.0.0.1:61620
 	sleep 1
 	kill "${lpids[@]}" 2>/dev/null || true
 	wait "${cpids[@]}" || true
@@ -382,11 +398,11 @@ herald_lat() {
 zmq_lat() {
 	local spids=()
 	for r in r1 r2; do
-		ip netns exec "$P-$r" "$PY" "$WORK/epgm_lat.py" lsub "$LRATE" "epgm://$(addr "$r");$ZGROUP" >"$WORK/zl-$r.json" 2>"$WORK/zl-$r.err" &
+		ip netns exec "$P-$r" "$PY" "$WORK/epgm_lat.py" lsub "$((LRATE * LWARM))" "epgm://$(addr "$r");$ZGROUP" >"$WORK/zl-$r.json" 2>"$WORK/zl-$r.err" &
 		spids+=($!)
 	done
 	sleep 1
-	ip netns exec "$P-s" "$PY" "$WORK/epgm_lat.py" lpub "$LRATE" "$LSECS" "$SIZE" "epgm://$(addr s);$ZGROUP"
+	ip netns exec "$P-s" "$PY" "$WORK/epgm_lat.py" lpub "$LRATE" "$LSECS" "$LWARM" "$SIZE" "epgm://$(addr s);$ZGROUP"
 	wait "${spids[@]}" || true
 	for r in r1 r2; do
 		[ -s "$WORK/zl-$r.json" ] || { echo "mcast-peers.sh: the epgm latency receiver on $r failed:" >&2; cat "$WORK/zl-$r.err" >&2; exit 1; }
