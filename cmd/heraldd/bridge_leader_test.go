@@ -41,24 +41,15 @@ func TestBridgeInConsumerLeaderKilled(t *testing.T) {
 	}
 	// The consumer is made here to learn its leader before B starts; B's
 	// bridge updates it to its own settings.
-	cons, err := js.CreateOrUpdateConsumer(ctx, "HERALD", jetstream.ConsumerConfig{
+	if _, err := js.CreateOrUpdateConsumer(ctx, "HERALD", jetstream.ConsumerConfig{
 		Durable: durable, FilterSubjects: []string{"sites.a.orders"},
 		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
-	ci, err := cons.Info(ctx)
+	leader, err := natstest.ConsumerLeader(ctx, js, "HERALD", durable, cl.Opts)
 	if err != nil {
 		t.Fatal(err)
-	}
-	leader := -1
-	if ci.Cluster != nil {
-		fmt.Sscanf(ci.Cluster.Leader, "herald-n%d", &leader)
-	}
-	leader-- // herald-nK is node K-1
-	if leader < 0 || leader >= len(urls) {
-		t.Fatalf("consumer leader %+v: not a node of the cluster", ci.Cluster)
 	}
 	var others []string
 	for i, u := range urls {
@@ -160,7 +151,7 @@ remote = "sites.a.orders"
 	}
 	cl.Kill(leader)
 	killed := time.Now()
-	t.Logf("consumer leader herald-n%d killed; %d messages at B", leader+1, next)
+	t.Logf("consumer leader %s killed; %d messages at B", cl.Opts[leader].ServerName, next)
 
 	// Ready: a new leader leads the consumer, and the stream took a
 	// message since. B keeps receiving what it was given meanwhile.
@@ -172,7 +163,7 @@ remote = "sites.a.orders"
 			if err == nil {
 				var ci *jetstream.ConsumerInfo
 				ci, err = c.Info(ctx)
-				if err == nil && ci.Cluster != nil && ci.Cluster.Leader != "" && ci.Cluster.Leader != fmt.Sprintf("herald-n%d", leader+1) {
+				if err == nil && ci.Cluster != nil && ci.Cluster.Leader != "" && ci.Cluster.Leader != cl.Opts[leader].ServerName {
 					cancel()
 					newLeader <- time.Now()
 					return

@@ -7,6 +7,7 @@ package natstest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -525,4 +526,48 @@ func (p *Procs) URLs() []string {
 		out = append(out, fmt.Sprintf("nats://%s:%d", p.Host, o.Port))
 	}
 	return out
+}
+
+// ConsumerLeader returns the index in opts (a Cluster's or a Procs' Opts:
+// node i is named opts[i].ServerName) of the node that leads consumer
+// durable of stream, as the cluster reports it through js (the consumer's
+// info). It asks again until ctx is done while the consumer has no leader
+// yet or its info cannot be read (an election under way), and fails with
+// the last reason if so, or if the leader it names is not among opts.
+func ConsumerLeader(ctx context.Context, js jetstream.JetStream, stream, durable string, opts []*server.Options) (int, error) {
+	for {
+		leader, err := consumerLeaderOnce(ctx, js, stream, durable)
+		if err == nil {
+			for i, o := range opts {
+				if o.ServerName == leader {
+					return i, nil
+				}
+			}
+			return -1, fmt.Errorf("consumer %s of stream %s: its leader %q is not a node of the cluster", durable, stream, leader)
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("consumer %s of stream %s: no leader: %w (%v)", durable, stream, err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// consumerLeaderOnce is the name of the node the consumer's info names as
+// its leader.
+func consumerLeaderOnce(ctx context.Context, js jetstream.JetStream, stream, durable string) (string, error) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := js.Consumer(rctx, stream, durable)
+	if err != nil {
+		return "", err
+	}
+	ci, err := c.Info(rctx)
+	if err != nil {
+		return "", err
+	}
+	if ci.Cluster == nil || ci.Cluster.Leader == "" {
+		return "", errors.New("the consumer's info names no leader")
+	}
+	return ci.Cluster.Leader, nil
 }

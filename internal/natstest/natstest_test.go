@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A node whose port another process took reports the listen error at
@@ -50,3 +52,80 @@ func TestStoppedNodeKeepsItsPorts(t *testing.T) {
 	c.StartNode(0)
 	WaitJetStream(t, c.URLs(), 30*time.Second)
 }
+
+// ConsumerLeader names the node that leads a consumer: the one whose
+// server says it is the leader, and none other; after a step-down it names
+// the new leader; it fails for a consumer that does not exist and for a
+// leader that is not among the nodes it is given.
+func TestConsumerLeader(t *testing.T) {
+	c := Start(t, 3)
+	_, js := Connect(t, c.URLs())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: "d", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	// isLeader waits for node i's own view to agree (the consumer's
+	// info comes from the leader, a node's flag may follow a moment later).
+	isLeader := func(i int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var leaders []int
+			for k, s := range c.Servers {
+				if s.JetStreamIsConsumerLeader(globalAccount, "S", "d") {
+					leaders = append(leaders, k)
+				}
+			}
+			if len(leaders) == 1 && leaders[0] == i {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ConsumerLeader named node %d; the nodes that say they lead: %v", i, leaders)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	first, err := ConsumerLeader(ctx, js, "S", "d", c.Opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isLeader(first)
+
+	nc, _ := Connect(t, c.URLs())
+	if _, err := nc.Request("$JS.API.CONSUMER.LEADER.STEPDOWN.S.d", nil, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	next := first
+	for next == first {
+		if ctx.Err() != nil {
+			t.Fatalf("ConsumerLeader still names node %d after its step-down", first)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if next, err = ConsumerLeader(ctx, js, "S", "d", c.Opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isLeader(next)
+
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	defer cancelShort()
+	if i, err := ConsumerLeader(short, js, "S", "nope", c.Opts); err == nil {
+		t.Fatalf("a consumer that does not exist: led by node %d, no error", i)
+	}
+	var others []*server.Options
+	for k, o := range c.Opts {
+		if k != next {
+			others = append(others, o)
+		}
+	}
+	if i, err := ConsumerLeader(ctx, js, "S", "d", others); err == nil || !strings.Contains(err.Error(), "not a node of the cluster") {
+		t.Fatalf("its leader left out of the nodes given: got %d, %v; want an error naming it", i, err)
+	}
+}
+
+// globalAccount is the account of a server without accounts configured.
+const globalAccount = "$G"
