@@ -297,6 +297,11 @@ type worker struct {
 	deadLettered atomic.Uint64
 	lastDLLogAt  time.Time
 	dlSuppressed int
+	// Direction in from JetStream: pull heartbeats missed (nats.go's
+	// ErrNoHeartbeat), counted and logged from nats.go's goroutine
+	// (heartbeatMissed).
+	heartbeatsMissed atomic.Uint64
+	heartbeatLog     rateLog
 	// Topic messages' dedup ids are APPLIANCE_ID:tBOOT.N: N counts from 1
 	// in each worker, BOOT (topicBoot) tells the workers of this process
 	// and of earlier ones apart (bootStamp).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -507,6 +508,10 @@ func (j *jsIn) connect(ctx context.Context) error {
 		}
 	}, jetstream.PullMaxMessages(c.MaxInFlight), jetstream.PullHeartbeat(hb), jetstream.PullExpiry(4*hb),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if errors.Is(err, jetstream.ErrNoHeartbeat) {
+				w.heartbeatMissed(hb)
+				return
+			}
 			w.b.log.Debug("consume", "err", err)
 		}))
 	if err != nil {
@@ -514,6 +519,48 @@ func (j *jsIn) connect(ctx context.Context) error {
 	}
 	j.cc = cc
 	return nil
+}
+
+// heartbeatLogEvery: a bridge logs missed pull heartbeats at most once
+// this often.
+const heartbeatLogEvery = 30 * time.Second
+
+// heartbeatMissed counts a pull that missed two idle heartbeats of hb
+// (nats.go's ErrNoHeartbeat, which nats.go answers by pulling again), and
+// logs it at Warn at most once per heartbeatLogEvery, with the count since
+// the last line. Called on nats.go's goroutine. Before, it was logged at
+// Debug only: a consumer leader killed, and the bridge bringing nothing
+// in until nats.go pulled again, showed nothing to an operator.
+func (w *worker) heartbeatMissed(hb time.Duration) {
+	w.heartbeatsMissed.Add(1)
+	n, ok := w.heartbeatLog.note(time.Now(), heartbeatLogEvery)
+	if !ok {
+		return
+	}
+	c := w.cfg()
+	w.b.log.Warn("bridge: JetStream pull heartbeats missed: the consumer's leader may be gone (killed, cut off) or the server stalled; pulling again (herald_bridge_heartbeats_missed_total counts them)",
+		"direction", w.dir, "stream", c.Stream, "consumer", c.Durable, "missed", n, "heartbeat", hb)
+}
+
+// rateLog lets a log line through at most once per interval and counts
+// the events in between; safe for concurrent use.
+type rateLog struct {
+	mu     sync.Mutex
+	last   time.Time
+	events int
+}
+
+// note counts an event at now. ok: log it now, n being the events since the
+// last line logged, this one included; else it is counted for the next.
+func (r *rateLog) note(now time.Time, every time.Duration) (n int, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events++
+	if !r.last.IsZero() && now.Sub(r.last) < every {
+		return 0, false
+	}
+	n, r.last, r.events = r.events, now, 0
+	return n, true
 }
 
 // inIDPrefix is the start of the dedup id of a message of the stream

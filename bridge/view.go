@@ -48,6 +48,7 @@ func (w *worker) publishView(force bool) {
 	v.Reconnects, v.Failures, v.Dropped = st.Reconnects, st.Failures, w.dropped.Load()
 	v.HeadersDropped = w.headersDropped.Load()
 	v.DeadLettered = w.deadLettered.Load()
+	v.HeartbeatsMissed = w.heartbeatsMissed.Load()
 	v.Refused, v.SharedStream = st.Refused, st.Shared
 	if w.seq != nil {
 		ss := w.seq.Stats()

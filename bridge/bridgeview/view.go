@@ -69,6 +69,10 @@ type DirView struct {
 	// Gaps: ranges of stream messages removed (retention, deletion) before
 	// direction in brought them in (the last error names the latest).
 	Gaps uint64 `json:"gaps_total"`
+	// HeartbeatsMissed: times a pull of direction in (JetStream) missed
+	// two of its idle heartbeats (the consumer's leader gone, the link or
+	// the server stalled); nats.go pulls again each time.
+	HeartbeatsMissed uint64 `json:"heartbeats_missed_total"`
 	// Rate is the messages confirmed per second, over the last second or so.
 	Rate         float64 `json:"rate"`
 	LastError    string  `json:"last_error,omitempty"`

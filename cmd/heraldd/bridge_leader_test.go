@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +29,9 @@ import (
 // The bridge's pull heartbeat follows ack_timeout (1 s here): once a new
 // leader leads the consumer and the stream takes messages again, B must
 // have every message stored by then within 12 s. Every message arrives at
-// B once, in order.
+// B once, in order. The missed heartbeats show in B's /metrics
+// (herald_bridge_heartbeats_missed_total > 0) and in its log (one Warn line
+// per 30 s at most).
 func TestBridgeInConsumerLeaderKilled(t *testing.T) {
 	const durable = "herald-site-b-backbone"
 	cl := natstest.StartProcs(t, 3)
@@ -60,10 +66,12 @@ func TestBridgeInConsumerLeaderKilled(t *testing.T) {
 
 	// B and this test talk only to the nodes that survive.
 	_, js = natstest.Connect(t, others)
-	dirB, addrB := t.TempDir(), freeAddr(t)
+	dirB, addrB, metricsB := t.TempDir(), freeAddr(t), freeAddr(t)
 	cfgB := writeBridgeConfig(t, t.TempDir(), fmt.Sprintf(`
 [journal]
 sync = "normal"
+[admin]
+metrics_listen = %q
 [[bridge]]
 name = "backbone"
 kind = "jetstream"
@@ -76,8 +84,9 @@ appliance_id = "site-b"
 [[bridge.map]]
 local = "/queue/from-a"
 remote = "sites.a.orders"
-`, quoteList(others), bridgeTuning))
-	startChild(t, dirB, addrB, "--config", cfgB)
+`, metricsB, quoteList(others), bridgeTuning))
+	logB := &lockedWriter{w: &bytes.Buffer{}}
+	startChildLog(t, dirB, addrB, logB, "--config", cfgB)
 	cb := dial2(t, addrB)
 	defer cb.Close()
 	sub, err := cb.SubscribeReceipt(context.Background(), "/queue/from-a", "client-individual")
@@ -212,4 +221,23 @@ remote = "sites.a.orders"
 		t.Fatalf("a message more than the %d sent: %q", n, f.Body)
 	case <-time.After(3 * time.Second):
 	}
+
+	// The missed pull heartbeats showed: in /metrics and in B's log, at
+	// most one line per 30 s.
+	resp, err := http.Get("http://" + metricsB + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(raw)
+	const missed = `herald_bridge_heartbeats_missed_total{bridge="backbone",direction="in"}`
+	if !metricPositive(body, missed) {
+		t.Errorf("B missed pull heartbeats after the consumer leader was killed, but /metrics has:\n%s", grepLines(body, "herald_bridge_heartbeats_missed_total"))
+	}
+	lines := strings.Count(logB.String(), "pull heartbeats missed")
+	if most := 1 + int(time.Since(killed)/(30*time.Second)); lines == 0 || lines > most {
+		t.Errorf("%d log lines about missed pull heartbeats %v after the kill, want 1 to %d", lines, time.Since(killed).Round(time.Second), most)
+	}
+	t.Logf("B: %s; %d log lines", grepLines(body, missed), lines)
 }

@@ -103,7 +103,8 @@ var (
 	dBrHeldBack   = prometheus.NewDesc("herald_bridge_held_back_messages", "Messages held back to keep stream order, waiting for an earlier one the server delivers again (in, JetStream).", []string{"bridge", "direction"}, nil)
 	dBrHeldBackB  = prometheus.NewDesc("herald_bridge_held_back_bytes", "Bytes held back to keep stream order (in, JetStream; bounded by max_hold_bytes).", []string{"bridge", "direction"}, nil)
 	dBrGaps       = prometheus.NewDesc("herald_bridge_gaps_total", "Ranges of stream messages removed (retention, deletion) before the bridge brought them in (in, JetStream).", []string{"bridge", "direction"}, nil)
-	bridgeDescs   = []*prometheus.Desc{dBrUp, dBrFailing, dBrLag, dBrLagBytes, dBrInFlight, dBrConfirmed, dBrResent, dBrSkipped, dBrDropped, dBrHdrDropped, dBrDeadLetter, dBrReconnects, dBrFailures, dBrRefused, dBrHeldBack, dBrHeldBackB, dBrGaps}
+	dBrHBMissed   = prometheus.NewDesc("herald_bridge_heartbeats_missed_total", "Pulls that missed two of their idle heartbeats (in, JetStream: the consumer's leader gone, the link or the server stalled; the bridge pulls again).", []string{"bridge", "direction"}, nil)
+	bridgeDescs   = []*prometheus.Desc{dBrUp, dBrFailing, dBrLag, dBrLagBytes, dBrInFlight, dBrConfirmed, dBrResent, dBrSkipped, dBrDropped, dBrHdrDropped, dBrDeadLetter, dBrReconnects, dBrFailures, dBrRefused, dBrHeldBack, dBrHeldBackB, dBrGaps, dBrHBMissed}
 )
 
 // bridgeCollector reads the bridges' views at scrape time.
@@ -144,6 +145,7 @@ func (c bridgeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(dBrHeldBack, prometheus.GaugeValue, float64(d.HeldBack), l...)
 			ch <- prometheus.MustNewConstMetric(dBrHeldBackB, prometheus.GaugeValue, float64(d.HeldBackBytes), l...)
 			ch <- prometheus.MustNewConstMetric(dBrGaps, prometheus.CounterValue, float64(d.Gaps), l...)
+			ch <- prometheus.MustNewConstMetric(dBrHBMissed, prometheus.CounterValue, float64(d.HeartbeatsMissed), l...)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -50,11 +51,22 @@ type child struct {
 
 func startChild(t *testing.T, dir, addr string, extra ...string) *child {
 	t.Helper()
+	return startChildLog(t, dir, addr, nil, extra...)
+}
+
+// startChildLog is startChild with the child's log (its stderr) also
+// written to log, if not nil.
+func startChildLog(t *testing.T, dir, addr string, log io.Writer, extra ...string) *child {
+	t.Helper()
 	args := append([]string{"--data-dir", dir, "--stomp-listen", addr, "--log-level", "warn"}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "HERALDD_TEST_CHILD=1")
+	var stderr io.Writer = os.Stderr
+	if log != nil {
+		stderr = io.MultiWriter(os.Stderr, log)
+	}
 	// The child is this test binary: under -race its races fail the test.
-	cmd.Stderr = testenv.RaceWatch(t, os.Stderr)
+	cmd.Stderr = testenv.RaceWatch(t, stderr)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start heraldd: %v", err)
 	}
