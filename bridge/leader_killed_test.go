@@ -84,7 +84,9 @@ func (h *warnRecorder) matching(sub string) []warnLine {
 // heartbeats_missed_total > 0 in the view. Before, the error went to a
 // Debug line only, and this test failed: no Warn line, no counter. The
 // bridge recovers: every message, those published after the warning
-// included, comes into the local queue.
+// included, is in the local queue exactly once (a message taken twice
+// from JetStream around the kill is absorbed by its dedup id), in stream
+// order.
 func TestBridgeInHeartbeatsMissedWarns(t *testing.T) {
 	const durable = "herald-site-b-backbone" // the bridge's default: herald-APPLIANCE_ID-NAME
 	cl := natstest.StartProcs(t, 3)
@@ -204,7 +206,22 @@ func TestBridgeInHeartbeatsMissedWarns(t *testing.T) {
 	waitQueued(n, 60*time.Second, "after the kill")
 	t.Logf("all %d in the local queue %v after the warning", n, time.Since(warned).Round(time.Millisecond))
 
+	// Exactly once: the queue holds n once the server's redeliveries of
+	// what was in flight at the kill (after its ack wait, 3 s) are past,
+	// and they are 0..n-1 in order, nothing more.
+	time.Sleep(8 * time.Second)
+	if got := queued(); got != n {
+		t.Fatalf("the local queue holds %d messages, want %d: a message taken twice from JetStream was not absorbed by its dedup id", got, n)
+	}
+	cb := b.Dial(t)
+	sub, err := cb.SubscribeReceipt(context.Background(), "/queue/from-a", "client-individual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveExactly(t, cb, sub, n, 30*time.Second, 2*time.Second)
+
 	d := br.View().Directions[0]
+	t.Logf("taken from JetStream %d times for %d messages, %d refused as copies by the local queue's dedup", d.Taken, n, b.B.Stats().DedupHits)
 	lines := rec.matching(warning)
 	t.Logf("heartbeats_missed_total %d, Warn lines %d: %+v", d.HeartbeatsMissed, len(lines), lines)
 	var logged uint64

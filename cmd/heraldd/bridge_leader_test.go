@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -222,15 +223,36 @@ remote = "sites.a.orders"
 	case <-time.After(3 * time.Second):
 	}
 
+	// B's queue held each message once: all n came, in order, nothing
+	// more; and none is left in it (a copy waiting, delayed or in flight)
+	// once the acknowledgements are in.
+	scrape := func() string {
+		resp, err := http.Get("http://" + metricsB + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	const emptyQueue = `herald_queue_messages{queue="from-a"} 0`
+	deadline := time.Now().Add(10 * time.Second)
+	body := scrape()
+	for !slices.Contains(strings.Split(body, "\n"), emptyQueue) {
+		if time.Now().After(deadline) {
+			t.Fatalf("B's queue from-a is not empty after all %d were received and acknowledged:\n%s", n, grepLines(body, `queue="from-a"`))
+		}
+		time.Sleep(50 * time.Millisecond)
+		body = scrape()
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "herald_dedup_hits_total ") {
+			t.Logf("B: %s (SENDs refused as copies by their dedup id)", l)
+		}
+	}
+
 	// The missed pull heartbeats showed: in /metrics and in B's log, at
 	// most one line per 30 s.
-	resp, err := http.Get("http://" + metricsB + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	body := string(raw)
 	const missed = `herald_bridge_heartbeats_missed_total{bridge="backbone",direction="in"}`
 	if !metricPositive(body, missed) {
 		t.Errorf("B missed pull heartbeats after the consumer leader was killed, but /metrics has:\n%s", grepLines(body, "herald_bridge_heartbeats_missed_total"))
