@@ -39,6 +39,59 @@ func quoteList(xs []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
+// streamInOrder reads the stream HERALD's messages on subject from the
+// first and checks that the first n are "0".."n-1", in stream order: each
+// message once, in order. It reads 100 messages a Fetch of an ordered
+// consumer, each Fetch (and each Next) of which deletes its consumer and
+// creates another through the cluster's meta leader: read with Next, one
+// message a call, TestBridgeKillNine's 1500 were 1500 consumers, and under
+// a 25 % CPU quota three runs of 3 were answered "no responders" (from
+// message 879, 736, 626 on) until their 90 s were up (fcc2a4c). A failed
+// read is tried again, the ordered consumer starting after the last
+// message it gave (the cluster may still be electing after a node's
+// restart), for up to within.
+func streamInOrder(t *testing.T, js jetstream.JetStream, subject string, n int, within time.Duration) {
+	t.Helper()
+	var oc jetstream.Consumer
+	var err error
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		oc, err = js.OrderedConsumer(ctx, "HERALD", jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+		cancel()
+		if err == nil {
+			break
+		}
+		if try == 12 {
+			t.Fatalf("reading the stream: %v", err)
+		}
+	}
+	readDeadline := time.Now().Add(within)
+	for i := 0; i < n; {
+		from := i
+		batch, err := oc.Fetch(min(100, n-i), jetstream.FetchMaxWait(5*time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				if got := string(m.Data()); got != strconv.Itoa(i) {
+					md, _ := m.Metadata()
+					var seq uint64
+					if md != nil {
+						seq = md.Sequence.Stream
+					}
+					t.Fatalf("stream message %d (sequence %d): got %q (a duplicate, loss or reordering in the stream)", i, seq, got)
+				}
+				i++
+			}
+			err = batch.Error()
+		}
+		if (err != nil || i == from) && i < n {
+			if time.Now().After(readDeadline) {
+				t.Fatalf("stream message %d: %v", i, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
 const bridgeTuning = `
 max_in_flight = 32
 reconnect_min = "50ms"
@@ -155,52 +208,10 @@ remote = "sites.a.orders"
 	if err := <-prodDone; err != nil {
 		t.Fatal(err)
 	}
-	var err error
 
 	// The stream: each message once, in order.
 	_, js := natstest.Connect(t, cl.URLs())
-	var oc jetstream.Consumer
-	for try := 0; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		oc, err = js.OrderedConsumer(ctx, "HERALD", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sites.a.orders"}})
-		cancel()
-		if err == nil {
-			break
-		}
-		if try == 12 {
-			t.Fatalf("reading the stream: %v", err)
-		}
-	}
-	// Read in batches of 100: each Fetch (and each Next) of an ordered
-	// consumer deletes its consumer and creates another, through the
-	// cluster's meta leader. Read with Next, one message a call, that was
-	// 1500 consumers, and under a 25 % CPU quota three runs of 3 were
-	// answered "no responders" (from message 879, 736, 626 on) until their
-	// 90 s were up.
-	readDeadline := time.Now().Add(90 * time.Second)
-	for i := 0; i < n; {
-		from := i
-		batch, err := oc.Fetch(min(100, n-i), jetstream.FetchMaxWait(5*time.Second))
-		if err == nil {
-			for m := range batch.Messages() {
-				if got := string(m.Data()); got != strconv.Itoa(i) {
-					md, _ := m.Metadata()
-					t.Fatalf("stream message %d (sequence %d): got %q (a duplicate, loss or reordering in the stream)", i, md.Sequence.Stream, got)
-				}
-				i++
-			}
-			err = batch.Error()
-		}
-		if (err != nil || i == from) && i < n {
-			// The ordered consumer starts again after the last message
-			// read (the cluster may still be electing after the node's
-			// restart).
-			if time.Now().After(readDeadline) {
-				t.Fatalf("stream message %d: %v", i, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	streamInOrder(t, js, "sites.a.orders", n, 90*time.Second)
 
 	cb := dial2(t, addrB)
 	defer cb.Close()

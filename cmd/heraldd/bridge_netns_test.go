@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/appliance/stomp"
@@ -168,35 +167,8 @@ appliance_id = %q
 	t.Logf("link cut for %s; %d messages sent to A meanwhile", restoredAt.Sub(cutAt).Round(time.Millisecond), during.Load())
 
 	_, js := natstest.Connect(t, cl.URLs(), nats.SetCustomDialer(dial))
-	var oc jetstream.Consumer
-	for try := 0; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		oc, err = js.OrderedConsumer(ctx, "HERALD", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sites.a.orders"}})
-		cancel()
-		if err == nil {
-			break
-		}
-		if try == 12 {
-			t.Fatalf("reading the stream: %v", err)
-		}
-	}
 	drained := time.Now()
-	deadline := time.Now().Add(120 * time.Second)
-	for i := 0; i < total; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		m, err := oc.Next(jetstream.FetchContext(ctx))
-		cancel()
-		if err != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("stream message %d: %v", i, err)
-			}
-			i--
-			continue
-		}
-		if got := string(m.Data()); got != strconv.Itoa(i) {
-			t.Fatalf("stream message %d: got %q (a duplicate, loss or reordering in the stream)", i, got)
-		}
-	}
+	streamInOrder(t, js, "sites.a.orders", total, 120*time.Second)
 	t.Logf("stream complete %s after the link came back", time.Since(restoredAt).Round(time.Millisecond))
 	_ = drained
 
