@@ -533,6 +533,11 @@ func (s *Sender) writeLoop(ctx context.Context) {
 			s.sendLocked()
 			s.mu.Unlock()
 		case <-s.kick:
+			s.mu.Lock()
+			if !s.sending && len(s.sendq) > 0 {
+				s.sendLocked() // what the NAK reader queued (NCF, LOSS, CATALOG)
+			}
+			s.mu.Unlock()
 		}
 		if !timer.Stop() {
 			select {
@@ -666,28 +671,27 @@ func (s *Sender) readLoop(ctx context.Context) {
 			}
 			s.core.Step(now, from.AddrPort(), m.Buffers[0][:m.N])
 		}
-		if !s.sending {
-			s.sendLocked()
-			s.mu.Unlock()
-		} else {
-			// Another goroutine is writing (it may wait in the kernel for milliseconds): the
-			// repairs go out now, from here, rather than behind it. An RDATA carries the
-			// sequence it repairs, which receivers already know of, so overtaking DATA does not
-			// matter; NCF, LOSS and CATALOG go in order (they carry the leading edge: written
-			// ahead of DATA still queued, they would make every receiver NAK it).
-			var rdata [][]byte
-			for _, b := range s.core.Ready() {
-				if Type(b[3]) == TypeRData {
-					rdata = append(rdata, b)
-				} else {
-					s.sendq = append(s.sendq, b)
-					s.sendqB += cap(b)
-				}
+		// The repairs go out now, from here. The rest (NCF, LOSS, CATALOG) joins sendq for the
+		// writer: they go in order with DATA, as they carry the leading edge (written ahead of
+		// DATA still queued, they would make every receiver NAK it). An RDATA carries the
+		// sequence it repairs, which receivers already know of, so overtaking DATA does not
+		// matter. This goroutine never becomes the writer itself: a writer writes until sendq
+		// is empty, and publishers can keep it full for as long as they publish, while NAKs
+		// wait unread (a lossy receiver got no repair for 200 ms and gave up, on two loaded
+		// cores).
+		var rdata [][]byte
+		for _, b := range s.core.Ready() {
+			if Type(b[3]) == TypeRData {
+				rdata = append(rdata, b)
+			} else {
+				s.sendq = append(s.sendq, b)
+				s.sendqB += cap(b)
 			}
-			s.mu.Unlock()
-			s.write(s.rio, rdata)
 		}
-		// Repairs held back by the repair budget are due at a deadline the writer may not know.
+		s.mu.Unlock()
+		s.write(s.rio, rdata)
+		// The writer takes what joined sendq (unless it is writing; then it takes it next), and
+		// learns the deadline of repairs held back by the repair budget.
 		select {
 		case s.kick <- struct{}{}:
 		default:
