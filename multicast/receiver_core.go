@@ -1786,10 +1786,22 @@ func (r *ReceiverCore) deliver(st *rstream, seq uint64, payload []byte, repaired
 		Body: body, Repaired: repaired, Session: r.session})
 }
 
+// retryWait is how long after its tries-th NAK a missing datagram is asked for again: the
+// profile's retry interval, doubling, capped at a quarter of the budget; while the receiver is
+// behind its socket, that quarter at once. The answer to the last NAK may then wait unread among
+// the datagrams, and asking again soon only spends the sender's repair budget for this receiver
+// on duplicates (a receiver 30 ms behind asked 3-4 times for each hole, the sender refused the
+// rest of its NAKs, and holes went unrepaired until the leading edge ran MaxHole past them).
+func (r *ReceiverCore) retryWait(tries int) time.Duration {
+	if r.behind {
+		return r.t.budget / 4
+	}
+	return min(r.t.nakRetry<<min(tries-1, 16), r.t.budget/4)
+}
+
 // Tick sends due NAKs and gives up on what has run out of time. A missing sequence is given up
 // once the profile's budget has passed since its first NAK (while the receiver is not behind
-// its socket); retries back off from the profile's retry interval, doubling, capped at a
-// quarter of the budget.
+// its socket); retries back off as retryWait says.
 func (r *ReceiverCore) Tick(now time.Time) {
 	if r.nextDue.IsZero() || now.Before(r.nextDue) {
 		return
@@ -1825,7 +1837,7 @@ func (r *ReceiverCore) Tick(now time.Time) {
 				m.giveUp = now.Add(r.t.budget)
 			}
 			m.tries++
-			m.due = now.Add(min(r.t.nakRetry<<min(m.tries-1, 16), r.t.budget/4) + bo)
+			m.due = now.Add(r.retryWait(m.tries) + bo)
 			if m.due.After(m.giveUp) {
 				m.due = m.giveUp
 			}
@@ -1853,7 +1865,7 @@ func (r *ReceiverCore) Tick(now time.Time) {
 			m.giveUp = now.Add(r.t.budget)
 		}
 		m.tries++
-		m.due = now.Add(min(r.t.nakRetry<<min(m.tries-1, 16), r.t.budget/4) + bo)
+		m.due = now.Add(r.retryWait(m.tries) + bo)
 		if m.due.After(m.giveUp) {
 			m.due = m.giveUp
 		}

@@ -501,6 +501,46 @@ func TestReceiverCore_MemoryBoundForgedControl(t *testing.T) {
 	}
 }
 
+// A receiver behind its socket asks again for a missing datagram only every quarter budget:
+// the answer to its last NAK may wait unread among the datagrams, and each duplicate request is
+// a repair the sender charges to this receiver's budget. Caught up, the retries back off from
+// the profile's retry interval again.
+func TestReceiverCore_RetriesWhileBehindWaitAQuarterBudget(t *testing.T) {
+	g := dgb{session: tsess}
+	r := mustReceiverCore(t, ReceiverCoreConfig{})
+	now := t0
+	live(t, r, g, &now)
+	naks := func(until time.Time) []time.Time {
+		var at []time.Time
+		for d := r.Deadline(); !d.IsZero() && !d.After(until); d = r.Deadline() {
+			r.Tick(d)
+			if _, out := r.Ready(); len(out) > 0 {
+				at = append(at, d)
+			}
+		}
+		return at
+	}
+	script(r, &now, 0, g.data(6, 1, rec(1, 5, "5"))) // 5 is missing
+	r.SetBehind(true)
+	at := naks(now.Add(r.t.budget))
+	if len(at) < 2 {
+		t.Fatalf("%d NAKs in a budget while behind, want it to keep asking", len(at))
+	}
+	for i := 1; i < len(at); i++ {
+		if d := at[i].Sub(at[i-1]); d < r.t.budget/4 {
+			t.Errorf("behind: NAK %d came %v after the one before, want at least %v (a quarter budget)", i+1, d, r.t.budget/4)
+		}
+	}
+	// Caught up, a new hole: the first retry comes after the retry interval, not a quarter budget.
+	r.SetBehind(false)
+	now = at[len(at)-1]
+	script(r, &now, 0, g.rdata(5, 1, rec(1, 4, "4")), g.data(8, 1, rec(1, 7, "7"))) // 7 is missing
+	at = naks(now.Add(r.t.budget / 4))
+	if len(at) < 2 || at[1].Sub(at[0]) >= r.t.budget/4 {
+		t.Errorf("caught up: NAKs at %v, want a retry within a quarter budget of the first", at)
+	}
+}
+
 // Issue 11, found 10: give-up is counted from the first NAK, and not at all while the receiver
 // is behind its socket (a repair may wait there unread): a receiver more than the budget behind
 // still recovers what the sender holds.
