@@ -104,7 +104,7 @@ func TestSenderCore_HostileNAKSourceBudget(t *testing.T) {
 		}
 	}
 	srcRate := float64(repairRate / 4)
-	bound := srcRate*1.0 + max(srcRate/50, 4*DefaultMTU) + float64(len(asked)*1100)
+	bound := srcRate*1.0 + s.sourceBurst() + float64(len(asked)*1100)
 	t.Logf("hostile NAKs: %d; honest sequences asked %d, never repaired %d; repair bytes %d (bound %.0f: one source's budget for 1 s plus the honest repairs)",
 		hc[0], len(asked), missed, r.bytes, bound)
 	if missed != 0 {
@@ -169,8 +169,7 @@ func TestSenderCore_NAKLimits(t *testing.T) {
 		s.Tick(now)
 		tallyRepairs(t, r, s.Ready())
 	}
-	srcRate := float64(DefaultRepairRate / 4)
-	bound := max(srcRate/50, 4*DefaultMTU) + DefaultMTU
+	bound := s.sourceBurst() + DefaultMTU
 	t.Logf("one %d-byte NAK for the whole window: %d bytes of repair (%.0fx), bound %.0f", len(k), r.bytes, float64(r.bytes)/float64(len(k)), bound)
 	if float64(r.bytes) > bound {
 		t.Errorf("one NAK yielded %d bytes of repair, want at most %.0f (the source's burst)", r.bytes, bound)
@@ -255,5 +254,38 @@ func TestSenderCore_LostCountBounded(t *testing.T) {
 	}
 	if c := s.Counters(); c.Lost != MaxNAKSequences {
 		t.Errorf("lost %d after one NAK for %d gone sequences, want %d", c.Lost, tr-1, MaxNAKSequences)
+	}
+}
+
+// TestSenderCore_SlowNAKerGetsItsRate: a receiver that asks only every quarter budget (backed
+// off, or behind its socket) for more than its source's burst still gets its source's whole
+// repair rate. With a burst of 1/50 s, a source asking every 50 ms got 160 kB a round of the
+// default 8 MiB/s, 40% of its rate: a receiver behind 10% loss fell further behind and lost
+// datagrams to MaxHole.
+func TestSenderCore_SlowNAKerGetsItsRate(t *testing.T) {
+	s := mustSenderCore(t, SenderCoreConfig{})
+	fillSender(t, s, 20000, 1400) // 28 MB, within the window
+	src := netip.MustParseAddrPort("198.18.4.4:40000")
+	every := s.t.budget / 4
+	r := newRepairTally()
+	next := uint64(2) // the first sequence not yet repaired
+	var counter uint64
+	end := t0.Add(time.Second)
+	for now := t0; now.Before(end); now = now.Add(every) {
+		counter++
+		s.Step(now, src, nak(t, s.Session(), counter, nil, Range{next, next + 4000}))
+		tallyRepairs(t, r, s.Ready())
+		for q := next; r.repaired[q] > 0; q++ {
+			next = q + 1
+		}
+		for tick := now; tick.Before(now.Add(every)); tick = tick.Add(time.Millisecond) {
+			s.Tick(tick)
+			tallyRepairs(t, r, s.Ready())
+		}
+	}
+	rate := float64(DefaultRepairRate / 4)
+	t.Logf("a source asking every %v for 1 s: %d repair bytes, its rate %.0f bytes/s", every, r.bytes, rate)
+	if float64(r.bytes) < 0.9*rate {
+		t.Errorf("a source asking every %v got %d repair bytes in 1 s, want at least 90%% of its rate %.0f", every, r.bytes, rate)
 	}
 }

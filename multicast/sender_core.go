@@ -226,9 +226,15 @@ func (s *SenderCore) Counters() SenderCounters {
 // TopSources returns the k NAK sources with the most repair bytes.
 func (s *SenderCore) TopSources(k int) []NAKSourceStats { return s.sources.top(k) }
 
-// sourceBurst is the byte budget a source may spend at once: 1/50 s of its rate, at least
-// four datagrams.
-func (s *SenderCore) sourceBurst() float64 { return max(s.srcRate/50, float64(4*s.cfg.MTU)) }
+// sourceBurst is the byte budget a source may spend at once: its rate over a quarter of the
+// profile's budget, the longest a receiver waits between two NAKs of a sequence (retryWait), at
+// least four datagrams. A receiver asking at that pace (backed off, or behind its socket) then
+// gets its whole rate. With 1/50 s of it (20 ms), a receiver asking every 50 ms got at most
+// 40% of its rate (160 kB per NAK round of the default 8 MiB/s), fell behind under 10% loss and
+// lost datagrams to MaxHole. The channel's bucket still paces what is sent.
+func (s *SenderCore) sourceBurst() float64 {
+	return max(s.srcRate*(s.t.budget/4).Seconds(), float64(4*s.cfg.MTU))
+}
 
 // Backlog is the number of bytes waiting for the rate limit.
 func (s *SenderCore) Backlog() int { return s.qBytes }

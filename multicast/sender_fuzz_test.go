@@ -67,7 +67,7 @@ func FuzzSenderStep(f *testing.F) {
 		}
 		elapsed := now.Sub(t0).Seconds()
 		rate := float64(1<<20) / 4
-		bound := max(rate/50, 4*DefaultMTU) + rate*elapsed + DefaultMTU + float64(s.catalogBytes())
+		bound := s.sourceBurst() + rate*elapsed + DefaultMTU + float64(s.catalogBytes())
 		for _, st := range s.TopSources(8) {
 			if float64(st.RepairBytes) > bound {
 				t.Fatalf("source %s got %d repair bytes in %.3f s, budget %.0f", st.Source, st.RepairBytes, elapsed, bound)
