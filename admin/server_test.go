@@ -308,6 +308,7 @@ func TestMetrics_Scrape(t *testing.T) {
 		{`herald_connections`, 1},
 		{`herald_topic_messages_in_total{topic="t.a"}`, 4},
 		{`herald_topic_subscribers{topic="t.>"}`, 1},
+		{`herald_journal_read_errors_total`, 0}, // exported; no read failed
 	}
 	for _, c := range checks {
 		if got, ok := after[c.name]; !ok || got != c.want {

@@ -112,7 +112,8 @@ type JournalStatus struct {
 	FailedCommits     uint64     `json:"failed_commits_total"`
 	InlineCommits     uint64     `json:"inline_commits_total"` // committed by a lone SEND's connection reader
 	Checkpoints       uint64     `json:"checkpoints_total"`
-	LastCheckpoint    *time.Time `json:"last_checkpoint"` // null before the first
+	ReadErrors        uint64     `json:"read_errors_total"` // page-ins that failed to read the database (retried by the queue)
+	LastCheckpoint    *time.Time `json:"last_checkpoint"`   // null before the first
 	LastBatchOps      int        `json:"last_batch_ops"`
 	LastCommitSeconds float64    `json:"last_commit_seconds"`
 }

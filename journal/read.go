@@ -90,6 +90,9 @@ func (s *Store) Page(ctx context.Context, r appliance.PageRequest) ([]*appliance
 		return nil
 	})
 	if err != nil {
+		if ctx.Err() == nil {
+			s.readErrors.Add(1)
+		}
 		return nil, fmt.Errorf("journal: load %s: %w", queue, err)
 	}
 	return out, nil

@@ -61,6 +61,10 @@ type Stats struct {
 	LastCheckpoint time.Time
 	Checkpoints    uint64
 	Inline         uint64 // batches committed on the submitter's goroutine (CommitNow)
+	// ReadErrors: page-ins (Page) that failed to read a queue's messages
+	// from the database (an I/O error, corruption), not counting reads
+	// whose context was cancelled. The queue retries them.
+	ReadErrors uint64
 }
 
 // Store is the SQLite journal.
@@ -111,6 +115,7 @@ type Store struct {
 	commits, ops, failed, checkpoints atomic.Uint64
 	pendingDone                       atomic.Int64  // completions handed to the completer, not yet run
 	inline                            atomic.Uint64 // batches CommitNow committed
+	readErrors                        atomic.Uint64 // page-ins that failed (Stats.ReadErrors)
 	lastBatch                         atomic.Int64
 	lastCommitNs                      atomic.Int64
 	lastCheckpoint                    atomic.Int64
@@ -402,6 +407,7 @@ func (s *Store) Stats() Stats {
 		LastCommitTime: time.Duration(s.lastCommitNs.Load()),
 		Checkpoints:    s.checkpoints.Load(),
 		Inline:         s.inline.Load(),
+		ReadErrors:     s.readErrors.Load(),
 	}
 	if t := s.lastCheckpoint.Load(); t != 0 {
 		st.LastCheckpoint = time.Unix(0, t)

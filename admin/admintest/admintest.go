@@ -118,6 +118,7 @@ func (a StoreJournal) Status() admin.JournalStatus {
 	js := admin.JournalStatus{
 		Path: a.S.Path(), DBBytes: db, WALBytes: wal, Commits: st.Commits, Ops: st.Ops,
 		FailedCommits: st.FailedCommits, InlineCommits: st.Inline, Checkpoints: st.Checkpoints, LastBatchOps: st.LastBatchOps,
+		ReadErrors:        st.ReadErrors,
 		LastCommitSeconds: st.LastCommitTime.Seconds(),
 	}
 	if !st.LastCheckpoint.IsZero() {

@@ -69,6 +69,7 @@ func printStatus(cCtx *cli.Context, st *admin.Status) error {
 		}
 		t.row("last checkpoint:", last)
 		t.row("commits:", fmt.Sprintf("%d (%d operations, %d failed)", j.Commits, j.Ops, j.FailedCommits))
+		t.row("read errors:", fmt.Sprintf("%d page-ins failed to read the journal (retried)", j.ReadErrors))
 	}
 	tot := st.Totals
 	t.row("topics:", fmt.Sprintf("%d messages in, %d out, %d dropped for slow subscribers", tot.TopicIn, tot.TopicOut, tot.SlowDrops))

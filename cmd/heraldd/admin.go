@@ -113,6 +113,7 @@ func (a storeAdmin) Status() admin.JournalStatus {
 		FailedCommits:     st.FailedCommits,
 		InlineCommits:     st.Inline,
 		Checkpoints:       st.Checkpoints,
+		ReadErrors:        st.ReadErrors,
 		LastBatchOps:      st.LastBatchOps,
 		LastCommitSeconds: st.LastCommitTime.Seconds(),
 	}
