@@ -80,6 +80,11 @@ type Core struct {
 	stash       map[string][]*Msg // ready messages of parked groups at or past parked[g] (back from flight or delay)
 	paging      bool
 	pageRetryAt int64
+	// The run of failed page-ins (PageInFailing): since the first failure
+	// (ms; 0: none), how many, and the last one's error.
+	pageFailSince int64
+	pageFails     int
+	pageFailErr   string
 
 	purging      bool
 	deadlines    int    // deliveries with an ack deadline
@@ -476,6 +481,7 @@ func (c *Core) maybePage(now int64) bool {
 	req := &PageIn{After: c.memTail, Limit: limit, MaxBytes: maxBytes, seq: c.spillSeq, epoch: c.pageEpoch}
 	if msgs, ok := c.fromCache(req); ok {
 		c.CacheHits++
+		c.pageRecovered("answered from the backlog cache")
 		c.loaded(req, msgs, now)
 		return true
 	}
@@ -589,11 +595,17 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 	if err != nil {
 		c.pageRetryAt = now + c.retryDelay(1)
 		c.JournalFailures++
-		c.out.Events = append(c.out.Events, Event{Kind: EvJournalFailed, Reason: "page in", Err: err})
+		if c.pageFailSince == 0 {
+			c.pageFailSince, c.pageFails = now, 0
+		}
+		c.pageFails++
+		c.pageFailErr = err.Error()
+		c.out.Events = append(c.out.Events, Event{Kind: EvPageInFailed, Reason: "page in", Err: err, Since: c.pageFailSince, Failures: c.pageFails})
 		c.end(now)
 		return
 	}
 	c.pageRetryAt = 0
+	c.pageRecovered("read the journal")
 	if req.epoch != c.pageEpoch {
 		// A purge committed since: what was read may be gone. Read again.
 		c.end(now)
@@ -677,6 +689,26 @@ func (c *Core) rescanned(req *PageIn, msgs []*Msg, now int64) {
 	c.forgetGone()
 }
 
+// PageInFailing reports the run of failed page-ins the queue is in: since
+// when (ms, the first failure of the run), the last failure's error, and
+// whether there is one. A run starts at a failed page-in and ends at the
+// next page-in that succeeds (read from the journal, or answered from the
+// backlog cache), or once the queue has nothing left in the journal to
+// page in (a purge took it). The shell reports a run that lasts too long
+// as not ready.
+func (c *Core) PageInFailing() (since int64, err string, failing bool) {
+	return c.pageFailSince, c.pageFailErr, c.pageFailSince != 0
+}
+
+// pageRecovered ends the run of failed page-ins, if any.
+func (c *Core) pageRecovered(how string) {
+	if c.pageFailSince == 0 {
+		return
+	}
+	c.out.Events = append(c.out.Events, Event{Kind: EvPageInRecovered, Reason: how, Since: c.pageFailSince, Failures: c.pageFails})
+	c.pageFailSince, c.pageFails, c.pageFailErr = 0, 0, ""
+}
+
 func (c *Core) isGone(id uint64) bool {
 	_, ok := c.goneAhead[id]
 	return ok
@@ -753,6 +785,9 @@ func (c *Core) Tick(now int64) { c.end(now) }
 // end finishes every input: dispatch, then emit the journal work.
 func (c *Core) end(now int64) {
 	c.dispatch(now)
+	if c.pageFailSince != 0 && !c.paging && !c.spilled && len(c.parked) == 0 {
+		c.pageRecovered("nothing left to page in")
+	}
 	if len(c.repin) > 0 && (len(c.work.ops) > 0 || now >= c.repinAt) {
 		c.repinFailed()
 	}

@@ -235,3 +235,65 @@ func TestCore_OutOfOrderCommitReported(t *testing.T) {
 		t.Fatalf("events %+v, cached %d (all %v): want one EvOutOfOrder for 2 and no cache", got, c.Cached(), c.cacheAll)
 	}
 }
+
+// pageEvents returns the page-in run events of out.
+func pageEvents(out Output) (evs []Event) {
+	for _, ev := range out.Events {
+		if ev.Kind == EvPageInFailed || ev.Kind == EvPageInRecovered {
+			evs = append(evs, ev)
+		}
+	}
+	return evs
+}
+
+// A run of failed page-ins starts at the first failure, keeps that time
+// through later failures (with the last error), and ends at the next
+// page-in that reads; each failure and the end are events.
+func TestCore_PageInFailingRun(t *testing.T) {
+	c := New(Config{Window: 1, RetryMin: 100, RetryMax: 100}, 1)
+	c.Recover(3, 3, 3, 0, 0)
+	out := c.Take()
+	if out.PageIn == nil {
+		t.Fatal("no page-in after Recover")
+	}
+	if _, _, failing := c.PageInFailing(); failing {
+		t.Fatal("failing before any page-in failed")
+	}
+	c.Paged(out.PageIn, nil, errTestT("disk I/O error a"), 10)
+	out = c.Take()
+	if evs := pageEvents(out); len(evs) != 1 || evs[0].Kind != EvPageInFailed || evs[0].Since != 10 || evs[0].Failures != 1 || evs[0].Err == nil {
+		t.Fatalf("events after the first failure: %+v, want one EvPageInFailed since 10, 1 failure", evs)
+	}
+	if since, err, failing := c.PageInFailing(); !failing || since != 10 || err != "disk I/O error a" {
+		t.Fatalf("PageInFailing() = %d %q %v, want 10 \"disk I/O error a\" true", since, err, failing)
+	}
+	if out.Wake != 110 {
+		t.Fatalf("wake %d, want 110 (the retry)", out.Wake)
+	}
+	c.Tick(110)
+	out = c.Take()
+	if out.PageIn == nil {
+		t.Fatal("no page-in retried at 110")
+	}
+	c.Paged(out.PageIn, nil, errTestT("disk I/O error b"), 115)
+	out = c.Take()
+	if evs := pageEvents(out); len(evs) != 1 || evs[0].Kind != EvPageInFailed || evs[0].Since != 10 || evs[0].Failures != 2 {
+		t.Fatalf("events after the second failure: %+v, want one EvPageInFailed since 10, 2 failures", evs)
+	}
+	if since, err, failing := c.PageInFailing(); !failing || since != 10 || err != "disk I/O error b" {
+		t.Fatalf("PageInFailing() = %d %q %v, want 10 (the run's start) \"disk I/O error b\" (the last error) true", since, err, failing)
+	}
+	c.Tick(215)
+	out = c.Take()
+	if out.PageIn == nil {
+		t.Fatal("no page-in retried at 215")
+	}
+	c.Paged(out.PageIn, []*Msg{{ID: 1, Size: 1}}, nil, 220)
+	out = c.Take()
+	if evs := pageEvents(out); len(evs) != 1 || evs[0].Kind != EvPageInRecovered || evs[0].Since != 10 || evs[0].Failures != 2 {
+		t.Fatalf("events after the page-in that read: %+v, want one EvPageInRecovered since 10, 2 failures", evs)
+	}
+	if since, err, failing := c.PageInFailing(); failing || since != 0 || err != "" {
+		t.Fatalf("PageInFailing() after a page-in that read = %d %q %v, want no run", since, err, failing)
+	}
+}

@@ -13,7 +13,9 @@
 //     consumers the caller reports the write with Written, which deletes
 //     them.
 //   - PageIn: a request to load the next messages of the queue from the
-//     journal (ID > After, at most Limit), answered by Paged.
+//     journal (ID > After, at most Limit), answered by Paged (a failed
+//     read too: the core asks again after a back-off and reports the run
+//     of failures through PageInFailing).
 //   - Moved: messages that left for another queue (dead-lettered, or
 //     requeued out of a dead-letter queue), with their new IDs; the caller
 //     hands them to that queue's Committed.
@@ -61,4 +63,10 @@
 //     in the journal and are paged in once it is lifted.
 //   - A failed journal write never makes dispatch spin: the affected
 //     messages wait out a back-off that grows with consecutive failures.
+//   - A failed page-in is asked again after a back-off, and the core
+//     reports the run of failed page-ins it is in (PageInFailing, and the
+//     events EvPageInFailed, EvPageInRecovered): a run starts at a failed
+//     page-in (its time stays the first failure's; its error is the last
+//     one's) and ends at the next page-in that succeeds, from the journal
+//     or the backlog cache, or once nothing is left to page in.
 package queuecore

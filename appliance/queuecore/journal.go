@@ -78,6 +78,10 @@ type Event struct {
 	ID     uint64
 	Reason string
 	Err    error
+	// EvPageInFailed, EvPageInRecovered: when the run of failed page-ins
+	// started (ms) and how many failed in it so far.
+	Since    int64
+	Failures int
 }
 
 // EventKind names an Event.
@@ -94,4 +98,13 @@ const (
 	// taken for one already paged in and not delivered until a restart;
 	// the backlog cache is given up. A bug to log loudly.
 	EvOutOfOrder
+	// EvPageInFailed: a page-in's read failed (Err); it is asked again
+	// after a back-off (RetryMin). Since and Failures describe the run of
+	// failed page-ins it belongs to (PageInFailing).
+	EvPageInFailed
+	// EvPageInRecovered: the run of failed page-ins ended (Reason: a
+	// page-in read the journal, was answered from the backlog cache, or
+	// the queue has nothing left in the journal to page in); Since and
+	// Failures describe the run.
+	EvPageInRecovered
 )

@@ -183,6 +183,20 @@ type simPage struct {
 	err  error
 }
 
+// simPageFail is the model of a queue's run of failed page-ins
+// (PageInFailing): it starts at a failed Paged and ends at the next
+// successful one, a page-in answered from the backlog cache, or once the
+// queue has nothing left to page in.
+type simPageFail struct {
+	since int64  // s.now of the run's first failure; 0: no run
+	fails int    // failures in the run
+	err   string // the last one's
+	hits  uint64 // the core's CacheHits at the last failure
+	// okRead: a successful Paged was just given to the core during a run,
+	// whose EvPageInRecovered must come with its outputs.
+	okRead bool
+}
+
 type simCon struct {
 	c    *Consumer
 	q    int
@@ -198,6 +212,9 @@ type simStats struct {
 	steps, enqueued, delivered, acked, deadLettered, moved, purges, crashes, settles, failures, pageIns, parks int
 	cacheHits                                                                                                  int // page-ins answered from the backlog cache (in place of pageIns)
 	marks, rows, pins                                                                                          int // claims applied: raises of the mark, rows of count >= 1, rows of count 0
+	// runs of failed page-ins ended: by a page-in that read the journal,
+	// one answered from the cache, nothing left to page in
+	pfRead, pfCache, pfIdle int
 }
 
 type sim struct {
@@ -228,6 +245,7 @@ type sim struct {
 	applied  []*simDone  // committed (or failed) in the journal, not reported yet
 	unseen   [2]simDelta // what applied batches changed that their cores do not know yet
 	page     [2]*simPage
+	pf       [2]simPageFail
 	cons     []*simCon
 	conOf    map[*Consumer]*simCon
 	nextCon  int
@@ -364,6 +382,7 @@ func (s *sim) resetVolatile() {
 	s.unseen = [2]simDelta{}
 	s.movedRows = map[uint64]simRow{}
 	s.page = [2]*simPage{}
+	s.pf = [2]simPageFail{} // a new core has no run
 	s.cons = nil
 	s.conOf = map[*Consumer]*simCon{}
 	s.wake = [2]int64{}
@@ -899,7 +918,73 @@ func (s *sim) answerPage(q int) {
 	s.page[q] = nil
 	s.logf("page-in %s after %d answered", simQName[q], p.req.After)
 	s.cores[q].Paged(p.req, p.msgs, p.err, s.now)
+	f := &s.pf[q]
+	if p.err != nil {
+		if f.since == 0 {
+			f.since, f.fails = s.now, 0
+		}
+		f.fails++
+		f.err = p.err.Error()
+		f.hits = s.cores[q].CacheHits
+	} else if f.since != 0 {
+		f.okRead = true
+	}
 	s.collect(q)
+	if f.okRead {
+		s.failf("%s: a page-in read the journal during a run of %d failed page-ins (since %d) and the run did not end", simQName[q], f.fails, f.since)
+	}
+}
+
+// pageFailEvent checks an EvPageInFailed or EvPageInRecovered of q
+// against the model, and ends the model's run at a recovery that the
+// core's state justifies.
+func (s *sim) pageFailEvent(q int, ev Event) {
+	f := &s.pf[q]
+	c := s.cores[q]
+	if f.since == 0 {
+		s.failf("%s: %v (since %d, %d failures) without a run of failed page-ins", simQName[q], ev.Kind, ev.Since, ev.Failures)
+	}
+	if ev.Since != f.since || ev.Failures != f.fails {
+		s.failf("%s: event %v says a run since %d of %d failures; the model's started at %d with %d", simQName[q], ev.Kind, ev.Since, ev.Failures, f.since, f.fails)
+	}
+	if ev.Kind == EvPageInFailed {
+		if ev.Err == nil || ev.Err.Error() != f.err {
+			s.failf("%s: EvPageInFailed with error %v, the page-in failed with %q", simQName[q], ev.Err, f.err)
+		}
+		return
+	}
+	switch {
+	case f.okRead:
+		s.st.pfRead++
+	case c.CacheHits > f.hits:
+		s.st.pfCache++
+	case !c.spilled && len(c.parked) == 0 && !c.paging:
+		s.st.pfIdle++
+	default:
+		s.failf("%s: run of failed page-ins (since %d) ended (%s) with no page-in read, none answered from the cache, and the journal still to page in", simQName[q], f.since, ev.Reason)
+	}
+	s.logf("%s page-ins recovered after %d failures since %d (%s)", simQName[q], f.fails, f.since, ev.Reason)
+	*f = simPageFail{}
+}
+
+// checkPageFail: the core reports the model's run of failed page-ins, and
+// a run does not outlive its cause.
+func (s *sim) checkPageFail(q int) {
+	f := s.pf[q]
+	c := s.cores[q]
+	since, err, failing := c.PageInFailing()
+	if failing != (f.since != 0) || since != f.since || err != f.err {
+		s.failf("%s: PageInFailing() = %d %q %v; the model: a run since %d, last error %q", simQName[q], since, err, failing, f.since, f.err)
+	}
+	if !failing {
+		return
+	}
+	if c.CacheHits > f.hits {
+		s.failf("%s: a page-in was answered from the cache after the last failure and the run since %d goes on", simQName[q], since)
+	}
+	if !c.spilled && len(c.parked) == 0 && !c.paging {
+		s.failf("%s: nothing left to page in and the run of failed page-ins since %d goes on", simQName[q], since)
+	}
 }
 
 func (s *sim) sortedIDs(q int) []uint64 {
@@ -1397,6 +1482,10 @@ func (s *sim) collect(q int) {
 		if ev.Kind == EvOutOfOrder {
 			s.failf("%s: %s", simQName[q], ev.Reason)
 		}
+		if ev.Kind == EvPageInFailed || ev.Kind == EvPageInRecovered {
+			s.pageFailEvent(q, ev)
+			continue
+		}
 		if ev.Kind != EvAckTimeout {
 			continue
 		}
@@ -1625,6 +1714,7 @@ func (s *sim) check() {
 			s.failf("%s counts %d bytes delayed, holds %d", simQName[q], db, delayed)
 		}
 		s.checkCache(q)
+		s.checkPageFail(q)
 		// 8: counts match the journal.
 		// Batches applied but not reported yet are not the core's to know.
 		n, bytes := s.recount(q)
@@ -1940,6 +2030,9 @@ func (s *sim) drain() {
 	if snap := s.cores[qMain].Snapshot(); snap.Count != 0 || snap.Bytes != 0 {
 		s.failf("drain: main queue empty in the journal but the core counts %d, %d bytes", snap.Count, snap.Bytes)
 	}
+	if since, err, failing := s.cores[qMain].PageInFailing(); failing {
+		s.failf("drain: main queue drained and its page-ins still failing since %d (%s)", since, err)
+	}
 }
 
 // --- tests --------------------------------------------------------------
@@ -1985,6 +2078,9 @@ func TestSim(t *testing.T) {
 		tot.rows += st.rows
 		tot.pins += st.pins
 		tot.cacheHits += st.cacheHits
+		tot.pfRead += st.pfRead
+		tot.pfCache += st.pfCache
+		tot.pfIdle += st.pfIdle
 	}
 	t.Logf("%d seeds x %d steps in %v: %+v", seeds, *flagSimSteps, time.Since(start).Round(time.Millisecond), tot)
 	// The schedules reach every kind of claim (invariant 9 is not vacuous).
@@ -1994,6 +2090,11 @@ func TestSim(t *testing.T) {
 	// And both ways of paging in (checkCache is not vacuous).
 	if seeds >= 100 && (tot.cacheHits == 0 || tot.pageIns == 0) {
 		t.Fatalf("page-ins: %d from the journal, %d from the backlog cache: want both", tot.pageIns, tot.cacheHits)
+	}
+	// And runs of failed page-ins ended by a read (checkPageFail is not
+	// vacuous).
+	if seeds >= 100 && tot.pfRead == 0 {
+		t.Fatalf("runs of failed page-ins ended: %d by a read, %d from the cache, %d with nothing to page in: want reads", tot.pfRead, tot.pfCache, tot.pfIdle)
 	}
 }
 
