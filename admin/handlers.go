@@ -170,6 +170,9 @@ func (s *Server) isReady() error {
 	if ok, since := s.o.Broker.JournalHealthy(); !ok {
 		return fmt.Errorf("journal writes failing since %s: check the data directory's disk (df -h, dmesg) and the log (journalctl -u herald)", since.UTC().Format(time.RFC3339))
 	}
+	if err := s.o.Broker.PageInsHealthy(); err != nil {
+		return err
+	}
 	return nil
 }
 

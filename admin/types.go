@@ -32,6 +32,10 @@ type Broker interface {
 	// JournalHealthy reports whether the last journal write committed, and
 	// since when writes fail when it did not.
 	JournalHealthy() (bool, time.Time)
+	// PageInsHealthy is nil unless a queue's page-ins (journal reads)
+	// have failed without a break for appliance.PageInFailBound; then it
+	// names the queue and the journal's error.
+	PageInsHealthy() error
 }
 
 var _ Broker = (*appliance.Broker)(nil)

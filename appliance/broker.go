@@ -241,6 +241,43 @@ func (b *Broker) JournalHealthy() (bool, time.Time) {
 	return true, time.Time{}
 }
 
+// PageInFailBound is how long a queue's page-ins may fail without a break
+// before the broker reports itself not ready (PageInsHealthy): the queue's
+// consumers get nothing past what is in memory meanwhile.
+const PageInFailBound = 30 * time.Second
+
+// PageInsHealthy returns nil unless a queue's page-ins have been failing
+// continuously for PageInFailBound or longer (its journal reads fail);
+// then an error naming the queue that has failed longest, since when, and
+// the journal's last error. It is nil again once that queue's next
+// page-in succeeds.
+func (b *Broker) PageInsHealthy() error {
+	b.mu.Lock()
+	qs := make([]*queue, 0, len(b.queues))
+	for _, q := range b.queues {
+		qs = append(qs, q)
+	}
+	b.mu.Unlock()
+	now := b.now().UnixMilli()
+	var worst *queue
+	var worstSince int64
+	var worstErr string
+	for _, q := range qs {
+		q.mu.Lock()
+		since, err, failing := q.core.PageInFailing()
+		q.mu.Unlock()
+		if failing && time.Duration(now-since)*time.Millisecond >= PageInFailBound &&
+			(worst == nil || since < worstSince || since == worstSince && q.name < worst.name) {
+			worst, worstSince, worstErr = q, since, err
+		}
+	}
+	if worst == nil {
+		return nil
+	}
+	return fmt.Errorf("queue %q: page-ins failing since %s (journal read: %s): its consumers get nothing past the messages in memory; check the data directory's disk (dmesg) and the log (journalctl -u herald)",
+		worst.name, time.UnixMilli(worstSince).UTC().Format(time.RFC3339), worstErr)
+}
+
 // AddTopicSink registers s for every topic it matches. Call before Listen.
 func (b *Broker) AddTopicSink(s TopicSink) { b.sinks = append(b.sinks, s) }
 

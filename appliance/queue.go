@@ -1,6 +1,8 @@
 package appliance
 
 import (
+	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +51,12 @@ type queue struct {
 	closed   bool // broker closing: no more timers or page-ins
 	failLog  rateLog
 	orderLog rateLog // EvOutOfOrder
+	// pageLog: the Warn line of failed page-ins, at most one per
+	// pageFailLogEvery, with the failures since the last one.
+	pageLog struct {
+		last  time.Time
+		fails int
+	}
 
 	blocked, blockedNs atomic.Uint64
 
@@ -734,8 +742,27 @@ func (q *queue) logEvent(ev queuecore.Event) {
 		if n, ok := q.failLog.allow(q.b.now()); ok {
 			q.b.log.Error("journal write failed; the messages concerned are retried after a back-off", "queue", q.name, "what", ev.Reason, "err", ev.Err, "suppressed", n)
 		}
+	case queuecore.EvPageInFailed:
+		if errors.Is(ev.Err, errBrokerClosed) || errors.Is(ev.Err, context.Canceled) {
+			return // shutting down: not a read error
+		}
+		q.pageLog.fails++
+		now := q.b.now()
+		if !q.pageLog.last.IsZero() && now.Sub(q.pageLog.last) < pageFailLogEvery {
+			return
+		}
+		q.b.log.Warn("queue page-ins failing: the journal could not read the queue's next messages; retrying",
+			"queue", q.name, "failures", q.pageLog.fails, "failing_since", time.UnixMilli(ev.Since).UTC().Format(time.RFC3339), "err", ev.Err)
+		q.pageLog.last, q.pageLog.fails = now, 0
+	case queuecore.EvPageInRecovered:
+		q.b.log.Info("queue page-ins recovered", "queue", q.name, "failures", ev.Failures,
+			"failed_for", (time.Duration(q.nowMs()-ev.Since) * time.Millisecond).String(), "how", ev.Reason)
 	}
 }
+
+// pageFailLogEvery: a queue whose page-ins fail logs at most one line
+// this often, with the number of failures since the last.
+const pageFailLogEvery = 30 * time.Second
 
 // rateLog lets one line through per interval and counts the rest.
 type rateLog struct {
