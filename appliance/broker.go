@@ -265,6 +265,7 @@ func (b *Broker) PageInsHealthy() error {
 	for _, q := range qs {
 		q.mu.Lock()
 		since, err, failing := q.core.PageInFailing()
+		failing = failing && !q.closed && !q.deleted // a stopped queue's page-ins fail with errBrokerClosed
 		q.mu.Unlock()
 		if failing && time.Duration(now-since)*time.Millisecond >= PageInFailBound &&
 			(worst == nil || since < worstSince || since == worstSince && q.name < worst.name) {
