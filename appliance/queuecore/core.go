@@ -80,8 +80,9 @@ type Core struct {
 	stash       map[string][]*Msg // ready messages of parked groups at or past parked[g] (back from flight or delay)
 	paging      bool
 	pageRetryAt int64
-	// The run of failed page-ins (PageInFailing): since the first failure
-	// (ms; 0: none), how many, and the last one's error.
+	// The run of failed page-ins (PageInFailing): whether there is one,
+	// since the first failure (ms), how many, and the last one's error.
+	pageFailing   bool
 	pageFailSince int64
 	pageFails     int
 	pageFailErr   string
@@ -595,8 +596,8 @@ func (c *Core) Paged(req *PageIn, msgs []*Msg, err error, now int64) {
 	if err != nil {
 		c.pageRetryAt = now + c.retryDelay(1)
 		c.JournalFailures++
-		if c.pageFailSince == 0 {
-			c.pageFailSince, c.pageFails = now, 0
+		if !c.pageFailing {
+			c.pageFailing, c.pageFailSince, c.pageFails = true, now, 0
 		}
 		c.pageFails++
 		c.pageFailErr = err.Error()
@@ -697,16 +698,16 @@ func (c *Core) rescanned(req *PageIn, msgs []*Msg, now int64) {
 // page in (a purge took it). The shell reports a run that lasts too long
 // as not ready.
 func (c *Core) PageInFailing() (since int64, err string, failing bool) {
-	return c.pageFailSince, c.pageFailErr, c.pageFailSince != 0
+	return c.pageFailSince, c.pageFailErr, c.pageFailing
 }
 
 // pageRecovered ends the run of failed page-ins, if any.
 func (c *Core) pageRecovered(how string) {
-	if c.pageFailSince == 0 {
+	if !c.pageFailing {
 		return
 	}
 	c.out.Events = append(c.out.Events, Event{Kind: EvPageInRecovered, Reason: how, Since: c.pageFailSince, Failures: c.pageFails})
-	c.pageFailSince, c.pageFails, c.pageFailErr = 0, 0, ""
+	c.pageFailing, c.pageFailSince, c.pageFails, c.pageFailErr = false, 0, 0, ""
 }
 
 func (c *Core) isGone(id uint64) bool {
@@ -785,7 +786,7 @@ func (c *Core) Tick(now int64) { c.end(now) }
 // end finishes every input: dispatch, then emit the journal work.
 func (c *Core) end(now int64) {
 	c.dispatch(now)
-	if c.pageFailSince != 0 && !c.paging && !c.spilled && len(c.parked) == 0 {
+	if c.pageFailing && !c.paging && !c.spilled && len(c.parked) == 0 {
 		c.pageRecovered("nothing left to page in")
 	}
 	if len(c.repin) > 0 && (len(c.work.ops) > 0 || now >= c.repinAt) {

@@ -297,3 +297,17 @@ func TestCore_PageInFailingRun(t *testing.T) {
 		t.Fatalf("PageInFailing() after a page-in that read = %d %q %v, want no run", since, err, failing)
 	}
 }
+
+// A run that starts at time 0 is a run (no zero time stands for "none").
+func TestCore_PageInFailingFromTimeZero(t *testing.T) {
+	c := New(Config{Window: 1, RetryMin: 100, RetryMax: 100}, 1)
+	c.Recover(1, 1, 1, 0, 0)
+	out := c.Take()
+	if out.PageIn == nil {
+		t.Fatal("no page-in after Recover")
+	}
+	c.Paged(out.PageIn, nil, errTest, 0)
+	if since, err, failing := c.PageInFailing(); !failing || since != 0 || err != errTest.Error() {
+		t.Fatalf("PageInFailing() after a failure at 0 = %d %q %v, want 0 %q true", since, err, failing, errTest.Error())
+	}
+}
