@@ -11,30 +11,35 @@ import (
 
 // QueueView is one queue.
 type QueueView struct {
-	Name           string  `json:"name"`
-	Messages       int     `json:"messages"` // every committed message: ready + in flight + delayed + paged out
-	Bytes          int64   `json:"bytes"`
-	Ready          int     `json:"ready"` // Messages - InFlight - Delayed
-	InFlight       int     `json:"in_flight"`
-	Delayed        int     `json:"delayed"`
-	Consumers      int     `json:"consumers"`
-	InMemory       int     `json:"in_memory"`    // messages held in memory (the paged-in window and in flight)
-	Cached         int     `json:"cached"`       // backlog messages also kept in memory (queues.backlog_cache_bytes)
-	CachedBytes    int64   `json:"cached_bytes"` // their weight in the memory budget
-	CacheHits      uint64  `json:"cache_page_ins_total"`
-	OldestAgeSec   float64 `json:"oldest_age_seconds"` // of the oldest message in memory; 0 if empty
-	DLQ            string  `json:"dlq"`
-	DLQDepth       int     `json:"dlq_depth"`
-	Enqueued       uint64  `json:"enqueued_total"`
-	Delivered      uint64  `json:"delivered_total"`
-	Redelivered    uint64  `json:"redelivered_total"`
-	Acked          uint64  `json:"acked_total"`
-	Expired        uint64  `json:"expired_total"`
-	DeadLettered   uint64  `json:"dead_lettered_total"`
-	StaleAcks      uint64  `json:"stale_acks_total"`
-	AckTimeouts    uint64  `json:"ack_timeouts_total"`
-	BlockedSends   uint64  `json:"blocked_sends_total"`
-	BlockedSeconds float64 `json:"blocked_seconds_total"`
+	Name        string `json:"name"`
+	Messages    int    `json:"messages"` // every committed message: ready + in flight + delayed + paged out
+	Bytes       int64  `json:"bytes"`
+	Ready       int    `json:"ready"` // Messages - InFlight - Delayed
+	InFlight    int    `json:"in_flight"`
+	Delayed     int    `json:"delayed"`
+	Consumers   int    `json:"consumers"`
+	InMemory    int    `json:"in_memory"`    // messages held in memory (the paged-in window and in flight)
+	Cached      int    `json:"cached"`       // backlog messages also kept in memory (queues.backlog_cache_bytes)
+	CachedBytes int64  `json:"cached_bytes"` // their weight in the memory budget
+	CacheHits   uint64 `json:"cache_page_ins_total"`
+	// PageInsFailingSince: the first failure of the run of failed
+	// page-ins the queue is in (its journal reads fail), null when none;
+	// PageInsFailingError: the last one's error.
+	PageInsFailingSince *time.Time `json:"page_ins_failing_since"`
+	PageInsFailingError string     `json:"page_ins_failing_error,omitempty"`
+	OldestAgeSec        float64    `json:"oldest_age_seconds"` // of the oldest message in memory; 0 if empty
+	DLQ                 string     `json:"dlq"`
+	DLQDepth            int        `json:"dlq_depth"`
+	Enqueued            uint64     `json:"enqueued_total"`
+	Delivered           uint64     `json:"delivered_total"`
+	Redelivered         uint64     `json:"redelivered_total"`
+	Acked               uint64     `json:"acked_total"`
+	Expired             uint64     `json:"expired_total"`
+	DeadLettered        uint64     `json:"dead_lettered_total"`
+	StaleAcks           uint64     `json:"stale_acks_total"`
+	AckTimeouts         uint64     `json:"ack_timeouts_total"`
+	BlockedSends        uint64     `json:"blocked_sends_total"`
+	BlockedSeconds      float64    `json:"blocked_seconds_total"`
 }
 
 // TopicView is one topic that saw traffic or has subscribers.
@@ -174,6 +179,7 @@ func (b *Broker) Queue(name string) (QueueView, bool) {
 func (q *queue) view() QueueView {
 	q.mu.Lock()
 	snap := q.core.Snapshot()
+	failSince, failErr, failing := q.core.PageInFailing()
 	q.mu.Unlock()
 	v := QueueView{
 		Name:           q.name,
@@ -201,6 +207,10 @@ func (q *queue) view() QueueView {
 		v.DLQ = q.deadLetterQueue()
 	}
 	v.Ready = max(v.Messages-v.InFlight-v.Delayed, 0)
+	if failing {
+		at := time.UnixMilli(failSince).UTC()
+		v.PageInsFailingSince, v.PageInsFailingError = &at, failErr
+	}
 	if snap.Oldest > 0 {
 		v.OldestAgeSec = q.b.now().Sub(time.UnixMilli(snap.Oldest)).Seconds()
 	}
