@@ -24,33 +24,54 @@ func (s *Store) rawQuery(ctx context.Context, query string, args []driver.NamedV
 		return err
 	}
 	defer conn.Close()
-	return conn.Raw(func(dc any) error {
-		qc, ok := dc.(driver.QueryerContext)
-		if !ok {
-			return fmt.Errorf("the SQLite driver's connection (%T) cannot run queries", dc)
+	var qerr error
+	err = conn.Raw(func(dc any) error {
+		qerr = rawRows(ctx, dc, query, args, ncol, fn)
+		if ioFailure(qerr) {
+			// The connection is not reused: its page cache may keep what
+			// the failed read left (SQLite takes a read that came back
+			// short for zeros, and drops a connection's cache only when the
+			// database changed), so the next page-in on it would fail
+			// again, "malformed", until some commit, however well the disk
+			// reads by then. database/sql closes a connection whose
+			// function returns ErrBadConn.
+			return driver.ErrBadConn
 		}
-		rows, err := qc.QueryContext(ctx, query, args)
-		if err != nil {
+		return qerr
+	})
+	if qerr != nil {
+		return qerr
+	}
+	return err
+}
+
+// rawRows is rawQuery's read on the driver connection dc.
+func rawRows(ctx context.Context, dc any, query string, args []driver.NamedValue, ncol int, fn func(row []driver.Value) error) error {
+	qc, ok := dc.(driver.QueryerContext)
+	if !ok {
+		return fmt.Errorf("the SQLite driver's connection (%T) cannot run queries", dc)
+	}
+	rows, err := qc.QueryContext(ctx, query, args)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if n := len(rows.Columns()); n != ncol {
+		return fmt.Errorf("query returns %d columns, want %d", n, ncol)
+	}
+	row := make([]driver.Value, ncol)
+	for {
+		if err := rows.Next(row); err == io.EOF {
+			return nil
+		} else if err != nil {
 			return err
 		}
-		defer rows.Close()
-		if n := len(rows.Columns()); n != ncol {
-			return fmt.Errorf("query returns %d columns, want %d", n, ncol)
+		if err := fn(row); err == errStopRows {
+			return nil
+		} else if err != nil {
+			return err
 		}
-		row := make([]driver.Value, ncol)
-		for {
-			if err := rows.Next(row); err == io.EOF {
-				return nil
-			} else if err != nil {
-				return err
-			}
-			if err := fn(row); err == errStopRows {
-				return nil
-			} else if err != nil {
-				return err
-			}
-		}
-	})
+	}
 }
 
 // asInt, asString and asBytes read a driver value of rawQuery's row as
