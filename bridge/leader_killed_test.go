@@ -90,36 +90,11 @@ func (h *warnRecorder) matching(sub string) []warnLine {
 func TestBridgeInHeartbeatsMissedWarns(t *testing.T) {
 	const durable = "herald-site-b-backbone" // the bridge's default: herald-APPLIANCE_ID-NAME
 	cl := natstest.StartProcs(t, 3)
-	urls := cl.URLs()
-	_, js := natstest.Connect(t, urls)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "HERALD", Subjects: []string{"sites.a.orders"}, Replicas: 3,
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
-	}); err != nil {
-		t.Fatal(err)
-	}
 	// The consumer is made here to learn its leader before the bridge
 	// starts; the bridge updates it to its own settings.
-	if _, err := js.CreateOrUpdateConsumer(ctx, "HERALD", jetstream.ConsumerConfig{
-		Durable: durable, FilterSubjects: []string{"sites.a.orders"},
-		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	leader, err := natstest.ConsumerLeader(ctx, js, "HERALD", durable, cl.Opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var others []string
-	for i, u := range urls {
-		if i != leader {
-			others = append(others, u)
-		}
-	}
+	leader, others := natstest.ConsumerLeaderOf(t, cl, "HERALD", "sites.a.orders", durable)
 	// The bridge and this test talk only to the nodes that survive.
-	_, js = natstest.Connect(t, others)
+	_, js := natstest.Connect(t, others)
 
 	b := testbroker.Start(t, nil)
 	cfg := jsBridge("backbone", "site-b", "in", others, appliance.BridgeMap{Local: "/queue/from-a", Remote: "sites.a.orders"})

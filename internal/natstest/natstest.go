@@ -571,3 +571,39 @@ func consumerLeaderOnce(ctx context.Context, js jetstream.JetStream, stream, dur
 	}
 	return ci.Cluster.Leader, nil
 }
+
+// ConsumerLeaderOf creates, on the cluster of procs, a stream named stream
+// taking subject (three replicas, file storage, a 2-minute duplicate
+// window) and a durable consumer of it with explicit acks from the start,
+// then returns the index of the node that leads that consumer and the URLs
+// of the other nodes: what a test that kills the consumer's leader needs.
+// It fails the test if any step does.
+func ConsumerLeaderOf(t testing.TB, procs *Procs, stream, subject, durable string) (leader int, others []string) {
+	t.Helper()
+	urls := procs.URLs()
+	_, js := Connect(t, urls)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: stream, Subjects: []string{subject}, Replicas: 3,
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: durable, FilterSubjects: []string{subject},
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := ConsumerLeader(ctx, js, stream, durable, procs.Opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, u := range urls {
+		if i != leader {
+			others = append(others, u)
+		}
+	}
+	return leader, others
+}
