@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,7 +138,7 @@ func (b *Broker) Stop() {
 		b.T.Errorf("close broker: %v", err)
 	}
 	if err := b.Store.Close(ctx); err != nil {
-		b.T.Errorf("close journal: %v", err)
+		b.T.Errorf("close journal: %v\n%s", err, stuckStacks())
 	}
 	b.mu.Lock()
 	b.B = nil
@@ -183,4 +185,24 @@ func logger() *slog.Logger {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// stuckStacks is the stacks of the goroutines in the journal, SQLite or
+// the FUSE server, for a close that did not finish in time: where it
+// waits (a rare CI failure had the journal's close time out after an I/O
+// error stop, not reproduced since).
+func stuckStacks() string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "herald/journal") || strings.Contains(g, "go-sqlite3") || strings.Contains(g, "go-fuse") {
+			out = append(out, g)
+		}
+	}
+	s := strings.Join(out, "\n\n")
+	if len(s) > 64<<10 {
+		s = s[:64<<10] + "\n..."
+	}
+	return "goroutines in the journal, SQLite or FUSE:\n" + s
 }
