@@ -1,7 +1,6 @@
 package appliance_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,37 +23,9 @@ import (
 	"github.com/herald-mq/herald/appliance/stomp/client"
 	"github.com/herald-mq/herald/internal/lazyfs"
 	"github.com/herald-mq/herald/internal/testbroker"
+	"github.com/herald-mq/herald/internal/testenv"
 	"github.com/herald-mq/herald/journal"
 )
-
-// logBuf is a log destination tests read while the broker writes to it.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the lines that contain every one of subs.
-func (l *logBuf) lines(subs ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, ln := range strings.Split(l.b.String(), "\n") {
-		ok := true
-		for _, s := range subs {
-			ok = ok && strings.Contains(ln, s)
-		}
-		if ok && ln != "" {
-			out = append(out, ln)
-		}
-	}
-	return out
-}
 
 var failuresAttr = regexp.MustCompile(`failures=(\d+)`)
 
@@ -86,11 +56,11 @@ func TestPageInReadErrorsReported(t *testing.T) {
 
 	var offset atomic.Int64 // ns added to the real clock
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	logs := &logBuf{}
+	logs := &testenv.LogBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("broker log:\n%s", strings.Join(logs.lines(), "\n"))
+			t.Logf("broker log:\n%s", strings.Join(logs.Lines(), "\n"))
 		}
 	})
 
@@ -233,7 +203,7 @@ func TestPageInReadErrorsReported(t *testing.T) {
 	if fs.ReadFaults() == 0 {
 		t.Fatal("journal read errors counted, but lazyfs failed no read")
 	}
-	warns := logs.lines("level=WARN", "page-ins failing", "queue="+queue)
+	warns := logs.Lines("level=WARN", "page-ins failing", "queue="+queue)
 	if len(warns) != 1 {
 		t.Fatalf("after %d failed page-ins in %s: %d Warn lines about them, want 1 (at most one per 30 s):\n%s",
 			store.Stats().ReadErrors-before, time.Since(start).Round(time.Millisecond), len(warns), strings.Join(warns, "\n"))
@@ -283,7 +253,7 @@ func TestPageInReadErrorsReported(t *testing.T) {
 	// logs again, with the failures since then.
 	var second string
 	waitFor(t, 10*time.Second, "a second Warn line about the failed page-ins", func() bool {
-		w := logs.lines("level=WARN", "page-ins failing", "queue="+queue)
+		w := logs.Lines("level=WARN", "page-ins failing", "queue="+queue)
 		if len(w) >= 2 {
 			second = w[1]
 		}
@@ -328,13 +298,13 @@ func TestPageInReadErrorsReported(t *testing.T) {
 	// past the end of the file (hence "malformed", not "I/O error"),
 	// kept such a page in a reader connection's cache until the next
 	// commit changed the database.)
-	recovered := logs.lines("page-ins recovered", "queue="+queue)
+	recovered := logs.Lines("page-ins recovered", "queue="+queue)
 	if len(recovered) == 0 {
 		t.Fatal("no line saying the page-ins recovered")
 	}
 	if after := store.Stats().ReadErrors - before; after != failed {
 		t.Logf("%d runs of failed page-ins ended; read errors went from %d to %d after the disk read again:\n%s",
-			len(recovered), failed, after, strings.Join(logs.lines("page-ins"), "\n"))
+			len(recovered), failed, after, strings.Join(logs.Lines("page-ins"), "\n"))
 	}
 	t.Logf("%d failed page-in reads (%d lazyfs read faults), then %d messages delivered", failed, fs.ReadFaults(), n-1)
 

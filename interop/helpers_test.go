@@ -1,7 +1,6 @@
 package interop_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -185,23 +184,8 @@ func isExec(p string) bool {
 
 // --- child processes ---------------------------------------------------
 
-// syncBuffer is a bytes.Buffer safe for a writer goroutine and readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer safe for a writer goroutine and readers.
+type syncBuffer = testenv.LogBuffer
 
 // proc is a child process in its own process group, killed at cleanup.
 type proc struct {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -61,7 +60,7 @@ appliance_id = "site-b"
 local = "/queue/from-a"
 remote = "sites.a.orders"
 `, metricsB, quoteList(others), bridgeTuning))
-	logB := &lockedWriter{w: &bytes.Buffer{}}
+	logB := &logBuf{}
 	startChildLog(t, dirB, addrB, logB, "--config", cfgB)
 	cb := dial2(t, addrB)
 	defer cb.Close()
