@@ -268,8 +268,6 @@ func unavailable(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
-var lockOnce sync.Once
-
 // reporter is where an FS reports: a test, or stderr in a test's child.
 type reporter interface {
 	Logf(format string, args ...any)
@@ -288,19 +286,6 @@ func (e *unavailableError) Error() string { return e.msg }
 // HERALD_REQUIRE_ROOT_TESTS=1. Other errors are returned.
 func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 	t.Helper()
-	lockOnce.Do(func() {
-		// This process serves the mount, and may also map files of it
-		// (SQLite's -shm, when a test runs a journal here). Unmapping a
-		// dirty shared mapping writes it back holding the process's mmap
-		// lock; the FUSE reader needs that lock to fault in the buffer it
-		// takes the write into, and the process deadlocks (seen in CI).
-		// Pages kept resident once touched let the reader's buffers be
-		// used without the lock. A mitigation: a buffer never touched
-		// before still needs it.
-		if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT); err != nil {
-			t.Logf("lazyfs: mlockall: %v (the process's pages may be reclaimed)", err)
-		}
-	})
 	f, err := mount(t, backingDir, mountDir)
 	var unavail *unavailableError
 	if errors.As(err, &unavail) {
