@@ -214,6 +214,21 @@ func (f *FS) Unmount() error {
 	return f.unmountErr
 }
 
+// Abort cuts the mount's FUSE connection: every operation on it fails with
+// ENOTCONN from now on, and nothing waits for this process to serve it.
+// Call it before closing a SQLite database this process opened on the
+// mount: SQLite's last close unmaps the -shm file, whose dirty pages are
+// written back holding the process's mmap lock, which this process's FUSE
+// reader needs to take the write-back in; served by the same process, the
+// two can deadlock for good (a clean-clone CI run hung so, threads in
+// fuse_vma_close and __gup_longterm_locked). Unmount after it still
+// cleans up; what was not synced by then is lost, as at a Cut.
+func (f *FS) Abort() {
+	if err := f.abort(); err != nil {
+		f.t.Errorf("lazyfs: %v", err)
+	}
+}
+
 // fusectlDir is where the FUSE control file system is mounted.
 const fusectlDir = "/sys/fs/fuse/connections"
 
