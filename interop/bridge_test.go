@@ -56,9 +56,20 @@ func TestRubyStomp_BridgeBetweenSitesAcrossRestarts(t *testing.T) {
 	t.Cleanup(br.Close)
 
 	want := lines("feed", 90)
+	// catstomp sends without receipts and exits once its lines are
+	// written to the socket: only a line site A has enqueued is promised.
+	// A restarted before reading them would lose them rightly (this test
+	// lost 12 of 30 so on a loaded CI machine).
+	enqueued := func(n uint64) {
+		t.Helper()
+		waitUntil(t, 20*time.Second, fmt.Sprintf("site A to enqueue %d lines", n),
+			func() bool { return a.queue("feed").Enqueued >= n },
+			func() string { return fmt.Sprintf("A %+v", a.queue("feed")) })
+	}
 	catstompSend(t, a, catstomp, "/queue/feed", want[:30])
 	b.Restart()
 	catstompSend(t, a, catstomp, "/queue/feed", want[30:60])
+	enqueued(60)
 	a.Restart()
 	catstompSend(t, a, catstomp, "/queue/feed", want[60:])
 
