@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/herald-mq/herald/internal/lazyfs"
 )
 
 // BenchmarkStore_OneAtATime is one durable enqueue per commit (sync=full),
@@ -222,6 +224,7 @@ const rawClientEnv = "HERALD_RAW_SERVED_CLIENT"
 // process of BenchmarkRawSQLiteServedProcess: it prints each request's
 // latency in nanoseconds, one per line.
 func TestMain(m *testing.M) {
+	lazyfs.ChildMain() // a child serving a lazyfs mount (ioerror_test.go)
 	addr := os.Getenv(rawClientEnv)
 	if addr == "" {
 		os.Exit(m.Run())

@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/herald-mq/herald/appliance/stomp/client"
+	"github.com/herald-mq/herald/internal/lazyfs"
 	"github.com/herald-mq/herald/internal/testenv"
 )
 
 // TestMain lets the test binary act as heraldd in a child process.
 func TestMain(m *testing.M) {
+	lazyfs.ChildMain() // a child serving a lazyfs mount (powercut_test.go)
 	if os.Getenv("HERALDD_TEST_CHILD") == "1" {
 		if d, err := time.ParseDuration(os.Getenv("HERALDD_TEST_START_PAUSE")); err == nil {
 			// A start that takes its time (a long journal recovery): the

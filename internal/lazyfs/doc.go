@@ -81,17 +81,32 @@
 // or read through the mount may be cached; a new Mount starts with nothing
 // cached). FsyncFaults and ReadFaults count the faults returned.
 //
+// # The serving process
+//
+// Mount serves the mount from a child process, a run of the test binary:
+// every package whose tests call Mount calls ChildMain first in its
+// TestMain. Served by the test process itself, a mount can deadlock that
+// process for good: unmapping a dirty shared mapping of a file on the
+// mount (SQLite's -shm file, at the database's last close) waits for the
+// pages' write-back holding the process's mmap lock, and the FUSE reader
+// that would serve the write-back waits for the same lock to fault in its
+// buffer. The test drives the child over two pipes (JSON lines): Cut,
+// the faults and the counters are requests; what the server reports as an
+// error fails the test. When the test process goes without unmounting (a
+// timeout's panic), the child sees its pipe close and unmounts.
+//
 // # When FUSE is not there
 //
-// Mount mounts with mount(2) as root and through fusermount3 otherwise.
-// Without /dev/fuse, or without the permission to mount, the test is
-// skipped with a message naming what to install (apt-get install fuse3,
-// and a /dev/fuse device); with HERALD_REQUIRE_ROOT_TESTS=1 it fails
-// instead. Cleanup (registered by Mount) unmounts, also when the test
-// fails. A busy mount (a file on it still open) is first aborted through
-// the FUSE control file system (/sys/fs/fuse/connections, mounted there if
-// it is not), then detached: detached alone, it would outlive the server in
-// this process, and closing the file when the process exits would wait for
-// a reply for good. Close files on the mount before the cleanup runs: after
-// the abort, every operation on them fails with ENOTCONN.
+// The child mounts with mount(2) as root and through fusermount3
+// otherwise. Without /dev/fuse, or without the permission to mount, the
+// test is skipped with a message naming what to install (apt-get install
+// fuse3, and a /dev/fuse device); with HERALD_REQUIRE_ROOT_TESTS=1 it fails
+// instead. Cleanup (registered by Mount) unmounts and waits for the child
+// to exit, also when the test fails. A busy mount (a file on it still
+// open) is first aborted through the FUSE control file system
+// (/sys/fs/fuse/connections, mounted there if it is not), then detached:
+// detached alone, it would outlive its server, and closing the file later
+// would wait for a reply for good. Close files on the mount before the
+// cleanup runs: after the abort, every operation on them fails with
+// ENOTCONN.
 package lazyfs

@@ -15,7 +15,7 @@ import (
 // kernel enforces the caller's access mode) and the model state of its
 // inode, shared by every handle on that inode.
 type handle struct {
-	lfs  *FS
+	lfs  *server
 	fd   int
 	st   *fileState // nil for a passthrough file
 	path string
@@ -32,7 +32,7 @@ var (
 	_ fs.FileAllocater = (*handle)(nil)
 )
 
-func (f *FS) open(path string, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+func (f *server) open(path string, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	// O_TRUNC is a data change: modelled below. O_APPEND: the kernel
 	// passes the end-of-file offset with each write.
 	trunc := flags&syscall.O_TRUNC != 0

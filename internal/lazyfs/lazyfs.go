@@ -18,10 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FS is one mount of the lazy file system.
-type FS struct {
+// server is one mount of the lazy file system, served by this process
+// (a test mounts it in a child process: Mount, child.go).
+type server struct {
 	backing, mountDir string
-	server            *fuse.Server
+	fuseServer        *fuse.Server
 
 	mu     sync.Mutex
 	states map[fileKey]*fileState  // by backing inode, clean or dirty
@@ -53,7 +54,7 @@ type FS struct {
 	unmountErr  error
 }
 
-func (f *FS) state(key fileKey) *fileState {
+func (f *server) state(key fileKey) *fileState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := f.states[key]
@@ -65,7 +66,7 @@ func (f *FS) state(key fileKey) *fileState {
 }
 
 // noteDirty records st in the dirty set; f.mu held.
-func (f *FS) noteDirty(st *fileState) {
+func (f *server) noteDirty(st *fileState) {
 	if st.dirty {
 		f.dirty[st] = struct{}{}
 	}
@@ -73,7 +74,7 @@ func (f *FS) noteDirty(st *fileState) {
 
 // forget unties key from its state: the file's last link is gone, and the
 // backing file system may give the inode number to a new file.
-func (f *FS) forget(key fileKey) {
+func (f *server) forget(key fileKey) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.states, key)
@@ -86,7 +87,7 @@ func (f *FS) forget(key fileKey) {
 // unsynced state), then Unmount: the kernel may still cache pages and
 // names of what was discarded, so read again only through a new Mount or
 // the backing directory.
-func (f *FS) Cut() {
+func (f *server) Cut() {
 	for _, err := range f.undoAll() {
 		f.t.Errorf("lazyfs: cut: %v", err)
 	}
@@ -101,7 +102,7 @@ func (f *FS) Cut() {
 
 // syncEverything is a clean shutdown: all unsynced data and directory
 // changes are made durable.
-func (f *FS) syncEverything() error {
+func (f *server) syncEverything() error {
 	f.syncAll()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -116,7 +117,7 @@ func (f *FS) syncEverything() error {
 }
 
 // Unsynced reports how many files have unsynced data changes now.
-func (f *FS) Unsynced() int {
+func (f *server) Unsynced() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.dirty)
@@ -128,14 +129,14 @@ func (f *FS) Unsynced() int {
 // read back, lost at a Cut, made durable by a later fsync that succeeds.
 // (Linux may instead mark the pages clean and lose them for good; either
 // way nothing written since the last successful fsync is known durable.)
-func (f *FS) FailFsyncs(suffix string, n int) {
+func (f *server) FailFsyncs(suffix string, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faultSuffix, f.faultsLeft = suffix, n
 }
 
 // FsyncFaults reports how many fsync calls failed because of FailFsyncs.
-func (f *FS) FsyncFaults() int {
+func (f *server) FsyncFaults() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.faultsReturned
@@ -149,21 +150,21 @@ func (f *FS) FsyncFaults() int {
 // mount may be cached; a new Mount starts with nothing cached. The kernel
 // tries a failed read again (a readahead, then the page's own read), so a
 // read(2) fails only when two reads in a row do: a failing device is n < 0.
-func (f *FS) FailReads(suffix string, n int) {
+func (f *server) FailReads(suffix string, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.readFaultSuffix, f.readFaultsLeft = suffix, n
 }
 
 // ReadFaults reports how many reads failed because of FailReads.
-func (f *FS) ReadFaults() int {
+func (f *server) ReadFaults() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.readFaultsReturned
 }
 
 // readFault tells whether a read of path fails (FailReads).
-func (f *FS) readFault(path string) bool {
+func (f *server) readFault(path string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.readFaultsLeft != 0 && strings.HasSuffix(path, f.readFaultSuffix) {
@@ -177,22 +178,22 @@ func (f *FS) readFault(path string) bool {
 }
 
 // Fsyncs reports how many fsync/fdatasync calls the mount has served.
-func (f *FS) Fsyncs() int {
+func (f *server) Fsyncs() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.fsyncs
 }
 
 // Dir is the mount point.
-func (f *FS) Dir() string { return f.mountDir }
+func (f *server) Dir() string { return f.mountDir }
 
 // Unmount unmounts the file system, lazily (MNT_DETACH) if it is busy.
 // Like the clean unmount of a real file system it first makes everything
 // durable: after a Cut there is nothing left to sync.
-func (f *FS) Unmount() error {
+func (f *server) Unmount() error {
 	f.unmountOnce.Do(func() {
 		f.unmountErr = f.syncEverything()
-		if err := f.server.Unmount(); err != nil {
+		if err := f.fuseServer.Unmount(); err != nil {
 			// Busy: a file on the mount is still open. Detached alone,
 			// the connection would outlive its server: when this
 			// process exits, closing that file sends a FLUSH nobody
@@ -214,40 +215,29 @@ func (f *FS) Unmount() error {
 	return f.unmountErr
 }
 
-// Abort cuts the mount's FUSE connection: every operation on it fails with
-// ENOTCONN from now on, and nothing waits for this process to serve it.
-// Call it before closing a SQLite database this process opened on the
-// mount: SQLite's last close unmaps the -shm file, whose dirty pages are
-// written back holding the process's mmap lock, which this process's FUSE
-// reader needs to take the write-back in; served by the same process, the
-// two can deadlock for good (a clean-clone CI run hung so, threads in
-// fuse_vma_close and __gup_longterm_locked). Unmount after it still
-// cleans up; what was not synced by then is lost, as at a Cut.
-func (f *FS) Abort() {
-	if err := f.abort(); err != nil {
-		f.t.Errorf("lazyfs: %v", err)
-	}
-}
-
 // fusectlDir is where the FUSE control file system is mounted.
 const fusectlDir = "/sys/fs/fuse/connections"
 
 // abort aborts the mount's FUSE connection: requests waiting on it and
 // every later one fail with ENOTCONN.
-func (f *FS) abort() error {
-	if f.conn == 0 {
-		return fmt.Errorf("lazyfs: abort %s: its FUSE connection is not known", f.mountDir)
+func (f *server) abort() error { return abortConn(f.conn, f.mountDir) }
+
+// abortConn aborts FUSE connection conn, mounted at dir, through the FUSE
+// control file system.
+func abortConn(conn uint32, dir string) error {
+	if conn == 0 {
+		return fmt.Errorf("lazyfs: abort %s: its FUSE connection is not known", dir)
 	}
-	path := filepath.Join(fusectlDir, strconv.FormatUint(uint64(f.conn), 10), "abort")
+	path := filepath.Join(fusectlDir, strconv.FormatUint(uint64(conn), 10), "abort")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		// The control file system is not mounted (systemd mounts it;
 		// a bare VM or container may not). Mount it: root only.
 		if merr := syscall.Mount("fusectl", fusectlDir, "fusectl", 0, ""); merr != nil && !errors.Is(merr, syscall.EBUSY) {
-			return fmt.Errorf("lazyfs: abort %s: no %s and mounting fusectl there failed: %v (mount -t fusectl none %s)", f.mountDir, path, merr, fusectlDir)
+			return fmt.Errorf("lazyfs: abort %s: no %s and mounting fusectl there failed: %v (mount -t fusectl none %s)", dir, path, merr, fusectlDir)
 		}
 	}
 	if err := os.WriteFile(path, []byte("1"), 0); err != nil {
-		return fmt.Errorf("lazyfs: abort %s: %w", f.mountDir, err)
+		return fmt.Errorf("lazyfs: abort %s: %w", dir, err)
 	}
 	return nil
 }
@@ -294,31 +284,9 @@ type unavailableError struct{ msg string }
 
 func (e *unavailableError) Error() string { return e.msg }
 
-// Mount mounts a lazy file system over backingDir at mountDir (both must
-// exist) and registers a cleanup that unmounts it, also when the test
-// fails. If FUSE cannot be used here (no /dev/fuse, no permission, no
-// fusermount for a non-root user) the test is skipped, or fails when
-// HERALD_REQUIRE_ROOT_TESTS=1. Other errors are returned.
-func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
-	t.Helper()
-	f, err := mount(t, backingDir, mountDir)
-	var unavail *unavailableError
-	if errors.As(err, &unavail) {
-		unavailable(t, "%s", unavail.msg)
-	}
-	if err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() {
-		if err := f.Unmount(); err != nil {
-			t.Errorf("lazyfs cleanup: %v", err)
-		}
-	})
-	return f, nil
-}
-
-// mount is Mount without a test: the caller unmounts.
-func mount(t reporter, backingDir, mountDir string) (*FS, error) {
+// mount mounts a lazy file system served by this process: the caller
+// unmounts. Tests mount through Mount, in a child process (child.go).
+func mount(t reporter, backingDir, mountDir string) (*server, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return nil, &unavailableError{fmt.Sprintf("no /dev/fuse (%v)", err)}
 	}
@@ -345,7 +313,7 @@ func mount(t reporter, backingDir, mountDir string) (*FS, error) {
 		os.Remove(trash)
 		return nil, fmt.Errorf("lazyfs: %s is not on the file system of %s (%v): use a backing dir that is not a mount point", trash, backingDir, err)
 	}
-	f := &FS{backing: backingDir, mountDir: mountDir, trash: trash, t: t,
+	f := &server{backing: backingDir, mountDir: mountDir, trash: trash, t: t,
 		states: map[fileKey]*fileState{}, dirty: map[*fileState]struct{}{}}
 	lroot := &fs.LoopbackRoot{Path: backingDir, Dev: uint64(st.Dev)}
 	lroot.NewNode = func(r *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {
@@ -377,7 +345,7 @@ func mount(t reporter, backingDir, mountDir string) (*FS, error) {
 		}
 		return nil, fmt.Errorf("lazyfs: mount %s: %w", mountDir, err)
 	}
-	f.server = server
+	f.fuseServer = server
 	var mst syscall.Stat_t
 	if err := syscall.Stat(mountDir, &mst); err == nil {
 		f.conn = unix.Minor(mst.Dev)

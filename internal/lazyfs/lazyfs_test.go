@@ -450,6 +450,7 @@ func TestShmPassthrough(t *testing.T) {
 const shmChildEnv = "LAZYFS_TEST_SHM_CHILD"
 
 func TestMain(m *testing.M) {
+	ChildMain()
 	if dirs := os.Getenv(busyChildEnv); dirs != "" {
 		if err := busyChild(dirs); err != nil {
 			fmt.Fprintln(os.Stderr, err)

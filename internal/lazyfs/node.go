@@ -16,7 +16,7 @@ import (
 // xattrs) are the loopback's: they reach the backing directory at once.
 type node struct {
 	fs.LoopbackNode
-	lfs *FS
+	lfs *server
 }
 
 var (
@@ -55,7 +55,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 
 // modelSize sets attr's size to the model's if the file at backing path p
 // has unsynced changes.
-func (f *FS) modelSize(p string, attr *fuse.Attr) {
+func (f *server) modelSize(p string, attr *fuse.Attr) {
 	if attr.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return
 	}

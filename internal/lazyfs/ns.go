@@ -24,14 +24,14 @@ type nsOp struct {
 }
 
 // record adds a pending op.
-func (f *FS) record(op *nsOp) {
+func (f *server) record(op *nsOp) {
 	f.nsMu.Lock()
 	defer f.nsMu.Unlock()
 	f.ops = append(f.ops, op)
 }
 
 // syncDir makes the pending ops of directory dir durable.
-func (f *FS) syncDir(dir fileKey) {
+func (f *server) syncDir(dir fileKey) {
 	f.nsMu.Lock()
 	defer f.nsMu.Unlock()
 	kept := f.ops[:0]
@@ -49,7 +49,7 @@ func (f *FS) syncDir(dir fileKey) {
 }
 
 // syncAll makes every pending op durable (clean unmount).
-func (f *FS) syncAll() {
+func (f *server) syncAll() {
 	f.nsMu.Lock()
 	defer f.nsMu.Unlock()
 	for _, op := range f.ops {
@@ -61,7 +61,7 @@ func (f *FS) syncAll() {
 }
 
 // undoAll undoes the pending ops, newest first (power cut).
-func (f *FS) undoAll() []error {
+func (f *server) undoAll() []error {
 	f.nsMu.Lock()
 	defer f.nsMu.Unlock()
 	var errs []error
@@ -78,7 +78,7 @@ func (f *FS) undoAll() []error {
 }
 
 // PendingDirOps reports how many directory changes are not yet durable.
-func (f *FS) PendingDirOps() int {
+func (f *server) PendingDirOps() int {
 	f.nsMu.Lock()
 	defer f.nsMu.Unlock()
 	return len(f.ops)
@@ -86,7 +86,7 @@ func (f *FS) PendingDirOps() int {
 
 // PendingDirOpList describes the directory changes not yet durable
 // ("create /backing/path", ...), oldest first.
-func (f *FS) PendingDirOpList() []string {
+func (f *server) PendingDirOpList() []string {
 	f.nsMu.Lock()
 	defer f.nsMu.Unlock()
 	var l []string
@@ -98,7 +98,7 @@ func (f *FS) PendingDirOpList() []string {
 
 // toTrash moves the backing path p into the trash and returns where it
 // went. The inode stays alive there until the op is durable.
-func (f *FS) toTrash(p string) (string, error) {
+func (f *server) toTrash(p string) (string, error) {
 	f.nsMu.Lock()
 	f.trashSeq++
 	t := filepath.Join(f.trash, strconv.Itoa(f.trashSeq))
@@ -108,7 +108,7 @@ func (f *FS) toTrash(p string) (string, error) {
 
 // dropTrash deletes a trash entry for good; a file's state goes with its
 // last link.
-func (f *FS) dropTrash(t string) {
+func (f *server) dropTrash(t string) {
 	var s syscall.Stat_t
 	if err := syscall.Lstat(t, &s); err == nil && s.Mode&syscall.S_IFMT == syscall.S_IFREG && s.Nlink == 1 {
 		f.forget(keyOf(&s))
