@@ -135,6 +135,10 @@ func TestAdmin_PurgeRequeueWithBacklogCache(t *testing.T) {
 		t.Fatalf("second purge: n=%d err=%v, want 50 (5 in flight stay)", n, err)
 	}
 	c.Close()
+	// The 5 go back to the queue once the broker has seen the connection
+	// go, which Close does not wait for: sent to a consumer before that,
+	// the c messages would rightly come first (seen once in CI).
+	waitQueue(t, tb, "bc", "the 5 in flight released", func(v appliance.QueueView) bool { return v.InFlight == 0 && v.Messages == 5 })
 	sendN(t, p, "/queue/bc", 20, "c")
 	c2 := tb.Dial(t)
 	sub2, _ := c2.Subscribe("/queue/bc", "client-individual", hdr("prefetch-count", "100"))
