@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -171,6 +172,7 @@ type FS struct {
 	cmd    *exec.Cmd
 	stderr *lockedBuffer
 	exited chan struct{} // closed when the child has exited
+	exit   error         // how it exited (a race report's exit status 66 among others)
 	answer chan result   // the child's answers, in order
 
 	mu  sync.Mutex // one request at a time
@@ -230,7 +232,10 @@ func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 		answer: make(chan result, 1), req: reqW, enc: json.NewEncoder(reqW)}
 	// No test flags: ChildMain runs before the tests would.
 	f.cmd = exec.Command(exe)
-	f.cmd.Env = append(os.Environ(), childEnv+"="+string(dirs))
+	// A race-built child would sleep a second at exit (the race
+	// runtime's atexit_sleep_ms), at every Unmount.
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	f.cmd.Env = append(os.Environ(), childEnv+"="+string(dirs), "GORACE="+gorace)
 	f.cmd.ExtraFiles = []*os.File{reqR, respW}
 	f.cmd.Stdout, f.cmd.Stderr = f.stderr, f.stderr
 	// Its own process group: a signal to the test's group (a terminal's
@@ -245,7 +250,7 @@ func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 		return nil, fmt.Errorf("lazyfs: start the serving child: %w", err)
 	}
 	go func() {
-		f.cmd.Wait()
+		f.exit = f.cmd.Wait()
 		close(f.exited)
 	}()
 	go func() {
@@ -405,6 +410,9 @@ func (f *FS) Unmount() error {
 	f.unmountOnce.Do(func() {
 		_, f.unmountErr = f.call(request{Op: "unmount"})
 		f.stop()
+		if f.exit != nil {
+			f.unmountErr = errors.Join(f.unmountErr, fmt.Errorf("lazyfs: the child serving %s: %v\n%s", f.mountDir, f.exit, f.stderr.String()))
+		}
 	})
 	return f.unmountErr
 }

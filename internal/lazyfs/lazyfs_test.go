@@ -666,3 +666,53 @@ func busyChild(dirs string) error {
 	fmt.Fprintf(os.Stderr, "conn=%d\n", fs.conn)
 	return fs.Unmount()
 }
+
+// mounted reports whether dir is a mount point (/proc/self/mountinfo).
+func mounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// TestChildServesAndCleansUp: the mount is served by another process (so
+// this one's memory map cannot deadlock it), and when the test process
+// goes without unmounting (its pipe to the child closes, as at a
+// timeout's panic), the child syncs, unmounts and exits.
+func TestChildServesAndCleansUp(t *testing.T) {
+	e := newEnv(t)
+	if e.fs.cmd.Process.Pid == os.Getpid() || !mounted(t, e.mnt) {
+		t.Fatalf("mount %s not served by a child (pid %d)", e.mnt, e.fs.cmd.Process.Pid)
+	}
+	f := e.create("unsynced")
+	if _, err := f.WriteString("kept by the clean unmount"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n := e.fs.Unsynced(); n != 1 {
+		t.Fatalf("unsynced files: %d, want 1", n)
+	}
+	e.fs.req.Close() // what the test process's exit does
+	select {
+	case <-e.fs.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child did not exit within 30 s of its pipe closing")
+	}
+	if e.fs.exit != nil {
+		t.Errorf("child exit: %v\n%s", e.fs.exit, e.fs.stderr.String())
+	}
+	if mounted(t, e.mnt) {
+		t.Errorf("%s still mounted after the child exited", e.mnt)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.backing, "unsynced")); err != nil || string(b) != "kept by the clean unmount" {
+		t.Errorf("backing file after the child's unmount: %q, %v", b, err)
+	}
+	e.fs.unmountOnce.Do(func() {}) // nothing left for the cleanup
+}
