@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -40,7 +41,8 @@ import (
 // writer does. Otherwise the writer is woken as before.
 //
 // A flush stops writing itself once it has spent directFlushBudget; the
-// subscribers left are handed to their writers.
+// subscribers left are handed to their writers. A flush of
+// directHandoffMin subscribers or more hands them all to their writers.
 
 // rawWrite makes one non-blocking write(2) of b to s's socket and returns
 // how much of it went (0 on any error: the writer's own write will meet
@@ -171,6 +173,19 @@ func (r *rawConnReader) read(fd uintptr) bool {
 // subscribers.
 const directFlushBudget = 250 * time.Microsecond
 
+// directHandoffMin: a flush of this many subscribers or more (with more
+// than one core) wakes their writers instead of writing itself. Each write
+// to a loopback or LAN socket costs microseconds of this goroutine's time
+// (the receiving side's processing among it, on loopback), so one
+// goroutine writing 20 subscribers in turn made the last wait for the 19
+// before it while the other core idled: 20 subscribers at 1k msg/s had a
+// p50 of 200-210 us against 145-185 us handed to their writers, which the
+// scheduler spreads over the cores (nats-server's read loop always hands
+// its clients' flushes to their write loops). With few subscribers the
+// wake-ups cost more than the writes: 4 at 1k msg/s, 68 us written here
+// against 100-117 us handed over. docs/benchmarks.md, 2026-12-06.
+const directHandoffMin = 8
+
 // Beyond these a subscriber's queued output goes to its writer: it is
 // behind, and the publisher's goroutine does not copy it.
 const (
@@ -229,10 +244,14 @@ func (s *session) flushClients() {
 	s.corked = s.corked[:0]
 	start := time.Now()
 	now := start
+	// A long list goes to the subscribers' writers, which run on every
+	// core, rather than one write after another on this goroutine's.
+	handoff := len(s.flushq) >= directHandoffMin && runtime.GOMAXPROCS(0) > 1
 	for i, t := range s.flushq {
 		s.flushq[i] = nil
-		if now.Sub(start) >= directFlushBudget || !t.writeDirect(&s.dbuf, now) {
+		if handoff || now.Sub(start) >= directFlushBudget || !t.writeDirect(&s.dbuf, now) {
 			t.signal()
+			continue
 		}
 		now = time.Now()
 	}

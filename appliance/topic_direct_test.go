@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -403,4 +404,52 @@ func atoiOr0(s string) int {
 		return 0
 	}
 	return n
+}
+
+// A message for many subscribers goes to their writers, which run on every
+// core, instead of being written to each in turn by the publisher's
+// goroutine; for a few, the publisher's goroutine writes it.
+func TestTopicDirect_ManySubscribersHandedToWriters(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one core: every flush is written by the publisher's goroutine (needs GOMAXPROCS >= 2)")
+	}
+	tb := mustStartBroker(t, nil)
+	p := dialRaw(t, tb)
+	p.connect("1.2")
+	publish := func(dest string, subs []*raw, i int) {
+		t.Helper()
+		p.write("SEND\ndestination:" + dest + "\nreceipt:m" + strconv.Itoa(i) + "\n\n" + directBody("m", i, 64) + "\x00")
+		if f := p.frame(); f.Command != stomp.CmdReceipt {
+			t.Fatalf("publisher: got %s %v, want its receipt", f.Command, f.Headers)
+		}
+		for k, s := range subs {
+			if f := s.frame(); f.Command != stomp.CmdMessage || string(f.Body) != directBody("m", i, 64) {
+				t.Fatalf("subscriber %d of %s: got %s %.24q, want message %d", k, dest, f.Command, f.Body, i)
+			}
+		}
+	}
+	subscribers := func(dest string, n int) []*raw {
+		var subs []*raw
+		for k := range n {
+			s := dialRaw(t, tb)
+			s.connect("1.2")
+			s.subscribe(strconv.Itoa(k), dest)
+			subs = append(subs, s)
+		}
+		return subs
+	}
+	many := subscribers("/topic/many", 10)
+	for i := range 20 {
+		publish("/topic/many", many, i)
+	}
+	if w, _ := tb.B.DirectWritesForTest(); w != 0 {
+		t.Errorf("%d direct writes for 20 messages to 10 subscribers each: want none, every one handed to the writers", w)
+	}
+	few := subscribers("/topic/few", 3)
+	for i := range 20 {
+		publish("/topic/few", few, i)
+	}
+	if w, _ := tb.B.DirectWritesForTest(); w == 0 {
+		t.Error("no direct write for 20 messages to 3 subscribers each")
+	}
 }
