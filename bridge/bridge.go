@@ -302,6 +302,7 @@ type worker struct {
 	// (heartbeatMissed).
 	heartbeatsMissed atomic.Uint64
 	heartbeatLog     rateLog
+	consumeErrLog    rateLog // other errors of the pull (consumeError)
 	// Topic messages' dedup ids are APPLIANCE_ID:tBOOT.N: N counts from 1
 	// in each worker, BOOT (topicBoot) tells the workers of this process
 	// and of earlier ones apart (bootStamp).

@@ -512,7 +512,7 @@ func (j *jsIn) connect(ctx context.Context) error {
 				w.heartbeatMissed(hb)
 				return
 			}
-			w.b.log.Debug("consume", "err", err)
+			w.consumeError(err)
 		}))
 	if err != nil {
 		return fmt.Errorf("consume %s on stream %s: %w", c.Durable, c.Stream, err)
@@ -540,6 +540,23 @@ func (w *worker) heartbeatMissed(hb time.Duration) {
 	c := w.cfg()
 	w.b.log.Warn("bridge: JetStream pull heartbeats missed: the consumer's leader may be gone (killed, cut off) or the server stalled; pulling again (herald_bridge_heartbeats_missed_total counts them)",
 		"direction", w.dir, "stream", c.Stream, "consumer", c.Durable, "missed", n, "heartbeat", hb)
+}
+
+// consumeError logs an error nats.go reports while it pulls (other than
+// missed heartbeats): the consumer deleted or a bad request (which end the
+// pull: the bridge sees it closed and connects again, making the consumer
+// again), a leader change, the server's refusals of a pull. At Warn, at
+// most once per heartbeatLogEvery, with the count since the last line:
+// before, at Debug only, an operator saw a bridge bring nothing in and no
+// reason. Called on nats.go's goroutine.
+func (w *worker) consumeError(err error) {
+	n, ok := w.consumeErrLog.note(time.Now(), heartbeatLogEvery)
+	if !ok {
+		return
+	}
+	c := w.cfg()
+	w.b.log.Warn("bridge: JetStream pull failed; pulling again, or connecting again and making the consumer anew if it was deleted",
+		"direction", w.dir, "stream", c.Stream, "consumer", c.Durable, "err", err, "errors", n)
 }
 
 // rateLog lets a log line through at most once per interval and counts
