@@ -88,9 +88,21 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 			return fuse.ReadResultData(b), 0
 		}
 	}
-	n, err := syscall.Pread(h.fd, dest, off)
-	if err != nil {
-		return nil, errno(err)
+	// The kernel takes a short answer for the end of the file: read
+	// until dest is full or the backing file ends.
+	n := 0
+	for n < len(dest) {
+		m, err := syscall.Pread(h.fd, dest[n:], off+int64(n))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, errno(err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
