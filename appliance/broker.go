@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,9 @@ type Broker struct {
 	// realClock: now is time.Now (Options.Now unset), so a session's
 	// clock read at a frame's start (frameAt) may stand for it (publish).
 	realClock bool
+	// multiCore: more than one P at the start (topic_direct.go,
+	// directHandoffMin), read once: runtime.GOMAXPROCS takes a global lock.
+	multiCore bool
 
 	reloadMu sync.Mutex // serialises Reload (reload.go)
 	mu       sync.Mutex
@@ -159,6 +163,7 @@ func New(o Options) *Broker {
 		version:   o.Version,
 		now:       o.Now,
 		realClock: realClock,
+		multiCore: runtime.GOMAXPROCS(0) > 1,
 		queues:    map[string]*queue{},
 		deleting:  map[string]*queueDeletion{},
 		sessions:  map[uint64]*session{},

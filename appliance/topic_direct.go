@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -246,7 +245,7 @@ func (s *session) flushClients() {
 	now := start
 	// A long list goes to the subscribers' writers, which run on every
 	// core, rather than one write after another on this goroutine's.
-	handoff := len(s.flushq) >= directHandoffMin && runtime.GOMAXPROCS(0) > 1
+	handoff := len(s.flushq) >= directHandoffMin && s.b.multiCore
 	for i, t := range s.flushq {
 		s.flushq[i] = nil
 		if handoff || now.Sub(start) >= directFlushBudget || !t.writeDirect(&s.dbuf, now) {
