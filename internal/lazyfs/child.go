@@ -230,8 +230,10 @@ func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 	}
 	f := &FS{t: t, mountDir: mountDir, stderr: &lockedBuffer{}, exited: make(chan struct{}),
 		answer: make(chan result, 1), req: reqW, enc: json.NewEncoder(reqW)}
-	// No test flags: ChildMain runs before the tests would.
-	f.cmd = exec.Command(exe)
+	// ChildMain serves before the tests would run; in a binary whose
+	// TestMain lacks it, -test.run=^$ runs none (not this test again,
+	// which would mount in a grandchild) and the child exits unmounted.
+	f.cmd = exec.Command(exe, "-test.run=^$")
 	// A race-built child would sleep a second at exit (the race
 	// runtime's atexit_sleep_ms), at every Unmount.
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")

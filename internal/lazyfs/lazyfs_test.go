@@ -450,7 +450,9 @@ func TestShmPassthrough(t *testing.T) {
 const shmChildEnv = "LAZYFS_TEST_SHM_CHILD"
 
 func TestMain(m *testing.M) {
-	ChildMain()
+	if os.Getenv(noChildMainEnv) == "" {
+		ChildMain()
+	}
 	if dirs := os.Getenv(busyChildEnv); dirs != "" {
 		if err := busyChild(dirs); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -715,4 +717,28 @@ func TestChildServesAndCleansUp(t *testing.T) {
 		t.Errorf("backing file after the child's unmount: %q, %v", b, err)
 	}
 	e.fs.unmountOnce.Do(func() {}) // nothing left for the cleanup
+}
+
+// noChildMainEnv makes TestMain leave out ChildMain, as a package that
+// forgot it would (TestMountWithoutChildMain).
+const noChildMainEnv = "LAZYFS_TEST_NO_CHILDMAIN"
+
+// TestMountWithoutChildMain: in a test binary whose TestMain does not call
+// ChildMain, Mount fails at once with an error naming it, and the child
+// runs no test (it would otherwise run this one again, and mount in a
+// grandchild).
+func TestMountWithoutChildMain(t *testing.T) {
+	t.Setenv(noChildMainEnv, "1")
+	start := time.Now()
+	fs, err := Mount(t, t.TempDir(), t.TempDir())
+	if err == nil {
+		fs.Unmount()
+		t.Fatal("Mount served without ChildMain")
+	}
+	if !strings.Contains(err.Error(), "lazyfs.ChildMain") || !strings.Contains(err.Error(), "no tests to run") {
+		t.Errorf("the error does not name ChildMain or the child ran tests: %v", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("Mount took %v to fail", d)
+	}
 }
