@@ -1,7 +1,6 @@
 package lazyfs
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/herald-mq/herald/internal/testenv"
 )
 
 // A test's mount is served by a child process: a run of the test binary
@@ -170,7 +171,7 @@ type FS struct {
 	conn     uint32 // the mount's FUSE connection (abortConn)
 
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testenv.LogBuffer
 	exited chan struct{} // closed when the child has exited
 	exit   error         // how it exited (a race report's exit status 66 among others)
 	answer chan result   // the child's answers, in order
@@ -186,23 +187,6 @@ type FS struct {
 type result struct {
 	r   response
 	err error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Mount mounts a lazy file system over backingDir at mountDir (both must
@@ -228,7 +212,7 @@ func Mount(t testing.TB, backingDir, mountDir string) (*FS, error) {
 		reqW.Close()
 		return nil, err
 	}
-	f := &FS{t: t, mountDir: mountDir, stderr: &lockedBuffer{}, exited: make(chan struct{}),
+	f := &FS{t: t, mountDir: mountDir, stderr: &testenv.LogBuffer{}, exited: make(chan struct{}),
 		answer: make(chan result, 1), req: reqW, enc: json.NewEncoder(reqW)}
 	// ChildMain serves before the tests would run; in a binary whose
 	// TestMain lacks it, -test.run=^$ runs none (not this test again,
