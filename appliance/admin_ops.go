@@ -66,21 +66,34 @@ func (q *queue) waitCore(ctx context.Context, cb *queuecore.Batch) (*Batch, erro
 	}
 }
 
-// purge deletes what is not in flight. Memory changes only once the
-// journal committed: a failed purge leaves the queue as it was.
+// purge deletes what is not in flight, a run of journal batches (see
+// queuecore.Core.Purge). Memory changes as each commits: a purge that
+// fails leaves the queue as its committed batches left it, and says how
+// many messages those deleted. A purge whose caller stops waiting (ctx)
+// goes on to its end.
 func (q *queue) purge(ctx context.Context) (int, error) {
+	done := make(chan queuecore.Event, 1)
 	var cb *queuecore.Batch
-	q.run(func(now int64) { cb = q.core.Purge(now) })
+	q.run(func(now int64) {
+		if cb = q.core.Purge(now); cb != nil {
+			q.purgeWait = done
+		}
+	})
 	if cb == nil {
 		return 0, fmt.Errorf("purge %s: %w; wait for it and retry", q.name, ErrPurging)
 	}
-	batch, err := q.waitCore(ctx, cb)
-	if err != nil {
-		return 0, fmt.Errorf("purge %s: %w", q.name, err)
+	q.submitCore(cb, nil)
+	select {
+	case ev := <-done:
+		if ev.Err != nil {
+			q.b.log.Warn("queue purge failed", "queue", q.name, "messages", ev.Count, "err", ev.Err)
+			return ev.Count, fmt.Errorf("purge %s: %w (%d messages were deleted before; the rest stays: retry)", q.name, ev.Err, ev.Count)
+		}
+		q.b.log.Info("queue purged", "queue", q.name, "messages", ev.Count)
+		return ev.Count, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("purge %s: waiting for the journal: %w (the purge goes on; see herald queue show %s)", q.name, ctx.Err(), q.name)
 	}
-	n := batch.Ops[0].Affected
-	q.b.log.Info("queue purged", "queue", q.name, "messages", n)
-	return n, nil
 }
 
 // queueDeletion is a queue DeleteQueue is purging; done closes with the

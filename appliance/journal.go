@@ -31,9 +31,13 @@ const (
 	// kept) and deliveries set to Deliveries, under a new ID (NewID):
 	// dead-lettering, requeue from a DLQ. The moved message never expires.
 	OpMove
-	// OpPurge deletes every message of queue Queue with an ID up to ID,
-	// except those listed in Keep (in flight). Affected is set to the number
-	// deleted and Bytes to their size.
+	// OpPurge deletes, in ID order, messages of queue Queue with an ID
+	// above After and up to ID, except those listed in Keep (in flight):
+	// at most as many as the journal deletes in one transaction without
+	// holding up its other writers for long (a purge is a run of these).
+	// PurgedTo is set to how far it got (every message of the range up to
+	// it is deleted, but Keep; ID when none is left), Affected to the
+	// number deleted and Bytes to their size.
 	OpPurge
 	// OpBarrier does nothing; its batch completes after every batch submitted
 	// before it.
@@ -68,9 +72,11 @@ type Op struct {
 	Duplicate bool // out, OpEnqueue: dedup id seen before; DupOf holds the first ID
 	DupOf     uint64
 	NewID     uint64   // out, OpMove
+	After     uint64   // OpPurge
 	Keep      []uint64 // OpPurge
 	Affected  int      // out, OpPurge
 	Bytes     int64    // out, OpPurge
+	PurgedTo  uint64   // out, OpPurge
 
 	Stream *StreamOp  // OpAppend, OpTrim, OpCursor (stream_journal.go)
 	KV     *KVEntry   // OpKV

@@ -40,6 +40,8 @@ type queue struct {
 	core     *queuecore.Core
 	outbox   []*queuecore.Batch // journal work to submit, in order
 	flushing bool
+	// purgeWait: the purge running, if one waits for its end (EvPurged).
+	purgeWait chan queuecore.Event
 	space    chan struct{} // closed and replaced when limits free up
 	timer    *time.Timer
 	timerAt  int64 // ms the timer is armed for, 0 = none
@@ -193,6 +195,10 @@ func (q *queue) applyLocked() []queuecore.Moved {
 		q.signalSpaceLocked()
 	}
 	for _, ev := range out.Events {
+		if ev.Kind == queuecore.EvPurged && q.purgeWait != nil {
+			q.purgeWait <- ev
+			q.purgeWait = nil
+		}
 		q.logEvent(ev)
 	}
 	if out.PageIn != nil {
@@ -298,7 +304,7 @@ func (q *queue) completed(cb *queuecore.Batch, jops []Op, err error) {
 		for i := range jops {
 			res.NewIDs[i] = jops[i].NewID
 			if jops[i].Kind == OpPurge {
-				res.Affected, res.Bytes = jops[i].Affected, jops[i].Bytes
+				res.Affected, res.Bytes, res.PurgedTo = jops[i].Affected, jops[i].Bytes, jops[i].PurgedTo
 			}
 		}
 	}
@@ -332,7 +338,7 @@ func (q *queue) journalOps(cb *queuecore.Batch) []Op {
 			h := requeueHeaders(m)
 			ops[i] = Op{Kind: OpMove, ID: id, Queue: op.Target, Headers: h, Size: movedSize(m, h)}
 		case queuecore.OpPurge:
-			ops[i] = Op{Kind: OpPurge, Queue: q.name, ID: op.UpTo, Keep: op.Keep}
+			ops[i] = Op{Kind: OpPurge, Queue: q.name, ID: op.UpTo, After: op.After, Keep: op.Keep}
 		}
 	}
 	return ops

@@ -28,18 +28,22 @@ type QueueView struct {
 	PageInsFailingSince *time.Time `json:"page_ins_failing_since"`
 	PageInsFailingError string     `json:"page_ins_failing_error,omitempty"`
 	OldestAgeSec        float64    `json:"oldest_age_seconds"` // of the oldest message in memory; 0 if empty
-	DLQ                 string     `json:"dlq"`
-	DLQDepth            int        `json:"dlq_depth"`
-	Enqueued            uint64     `json:"enqueued_total"`
-	Delivered           uint64     `json:"delivered_total"`
-	Redelivered         uint64     `json:"redelivered_total"`
-	Acked               uint64     `json:"acked_total"`
-	Expired             uint64     `json:"expired_total"`
-	DeadLettered        uint64     `json:"dead_lettered_total"`
-	StaleAcks           uint64     `json:"stale_acks_total"`
-	AckTimeouts         uint64     `json:"ack_timeouts_total"`
-	BlockedSends        uint64     `json:"blocked_sends_total"`
-	BlockedSeconds      float64    `json:"blocked_seconds_total"`
+	// Purging: a purge is running (nothing is delivered until it ends);
+	// PurgeDeleted: how many messages it deleted so far.
+	Purging        bool    `json:"purging"`
+	PurgeDeleted   int     `json:"purge_deleted"`
+	DLQ            string  `json:"dlq"`
+	DLQDepth       int     `json:"dlq_depth"`
+	Enqueued       uint64  `json:"enqueued_total"`
+	Delivered      uint64  `json:"delivered_total"`
+	Redelivered    uint64  `json:"redelivered_total"`
+	Acked          uint64  `json:"acked_total"`
+	Expired        uint64  `json:"expired_total"`
+	DeadLettered   uint64  `json:"dead_lettered_total"`
+	StaleAcks      uint64  `json:"stale_acks_total"`
+	AckTimeouts    uint64  `json:"ack_timeouts_total"`
+	BlockedSends   uint64  `json:"blocked_sends_total"`
+	BlockedSeconds float64 `json:"blocked_seconds_total"`
 }
 
 // TopicView is one topic that saw traffic or has subscribers.
@@ -200,6 +204,8 @@ func (q *queue) view() QueueView {
 		DeadLettered:   snap.DeadLettered,
 		StaleAcks:      snap.StaleAcks,
 		AckTimeouts:    snap.AckTimeouts,
+		Purging:        snap.Purging,
+		PurgeDeleted:   snap.PurgeDeleted,
 		BlockedSends:   q.blocked.Load(),
 		BlockedSeconds: time.Duration(q.blockedNs.Load()).Seconds(),
 	}

@@ -227,24 +227,76 @@ func (s *Store) deleteMsg(ctx context.Context, id uint64) error {
 	return err
 }
 
-// purge deletes the messages of op.Queue up to op.ID except op.Keep.
+// purge deletes the next messages of op.Queue in (op.After, op.ID] except
+// op.Keep, in ID order: at most PurgeRows, and past the first at most
+// PurgeBytes of them, so that a purge of millions of messages is a run of
+// short transactions, not one that holds up every other writer (and
+// grows the WAL by the size of the queue) for seconds.
 func (s *Store) purge(ctx context.Context, op *appliance.Op) error {
-	op.Affected, op.Bytes = 0, 0
+	op.Affected, op.Bytes, op.PurgedTo = 0, 0, op.ID
 	q, err := s.qidIfAny(ctx, op.Queue)
 	if err != nil || q == 0 {
 		return err // no row: nothing to purge, and none made for it
 	}
-	keep := "-1"
+	keep := make(map[uint64]bool, len(op.Keep))
 	for _, id := range op.Keep {
-		keep += "," + strconv.FormatUint(id, 10)
+		keep[id] = true
 	}
-	where := "qid=? AND id<=? AND id NOT IN (" + keep + ")"
-	if err := s.wc.QueryRowContext(ctx, "SELECT count(*), coalesce(sum(size),0) FROM messages WHERE "+where, q, int64(op.ID)).Scan(&op.Affected, &op.Bytes); err != nil {
+	// The rows of the range in ID order, kept ones too: a run of kept rows
+	// longer than the limit still moves the purge on.
+	rows, err := s.wc.QueryContext(ctx, "SELECT id, size FROM messages WHERE qid=? AND id>? AND id<=? ORDER BY id LIMIT ?",
+		q, int64(op.After), int64(op.ID), s.cfg.PurgeRows)
+	if err != nil {
 		return err
 	}
-	if _, err := s.wc.ExecContext(ctx, "DELETE FROM claims WHERE id IN (SELECT id FROM messages WHERE "+where+")", q, int64(op.ID)); err != nil {
+	var last uint64
+	seen, full := 0, false
+	for rows.Next() {
+		var id, size int64
+		if err := rows.Scan(&id, &size); err != nil {
+			rows.Close()
+			return err
+		}
+		if op.Affected > 0 && op.Bytes+size > s.cfg.PurgeBytes {
+			full = true
+			break
+		}
+		seen++
+		last = uint64(id)
+		if !keep[uint64(id)] {
+			op.Affected++
+			op.Bytes += size
+		}
+	}
+	if err := rows.Close(); err != nil {
 		return err
 	}
-	_, err = s.wc.ExecContext(ctx, "DELETE FROM messages WHERE "+where, q, int64(op.ID))
-	return err
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if full || seen == s.cfg.PurgeRows {
+		op.PurgedTo = last // rows past it may be left
+	}
+	if op.Affected == 0 {
+		return nil
+	}
+	lit := "-1"
+	for _, id := range op.Keep {
+		if id > op.After && id <= op.PurgedTo {
+			lit += "," + strconv.FormatUint(id, 10)
+		}
+	}
+	where := "qid=? AND id>? AND id<=? AND id NOT IN (" + lit + ")"
+	args := []any{q, int64(op.After), int64(op.PurgedTo)}
+	if _, err := s.wc.ExecContext(ctx, "DELETE FROM claims WHERE id IN (SELECT id FROM messages WHERE "+where+")", args...); err != nil {
+		return err
+	}
+	res, err := s.wc.ExecContext(ctx, "DELETE FROM messages WHERE "+where, args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err == nil && n != int64(op.Affected) {
+		return fmt.Errorf("journal: purge of %s deleted %d messages, %d counted", op.Queue, n, op.Affected)
+	}
+	return nil
 }

@@ -28,6 +28,8 @@ const (
 	DefaultCheckpointInterval = time.Second
 	DefaultWALLimit           = 64 << 20
 	DefaultCompressMin        = 4096
+	DefaultPurgeRows          = 2000
+	DefaultPurgeBytes         = 4 << 20
 )
 
 // Config configures a Store. Zero values take the defaults above.
@@ -47,8 +49,14 @@ type Config struct {
 	// 0: none. The writer never maps. A disk read error inside the map
 	// ends the process (SIGBUS) instead of failing one read.
 	MmapSize int64
-	Logger   *slog.Logger
-	Now      func() time.Time // clock, for tests
+	// PurgeRows and PurgeBytes bound what one purge operation deletes (a
+	// purge is a run of them, other transactions between): at most this
+	// many messages, and past the first, at most this many bytes of them.
+	// 0: DefaultPurgeRows, DefaultPurgeBytes.
+	PurgeRows  int
+	PurgeBytes int64
+	Logger     *slog.Logger
+	Now        func() time.Time // clock, for tests
 }
 
 // Stats are the journal's counters, safe to read at any time.
@@ -147,6 +155,12 @@ func New(cfg Config) *Store {
 	}
 	if cfg.MaxBatchOps <= 0 {
 		cfg.MaxBatchOps = DefaultMaxBatchOps
+	}
+	if cfg.PurgeRows <= 0 {
+		cfg.PurgeRows = DefaultPurgeRows
+	}
+	if cfg.PurgeBytes <= 0 {
+		cfg.PurgeBytes = DefaultPurgeBytes
 	}
 	if cfg.DedupWindow <= 0 {
 		cfg.DedupWindow = DefaultDedupWindow

@@ -1,11 +1,19 @@
 package queuecore
 
-import "container/heap"
+import (
+	"container/heap"
+	"slices"
+)
 
 // Purge starts deleting every message of the queue that is not in flight
-// (nor already on its way out). Memory changes only when the batch
-// commits; until then dispatch pauses. It returns nil while another purge
-// is pending.
+// (nor already on its way out) at the time of the call: a run of batches,
+// one after the other, each deleting the next messages in ID order, as
+// many as the journal deletes in one go (Op.After, Result.PurgedTo), so
+// that the journal's other work goes on between them. Memory changes only
+// as each batch commits; until the last, dispatch and page-ins pause. The
+// end is the event EvPurged (with Err if a batch failed: what committed
+// before stays deleted). It returns the first batch, or nil while another
+// purge is running.
 func (c *Core) Purge(now int64) *Batch {
 	if c.purging {
 		return nil
@@ -22,7 +30,8 @@ func (c *Core) Purge(now int64) *Batch {
 			keep = append(keep, id)
 		}
 	}
-	c.purgeUpTo = c.lastID
+	slices.Sort(keep)
+	c.purgeUpTo, c.purgeFrom, c.purgeCount, c.purgeBytes = c.lastID, 0, 0, 0
 	c.purgeKeep = make(map[uint64]string, len(keep))
 	for _, id := range keep {
 		g := ""
@@ -33,27 +42,42 @@ func (c *Core) Purge(now int64) *Batch {
 		}
 		c.purgeKeep[id] = g
 	}
-	return c.emitDirect(pend{ops: []Op{{Kind: OpPurge, UpTo: c.lastID, Keep: keep}}})
+	return c.emitDirect(pend{ops: []Op{c.purgeOp(keep)}})
 }
 
-// purgeTakes reports whether the pending purge deletes message id.
+// purgeOp is the running purge's next batch: what is left of its range,
+// with keep (sorted) the IDs not to delete.
+func (c *Core) purgeOp(keep []uint64) Op {
+	// Messages past UpTo may be kept as well: leaving before their commit
+	// was reported (a requeue loads what the journal holds).
+	i, _ := slices.BinarySearch(keep, c.purgeFrom+1)
+	j, _ := slices.BinarySearch(keep, c.purgeUpTo+1)
+	return Op{Kind: OpPurge, After: c.purgeFrom, UpTo: c.purgeUpTo, Keep: keep[i:max(i, j)]}
+}
+
+// purgeTakes reports whether the running purge deletes message id.
 func (c *Core) purgeTakes(id uint64) bool {
 	_, kept := c.purgeKeep[id]
-	return c.purging && id <= c.purgeUpTo && !kept
+	return c.purging && id > c.purgeFrom && id <= c.purgeUpTo && !kept
 }
 
+// purgeDone applies one committed batch of the running purge and emits the
+// next, or ends the purge.
 func (c *Core) purgeDone(op Op, res Result, err error) {
-	c.purging = false
-	defer func() { c.purgeKeep = nil }()
 	if err != nil {
+		c.purgeEnd(err)
 		return
+	}
+	to := res.PurgedTo
+	if to == 0 || to > op.UpTo {
+		to = op.UpTo
 	}
 	keep := make(map[uint64]bool, len(op.Keep))
 	for _, id := range op.Keep {
 		keep[id] = true
 	}
 	for id, m := range c.byID {
-		if id > op.UpTo || keep[id] {
+		if id <= op.After || id > to || keep[id] {
 			continue
 		}
 		switch m.state {
@@ -74,28 +98,29 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 		}
 		c.unhold(id)
 	}
-	// Every message up to UpTo is now gone or kept in memory, except kept
+	// Every message up to to is now gone or kept in memory, except kept
 	// ones that left memory meanwhile (a requeue of messages not paged in
-	// yet failed): the pager must find those again.
-	tail := op.UpTo
-	for _, id := range op.Keep {
+	// yet failed): the pager must find those again. Kept ones of the
+	// purge's earlier batches too: they may still be out of memory.
+	tail := to
+	for id := range c.purgeKeep {
 		if id > c.memTail && id <= tail && c.byID[id] == nil && !c.isGone(id) {
 			tail = id - 1
 		}
 	}
-	if tail < op.UpTo {
+	if tail < to {
 		c.spilled = true
 		c.spillSeq++
 		// Kept rows past memTail that the cache may not hold.
 		c.cacheClear(false)
 	}
-	// Parked groups: what they left up to UpTo is gone, but for kept
+	// Parked groups: what they left up to to is gone, but for kept
 	// messages not in memory (failed requeues).
 	for g, p := range c.parked {
-		if p > op.UpTo {
+		if p > to {
 			continue
 		}
-		np := op.UpTo + 1
+		np := to + 1
 		for id, kg := range c.purgeKeep {
 			if kg == g && id >= p && id < np && c.byID[id] == nil && !c.isGone(id) {
 				np = id
@@ -104,7 +129,7 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 		c.parked[g] = np
 	}
 	c.memTail = max(c.memTail, tail)
-	c.cacheTrim() // what it cached up to UpTo is purged
+	c.cacheTrim() // what it cached up to to is purged
 	for g, p := range c.parked {
 		if p > c.memTail {
 			delete(c.parked, g)
@@ -116,8 +141,23 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 	c.pageEpoch++
 	c.count -= res.Affected
 	c.bytes -= res.Bytes
+	c.purgeCount += res.Affected
+	c.purgeBytes += res.Bytes
+	c.purgeFrom = max(c.purgeFrom, to)
 	c.out.Space = true
-	c.out.Events = append(c.out.Events, Event{Kind: EvPurged, Reason: "purge"})
+	if c.purgeFrom >= c.purgeUpTo {
+		c.purgeEnd(nil)
+		return
+	}
+	c.emit(pend{ops: []Op{c.purgeOp(op.Keep)}})
+}
+
+// purgeEnd ends the running purge.
+func (c *Core) purgeEnd(err error) {
+	c.out.Events = append(c.out.Events, Event{Kind: EvPurged, Reason: "purge", Err: err, Count: c.purgeCount, Bytes: c.purgeBytes})
+	c.purging = false
+	c.purgeKeep = nil
+	c.purgeUpTo, c.purgeFrom, c.purgeCount, c.purgeBytes = 0, 0, 0, 0
 }
 
 // MoveOut starts moving messages loaded from the journal (in ID order) to
@@ -177,6 +217,7 @@ type Snapshot struct {
 	Bytes                               int64
 	Oldest                              int64 // ms of the oldest enqueue in memory, 0 if none
 	Spilled, Purging                    bool
+	PurgeDeleted                        int // by the running purge, so far
 	Cached                              int   // messages in the backlog cache
 	CacheBytes                          int64 // and their weight (CacheBytes)
 	Stats
@@ -185,7 +226,7 @@ type Snapshot struct {
 // Snapshot returns the queue's counts.
 func (c *Core) Snapshot() Snapshot {
 	s := Snapshot{Count: c.count, Bytes: c.bytes, InFlight: len(c.flight), Delayed: len(c.delayed),
-		Consumers: len(c.consumers), Spilled: c.spilled, Purging: c.purging, Stats: c.Stats,
+		Consumers: len(c.consumers), Spilled: c.spilled, Purging: c.purging, PurgeDeleted: c.purgeCount, Stats: c.Stats,
 		Cached: c.Cached(), CacheBytes: c.cacheBytes}
 	for _, m := range c.byID {
 		if m.state != stLeaving {

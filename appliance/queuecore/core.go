@@ -125,8 +125,11 @@ type Core struct {
 	cacheOff   bool   // commits were reported out of order: never again
 	cacheCap   int64  // SetCacheCap
 
-	purgeUpTo uint64            // the pending purge deletes every message <= purgeUpTo
-	purgeKeep map[uint64]string // except these (with their group)
+	purgeUpTo  uint64            // the running purge deletes every message <= purgeUpTo
+	purgeKeep  map[uint64]string // except these (with their group)
+	purgeFrom  uint64            // what its batches committed so far: every message <= purgeFrom is gone (but purgeKeep)
+	purgeCount int               // and how many messages that was
+	purgeBytes int64             // of what size
 
 	nextSeq uint64
 	pending map[uint64]*pend
@@ -229,7 +232,7 @@ func (c *Core) wake() int64 {
 	if c.deadlines > 0 {
 		at(c.nextDeadline)
 	}
-	if (c.spilled || len(c.parked) > 0) && !c.paging && c.pageRetryAt > 0 {
+	if (c.spilled || len(c.parked) > 0) && !c.paging && !c.purging && c.pageRetryAt > 0 {
 		at(c.pageRetryAt)
 	}
 	if len(c.repin) > 0 {
@@ -442,7 +445,9 @@ func (c *Core) unstashOne(m *Msg) {
 // maybePage asks for the next page-in when one is due. It reports
 // whether it answered one from the backlog cache (dispatch goes on).
 func (c *Core) maybePage(now int64) bool {
-	if (!c.spilled && len(c.parked) == 0) || c.paging || now < c.pageRetryAt {
+	// While a purge runs nothing is dispatched, and what a page-in loaded
+	// would mostly be the purge's next batch to delete: paging waits.
+	if (!c.spilled && len(c.parked) == 0) || c.paging || c.purging || now < c.pageRetryAt {
 		return false
 	}
 	// Due: from now on the window decides (a Wake in the past would spin

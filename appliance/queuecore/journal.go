@@ -11,7 +11,7 @@ const (
 	OpRelease                      // Msg not deliverable before NotBefore
 	OpDeadLetter                   // move Msg to the dead-letter queue (Reason says why)
 	OpMoveOut                      // requeue: move Msg to another queue (Target)
-	OpPurge                        // delete every message with ID <= UpTo except Keep
+	OpPurge                        // delete messages with After < ID <= UpTo except Keep, in ID order, as many as the journal takes at once
 )
 
 // Op is one journal operation.
@@ -31,8 +31,14 @@ type Op struct {
 	NotBefore int64  // OpRelease
 	Reason    string // OpDeadLetter: nack, max-deliveries, expired
 	Target    string // OpMoveOut
-	UpTo      uint64 // OpPurge
-	Keep      []uint64
+	// OpPurge: a purge is a run of these, one batch each, so that the
+	// journal's other writers are not held up for the whole of it: each
+	// deletes, in ID order, the messages with an ID in (After, UpTo]
+	// except Keep, as many as the journal deletes in one go, and reports
+	// in Result.PurgedTo how far it got.
+	UpTo  uint64
+	After uint64
+	Keep  []uint64
 }
 
 // Batch is journal work applied atomically. Seq names it in Done.
@@ -46,6 +52,10 @@ type Result struct {
 	NewIDs   []uint64 // per op: the moved message's new ID (OpDeadLetter, OpMoveOut)
 	Affected int      // OpPurge: messages deleted
 	Bytes    int64    // OpPurge: their size
+	// PurgedTo (OpPurge): every message of the op's range up to this ID
+	// is deleted (but Keep); UpTo when none is left. A journal that
+	// deletes the whole range at once reports UpTo.
+	PurgedTo uint64
 }
 
 // Moved is a message that left this queue for another, under a new ID.
@@ -82,6 +92,9 @@ type Event struct {
 	// started (ms) and how many failed in it so far.
 	Since    int64
 	Failures int
+	// EvPurged: what the purge deleted.
+	Count int
+	Bytes int64
 }
 
 // EventKind names an Event.
@@ -92,6 +105,9 @@ const (
 	EvAckTimeout EventKind = iota + 1
 	EvDeadLettered
 	EvJournalFailed // a batch failed; its messages retry after a back-off
+	// EvPurged: a purge ended, with Count messages (Bytes) deleted by it;
+	// Err when one of its batches failed (what committed before stays
+	// deleted).
 	EvPurged
 	// EvOutOfOrder: Committed reported a message with an ID below one
 	// reported before (the shell broke its duty 3). The message may be

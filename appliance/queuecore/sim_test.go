@@ -209,9 +209,9 @@ type simCon struct {
 type simFailure struct{ msg string }
 
 type simStats struct {
-	steps, enqueued, delivered, acked, deadLettered, moved, purges, crashes, settles, failures, pageIns, parks int
-	cacheHits                                                                                                  int // page-ins answered from the backlog cache (in place of pageIns)
-	marks, rows, pins                                                                                          int // claims applied: raises of the mark, rows of count >= 1, rows of count 0
+	steps, enqueued, delivered, acked, deadLettered, moved, purges, purgeParts, crashes, settles, failures, pageIns, parks int
+	cacheHits                                                                                                              int // page-ins answered from the backlog cache (in place of pageIns)
+	marks, rows, pins                                                                                                      int // claims applied: raises of the mark, rows of count >= 1, rows of count 0
 	// runs of failed page-ins ended: by a page-in that read the journal,
 	// one answered from the cache, nothing left to page in
 	pfRead, pfCache, pfIdle int
@@ -235,6 +235,7 @@ type sim struct {
 
 	rows     map[uint64]*simRow
 	outbox   [2][]*simBatch  // core batches the pump has not submitted yet (in order per queue)
+	purging  [2]*simPurge    // the purge running in each queue
 	seen     map[uint64]int  // highest client-ack attempt a client received (kept across crashes)
 	mark     [2]uint64       // delivered marks
 	everDisp map[uint64]bool // a claim of count >= 1 (or an auto-ack delivery) was ever emitted for it
@@ -378,6 +379,7 @@ func (s *sim) init() {
 // resetVolatile drops what does not survive a crash.
 func (s *sim) resetVolatile() {
 	s.pending, s.held = nil, nil
+	s.purging = [2]*simPurge{}
 	s.applied = nil
 	s.unseen = [2]simDelta{}
 	s.movedRows = map[uint64]simRow{}
@@ -686,23 +688,44 @@ func (s *sim) applyCore(q int, b *Batch) Result {
 	cfg := s.cfg[q]
 	for i, op := range b.Ops {
 		if op.Kind == OpPurge {
+			// Like the SQL journal, a purge batch deletes the next rows of
+			// its range in ID order, as many as it takes at once (here 1,
+			// 2, 3 or all, from the range: s.r keeps the seeds' schedules),
+			// and reports how far it got.
+			if op.After > op.UpTo || op.After == op.UpTo && op.UpTo != 0 { // a queue that never held a message: up to 0
+				s.failf("purge of %s after %d up to %d: an empty range", simQName[q], op.After, op.UpTo)
+			}
 			keep := map[uint64]bool{}
 			for _, id := range op.Keep {
+				if id <= op.After || id > op.UpTo {
+					s.failf("purge of %s after %d up to %d keeps %d, outside its range", simQName[q], op.After, op.UpTo, id)
+				}
 				keep[id] = true
 			}
+			take := []int{1, 2, 3, 1 << 30}[(op.After+op.UpTo)%4]
 			held := s.outstanding(q)
-			for id, row := range s.rows {
-				if row.q != q || id > op.UpTo || keep[id] {
+			res.PurgedTo = op.UpTo
+			for _, id := range s.sortedIDs(q) {
+				if id <= op.After || id > op.UpTo || keep[id] {
 					continue
+				}
+				if res.Affected == take {
+					res.PurgedTo = id - 1
+					s.st.purgeParts++
+					break
 				}
 				if held[id] != nil {
 					s.failf("purge of %s deletes message %d, held by %s", simQName[q], id, s.conOf[held[id].C].name)
 				}
-				delete(s.rows, id)
 				res.Affected++
-				res.Bytes += row.size
+				res.Bytes += s.rows[id].size
+				delete(s.rows, id)
 			}
-			s.logf("  purge %s up to %d keep %v: %d messages", simQName[q], op.UpTo, op.Keep, res.Affected)
+			if p := s.purging[q]; p != nil {
+				p.n += res.Affected
+				p.bytes += res.Bytes
+			}
+			s.logf("  purge %s after %d up to %d keep %v: %d messages, to %d", simQName[q], op.After, op.UpTo, op.Keep, res.Affected, res.PurgedTo)
 			continue
 		}
 		if op.Msg == nil {
@@ -1324,14 +1347,53 @@ func (s *sim) tickCore(q int) {
 	}
 }
 
+// simPurge is a purge the sim started: its range and what its batches
+// deleted so far.
+type simPurge struct {
+	upTo  uint64
+	keep  map[uint64]bool
+	n     int
+	bytes int64
+}
+
 func (s *sim) purge(q int) {
 	b := s.cores[q].Purge(s.now)
 	s.logf("purge %s: %v", simQName[q], b != nil)
+	if (b != nil) == (s.purging[q] != nil) {
+		s.failf("purge of %s: started %v while one runs %v", simQName[q], b != nil, s.purging[q] != nil)
+	}
 	if b != nil {
 		s.st.purges++
+		p := &simPurge{upTo: b.Ops[0].UpTo, keep: map[uint64]bool{}}
+		for _, id := range b.Ops[0].Keep {
+			p.keep[id] = true
+		}
+		s.purging[q] = p
 		s.submit(&simBatch{parts: []simPart{{q: q, b: b}}, what: "purge " + simQName[q]})
 	}
 	s.collect(q)
+}
+
+// purged checks the end of q's purge: it reports what its batches deleted
+// and, unless one failed, nothing of its range is left but what it kept.
+func (s *sim) purged(q int, ev Event) {
+	p := s.purging[q]
+	s.purging[q] = nil
+	if p == nil {
+		s.failf("%s reports a purge that was not running", simQName[q])
+	}
+	s.logf("%s purge ended: %d messages, %d bytes, %v", simQName[q], ev.Count, ev.Bytes, ev.Err)
+	if ev.Count != p.n || ev.Bytes != p.bytes {
+		s.failf("%s purge reports %d messages (%d bytes); its batches deleted %d (%d bytes)", simQName[q], ev.Count, ev.Bytes, p.n, p.bytes)
+	}
+	if ev.Err != nil {
+		return
+	}
+	for _, id := range s.sortedIDs(q) {
+		if id <= p.upTo && !p.keep[id] {
+			s.failf("%s purge up to %d ended, and message %d is still there", simQName[q], p.upTo, id)
+		}
+	}
 }
 
 // requeue moves messages of the DLQ, loaded from the journal after a
@@ -1484,6 +1546,10 @@ func (s *sim) collect(q int) {
 		}
 		if ev.Kind == EvPageInFailed || ev.Kind == EvPageInRecovered {
 			s.pageFailEvent(q, ev)
+			continue
+		}
+		if ev.Kind == EvPurged {
+			s.purged(q, ev)
 			continue
 		}
 		if ev.Kind != EvAckTimeout {
@@ -2069,6 +2135,7 @@ func TestSim(t *testing.T) {
 		tot.deadLettered += st.deadLettered
 		tot.moved += st.moved
 		tot.purges += st.purges
+		tot.purgeParts += st.purgeParts
 		tot.crashes += st.crashes
 		tot.settles += st.settles
 		tot.failures += st.failures
@@ -2086,6 +2153,10 @@ func TestSim(t *testing.T) {
 	// The schedules reach every kind of claim (invariant 9 is not vacuous).
 	if seeds >= 100 && (tot.marks == 0 || tot.rows == 0 || tot.pins == 0) {
 		t.Fatalf("claims applied: %d raises of the mark, %d rows, %d rows of count 0: want each", tot.marks, tot.rows, tot.pins)
+	}
+	// And purges the journal took in parts, one batch after another.
+	if seeds >= 100 && (tot.purges == 0 || tot.purgeParts == 0) {
+		t.Fatalf("purges: %d, batches that purged part of a range: %d: want both", tot.purges, tot.purgeParts)
 	}
 	// And both ways of paging in (checkCache is not vacuous).
 	if seeds >= 100 && (tot.cacheHits == 0 || tot.pageIns == 0) {

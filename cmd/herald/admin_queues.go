@@ -365,6 +365,9 @@ func printQueue(cCtx *cli.Context, q *appliance.QueueView) error {
 	t.row("consumers:", q.Consumers)
 	t.row("oldest message:", humanAge(q.OldestAgeSec))
 	t.row("in memory:", fmt.Sprintf("%d; backlog cache %d (%s), %d page-ins from it", q.InMemory, q.Cached, humanBytes(q.CachedBytes), q.CacheHits))
+	if q.Purging {
+		t.row("purging:", fmt.Sprintf("%d messages deleted so far; nothing is delivered until the purge ends", q.PurgeDeleted))
+	}
 	if q.DLQ != "" {
 		t.row("dead-letter queue:", fmt.Sprintf("%s (%d messages)", q.DLQ, q.DLQDepth))
 	}

@@ -33,6 +33,7 @@ type Broker struct {
 	mu sync.Mutex
 
 	hook  func(ops int, d time.Duration)
+	tune  func(*journal.Config)
 	wrap  func(appliance.Journal) appliance.Journal
 	sinks []appliance.TopicSink
 }
@@ -73,6 +74,21 @@ func StartWrapped(t testing.TB, mutate func(*appliance.Config), wrap func(applia
 	return b
 }
 
+// StartTuned is StartWrapped (wrap may be nil) with the journal's own
+// settings (those heraldd does not take from its config) adjusted by tune,
+// at every start.
+func StartTuned(t testing.TB, mutate func(*appliance.Config), tune func(*journal.Config), wrap func(appliance.Journal) appliance.Journal) *Broker {
+	t.Helper()
+	cfg := Config(t.TempDir())
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	b := &Broker{T: t, Dir: cfg.DataDir, Cfg: cfg, tune: tune, wrap: wrap}
+	b.start()
+	t.Cleanup(b.Stop)
+	return b
+}
+
 // StartWith is Start with a journal commit hook (metrics tests).
 func StartWith(t testing.TB, mutate func(*appliance.Config), commitHook func(ops int, d time.Duration)) *Broker {
 	t.Helper()
@@ -92,13 +108,17 @@ func (b *Broker) start() {
 	if err := b.Cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	b.Store = journal.New(journal.Config{
+	jc := journal.Config{
 		Path:               filepath.Join(b.Dir, "herald.db"),
 		Sync:               b.Cfg.Journal.Sync,
 		DedupWindow:        b.Cfg.Queues.DedupWindow.Duration,
 		CheckpointInterval: 50 * time.Millisecond,
 		MmapSize:           b.Cfg.Journal.MmapBytes, // as heraldd
-	})
+	}
+	if b.tune != nil {
+		b.tune(&jc)
+	}
+	b.Store = journal.New(jc)
 	if b.hook != nil {
 		b.Store.SetCommitHook(b.hook)
 	}

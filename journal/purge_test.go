@@ -1,0 +1,158 @@
+package journal
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/herald-mq/herald/appliance"
+)
+
+// TestStore_PurgeInParts: a purge operation deletes at most PurgeRows
+// messages (and past the first at most PurgeBytes of them), in ID order,
+// and reports how far it got; a run of them, each from where the last
+// stopped, deletes exactly the range but the kept messages, with their
+// claim rows, and nothing of another queue or past the range. A stretch
+// of kept messages longer than PurgeRows still moves the run on.
+func TestStore_PurgeInParts(t *testing.T) {
+	s := mustOpen(t, Config{PurgeRows: 3})
+	var ops []appliance.Op
+	for i := 0; i < 15; i++ {
+		q := "q"
+		if i%5 == 4 {
+			q = "p"
+		}
+		ops = append(ops, enq(q, strings.Repeat("x", 10+i)))
+	}
+	b, err := apply(t, s, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qids, pids []uint64
+	for _, op := range b.Ops {
+		if op.Msg.Queue == "q" {
+			qids = append(qids, op.Msg.ID)
+		} else {
+			pids = append(pids, op.Msg.ID)
+		}
+	}
+	// Claims on every message; kept: a run of three (qids[1..3]) and the
+	// last of the range.
+	var claims []appliance.Op
+	for _, op := range b.Ops {
+		claims = append(claims, appliance.Op{Kind: appliance.OpClaim, ID: op.Msg.ID, Deliveries: 1})
+	}
+	if _, err := apply(t, s, claims...); err != nil {
+		t.Fatal(err)
+	}
+	upTo := qids[len(qids)-2] // the newest message of q is past the range
+	keep := []uint64{qids[1], qids[2], qids[3], upTo}
+	kept := map[uint64]bool{}
+	for _, id := range keep {
+		kept[id] = true
+	}
+	var wantBytes int64
+	want := 0
+	for _, op := range b.Ops {
+		if id := op.Msg.ID; op.Msg.Queue == "q" && id <= upTo && !kept[id] {
+			want++
+			wantBytes += int64(op.Msg.Size())
+		}
+	}
+
+	after, got, gotBytes, parts := uint64(0), 0, int64(0), 0
+	for after < upTo {
+		parts++
+		if parts > 20 {
+			t.Fatalf("purge not done after %d operations (at %d of %d)", parts-1, after, upTo)
+		}
+		var k []uint64
+		for _, id := range keep {
+			if id > after {
+				k = append(k, id)
+			}
+		}
+		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: "q", After: after, ID: upTo, Keep: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := pb.Ops[0]
+		if op.Affected > 3 || op.PurgedTo <= after || op.PurgedTo > upTo {
+			t.Fatalf("purge after %d up to %d: %d messages, to %d: want at most 3, and progress within the range", after, upTo, op.Affected, op.PurgedTo)
+		}
+		// Every message of q up to PurgedTo is gone but the kept ones.
+		ms, err := s.Load(context.Background(), "q", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.ID <= op.PurgedTo && !kept[m.ID] {
+				t.Fatalf("after a purge to %d, message %d is still there", op.PurgedTo, m.ID)
+			}
+		}
+		after = op.PurgedTo
+		got += op.Affected
+		gotBytes += op.Bytes
+	}
+	if got != want || gotBytes != wantBytes {
+		t.Fatalf("purged %d messages (%d bytes), want %d (%d bytes)", got, gotBytes, want, wantBytes)
+	}
+	if parts < 4 {
+		t.Fatalf("%d messages purged in %d operations of at most 3", got, parts)
+	}
+	ms, err := s.Load(context.Background(), "q", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []uint64
+	for _, m := range ms {
+		left = append(left, m.ID)
+	}
+	wantLeft := []uint64{qids[1], qids[2], qids[3], upTo, qids[len(qids)-1]}
+	if len(left) != len(wantLeft) {
+		t.Fatalf("q holds %v, want %v", left, wantLeft)
+	}
+	for i := range left {
+		if left[i] != wantLeft[i] {
+			t.Fatalf("q holds %v, want %v", left, wantLeft)
+		}
+	}
+	if ps, err := s.Load(context.Background(), "p", 0, 100); err != nil || len(ps) != len(pids) {
+		t.Fatalf("p holds %d messages (%v), want %d", len(ps), err, len(pids))
+	}
+	var claimRows int
+	if err := s.db.QueryRow(`SELECT count(*) FROM claims`).Scan(&claimRows); err != nil {
+		t.Fatal(err)
+	}
+	if claimRows != len(wantLeft)+len(pids) {
+		t.Fatalf("%d claim rows left, want %d (the messages left)", claimRows, len(wantLeft)+len(pids))
+	}
+}
+
+// TestStore_PurgeBytesBound: past its first message, a purge operation
+// stops before PurgeBytes; a message larger than the bound alone is
+// deleted on its own.
+func TestStore_PurgeBytesBound(t *testing.T) {
+	s := mustOpen(t, Config{PurgeBytes: 2500})
+	b, err := apply(t, s, enq("q", strings.Repeat("a", 1000)), enq("q", strings.Repeat("b", 1000)),
+		enq("q", strings.Repeat("c", 5000)), enq("q", strings.Repeat("d", 1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upTo := b.Ops[3].Msg.ID
+	var counts []int
+	for after := uint64(0); after < upTo; {
+		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: "q", After: after, ID: upTo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pb.Ops[0].PurgedTo <= after || len(counts) > 4 {
+			t.Fatalf("no progress: %+v after %v", pb.Ops[0], counts)
+		}
+		counts = append(counts, pb.Ops[0].Affected)
+		after = pb.Ops[0].PurgedTo
+	}
+	if len(counts) != 3 || counts[0] != 2 || counts[1] != 1 || counts[2] != 1 {
+		t.Fatalf("messages per purge operation %v, want [2 1 1]", counts)
+	}
+}
