@@ -42,10 +42,10 @@ type queue struct {
 	flushing bool
 	// purgeWait: the purge running, if one waits for its end (EvPurged).
 	purgeWait chan queuecore.Event
-	space    chan struct{} // closed and replaced when limits free up
-	timer    *time.Timer
-	timerAt  int64 // ms the timer is armed for, 0 = none
-	deleted  bool  // removed by DeleteQueue: callers re-resolve the name
+	space     chan struct{} // closed and replaced when limits free up
+	timer     *time.Timer
+	timerAt   int64 // ms the timer is armed for, 0 = none
+	deleted   bool  // removed by DeleteQueue: callers re-resolve the name
 	// dropped: DeleteQueue found the queue empty and forgot it for good;
 	// a message committed after that goes to the name's queue
 	// (takeCommitted), not to this one.

@@ -217,7 +217,7 @@ type Snapshot struct {
 	Bytes                               int64
 	Oldest                              int64 // ms of the oldest enqueue in memory, 0 if none
 	Spilled, Purging                    bool
-	PurgeDeleted                        int // by the running purge, so far
+	PurgeDeleted                        int   // by the running purge, so far
 	Cached                              int   // messages in the backlog cache
 	CacheBytes                          int64 // and their weight (CacheBytes)
 	Stats
