@@ -443,38 +443,62 @@ func (s *Store) Sizes() (db, wal int64) {
 	return db, wal
 }
 
+// isPurge reports whether b holds a part of a purge.
+func isPurge(b *appliance.Batch) bool {
+	for i := range b.Ops {
+		if b.Ops[i].Kind == appliance.OpPurge {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Store) writer() {
 	defer s.wg.Done()
 	defer close(s.done)
 	var batches []*appliance.Batch
 	prune := time.NewTicker(10 * time.Second)
 	defer prune.Stop()
+	// carry: a purge batch taken while gathering the last transaction; it
+	// starts the next one (see isPurge).
+	var carry *appliance.Batch
 	for {
 		var first *appliance.Batch
-		select {
-		case b, ok := <-s.in:
-			if !ok {
-				return
-			}
-			first = b
-		case <-prune.C:
-			s.wmu.Lock()
-			s.pruneDedup()
-			s.wmu.Unlock()
-			continue
-		case r := <-s.truncate:
-			s.wmu.Lock()
-			s.writerCheckpoint(r)
-			s.wmu.Unlock()
-			continue
-		}
-		batches = append(batches[:0], first)
-		n := len(first.Ops)
-	drain:
-		for n < s.cfg.MaxBatchOps {
+		if carry != nil {
+			first, carry = carry, nil
+		} else {
 			select {
 			case b, ok := <-s.in:
 				if !ok {
+					return
+				}
+				first = b
+			case <-prune.C:
+				s.wmu.Lock()
+				s.pruneDedup()
+				s.wmu.Unlock()
+				continue
+			case r := <-s.truncate:
+				s.wmu.Lock()
+				s.writerCheckpoint(r)
+				s.wmu.Unlock()
+				continue
+			}
+		}
+		batches = append(batches[:0], first)
+		n := len(first.Ops)
+		// A part of a purge takes milliseconds (it deletes up to
+		// PurgeRows messages): it commits alone, so that what waits
+		// behind it waits for one part at most, not for it and the next.
+	drain:
+		for n < s.cfg.MaxBatchOps && !isPurge(first) {
+			select {
+			case b, ok := <-s.in:
+				if !ok {
+					break drain
+				}
+				if isPurge(b) {
+					carry = b
 					break drain
 				}
 				batches = append(batches, b)
@@ -508,7 +532,7 @@ func (s *Store) writer() {
 		// this one here, sparing a lone SEND's receipt the hand-over to
 		// the completion goroutine (completions never block; order is
 		// kept, since none is pending).
-		if len(s.in) == 0 && s.pendingDone.Load() == 0 {
+		if len(s.in) == 0 && carry == nil && s.pendingDone.Load() == 0 {
 			if len(batches) == 1 {
 				batches[0].Lone = true
 			}
