@@ -70,7 +70,8 @@ func (q *queue) waitCore(ctx context.Context, cb *queuecore.Batch) (*Batch, erro
 // queuecore.Core.Purge). Memory changes as each commits: a purge that
 // fails leaves the queue as its committed batches left it, and says how
 // many messages those deleted. A purge whose caller stops waiting (ctx)
-// goes on to its end.
+// goes on to its end; one the broker's shutdown interrupts stops, what it
+// deleted staying deleted. Its end is logged (queue.logEvent).
 func (q *queue) purge(ctx context.Context) (int, error) {
 	done := make(chan queuecore.Event, 1)
 	var cb *queuecore.Batch
@@ -83,16 +84,23 @@ func (q *queue) purge(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("purge %s: %w; wait for it and retry", q.name, ErrPurging)
 	}
 	q.submitCore(cb, nil)
+	sofar := func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.core.Snapshot().PurgeDeleted
+	}
 	select {
 	case ev := <-done:
 		if ev.Err != nil {
-			q.b.log.Warn("queue purge failed", "queue", q.name, "messages", ev.Count, "err", ev.Err)
 			return ev.Count, fmt.Errorf("purge %s: %w (%d messages were deleted before; the rest stays: retry)", q.name, ev.Err, ev.Count)
 		}
-		q.b.log.Info("queue purged", "queue", q.name, "messages", ev.Count)
 		return ev.Count, nil
 	case <-ctx.Done():
-		return 0, fmt.Errorf("purge %s: waiting for the journal: %w (the purge goes on; see herald queue show %s)", q.name, ctx.Err(), q.name)
+		n := sofar()
+		return n, fmt.Errorf("purge %s: waiting for the journal: %w (%d messages deleted so far; the purge goes on: see herald queue show %s)", q.name, ctx.Err(), n, q.name)
+	case <-q.b.stop:
+		n := sofar()
+		return n, fmt.Errorf("purge %s: %w: the purge stops (at least %d messages deleted; the rest stays: purge again after the restart)", q.name, errBrokerClosed, n)
 	}
 }
 

@@ -1,6 +1,7 @@
 package appliance_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -92,4 +93,51 @@ func TestQueue_PurgeInParts(t *testing.T) {
 	}
 	eq(t, bodies(t, sub2, 5), []string{"m0", "m1", "m2", "n0", "n1"})
 	expectNone(t, sub2, 100*time.Millisecond)
+}
+
+// A purge the broker's shutdown interrupts returns at once, saying so,
+// instead of waiting out its caller's deadline for a next part nothing will
+// submit; what it deleted stays deleted and the rest is there after the
+// restart, counted right.
+func TestQueue_PurgeStopsAtShutdown(t *testing.T) {
+	fj := &faultJournal{}
+	tb := testbroker.StartTuned(t, nil, func(jc *journal.Config) { jc.PurgeRows = 5 },
+		func(j appliance.Journal) appliance.Journal { fj.Journal = j; return fj })
+	fj.setFail(func(b *appliance.Batch) bool {
+		if hasOp(b, appliance.OpPurge) {
+			time.Sleep(5 * time.Millisecond) // 200 parts: a second at least
+		}
+		return false
+	})
+	sendAll(t, tb.Dial(t), "/queue/ps", 1000, func(i int) string { return "m" + strconv.Itoa(i) })
+	type result struct {
+		n   int
+		err error
+		at  time.Time
+	}
+	res := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		n, err := tb.B.Purge(ctx, "ps")
+		res <- result{n, err, time.Now()}
+	}()
+	waitFor(t, 5*time.Second, "the purge under way", func() bool {
+		v, _ := tb.B.Queue("ps")
+		return v.Purging && v.PurgeDeleted > 0
+	})
+	stopped := time.Now()
+	tb.Restart()
+	r := <-res
+	if r.err == nil || !strings.Contains(r.err.Error(), "broker closed") || !strings.Contains(r.err.Error(), "purge again") {
+		t.Fatalf("purge interrupted by the shutdown: %d, %v; want an error saying the broker closed", r.n, r.err)
+	}
+	if d := r.at.Sub(stopped); d > 5*time.Second {
+		t.Fatalf("the interrupted purge returned %v after the shutdown began", d)
+	}
+	v, _ := tb.B.Queue("ps")
+	if v.Messages > 1000-r.n || v.Messages == 0 {
+		t.Fatalf("after the restart %d messages; the purge said at least %d of 1000 deleted, and not all", v.Messages, r.n)
+	}
+	assertRecount(t, tb)
 }

@@ -740,6 +740,12 @@ func (q *queue) logEvent(ev queuecore.Event) {
 	switch ev.Kind {
 	case queuecore.EvAckTimeout:
 		q.b.log.Info("ack timeout: message returned to the queue", "queue", q.name, "id", ev.ID)
+	case queuecore.EvPurged:
+		if ev.Err != nil {
+			q.b.log.Warn("queue purge failed; what it deleted before stays deleted, the rest stays in the queue", "queue", q.name, "messages", ev.Count, "err", ev.Err)
+		} else {
+			q.b.log.Info("queue purged", "queue", q.name, "messages", ev.Count, "bytes", ev.Bytes)
+		}
 	case queuecore.EvOutOfOrder:
 		if n, ok := q.orderLog.allow(q.b.now()); ok {
 			q.b.log.Error("bug: queue commits reported out of order; the message may wait for a restart to be delivered", "queue", q.name, "id", ev.ID, "detail", ev.Reason, "suppressed", n)
