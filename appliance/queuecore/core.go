@@ -232,7 +232,7 @@ func (c *Core) wake() int64 {
 	if c.deadlines > 0 {
 		at(c.nextDeadline)
 	}
-	if (c.spilled || len(c.parked) > 0) && !c.paging && !c.purging && c.pageRetryAt > 0 {
+	if (c.spilled || len(c.parked) > 0) && !c.paging && (!c.purging || c.pageFailing) && c.pageRetryAt > 0 {
 		at(c.pageRetryAt)
 	}
 	if len(c.repin) > 0 {
@@ -446,8 +446,10 @@ func (c *Core) unstashOne(m *Msg) {
 // whether it answered one from the backlog cache (dispatch goes on).
 func (c *Core) maybePage(now int64) bool {
 	// While a purge runs nothing is dispatched, and what a page-in loaded
-	// would mostly be the purge's next batch to delete: paging waits.
-	if (!c.spilled && len(c.parked) == 0) || c.paging || c.purging || now < c.pageRetryAt {
+	// would mostly be the purge's next batch to delete: paging waits,
+	// unless page-ins are failing (a read that works ends the run of
+	// failures, which the shell reports, however long the purge).
+	if (!c.spilled && len(c.parked) == 0) || c.paging || c.purging && !c.pageFailing || now < c.pageRetryAt {
 		return false
 	}
 	// Due: from now on the window decides (a Wake in the past would spin

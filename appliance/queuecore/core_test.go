@@ -311,3 +311,54 @@ func TestCore_PageInFailingFromTimeZero(t *testing.T) {
 		t.Fatalf("PageInFailing() after a failure at 0 = %d %q %v, want 0 %q true", since, err, failing, errTest.Error())
 	}
 }
+
+// A purge pauses page-ins, but not the retries of failing ones: a run of
+// failures ends at the first read that works, not at the end of the purge
+// (the shell reports a long run: not ready). A page-in is asked again once
+// the purge ends.
+func TestCore_PurgeKeepsRetryingFailedPageIns(t *testing.T) {
+	c := New(Config{Window: 2, RetryMin: 100, RetryMax: 100}, 1)
+	c.Recover(10, 10, 10, 0, 0)
+	out := c.Take()
+	if out.PageIn == nil {
+		t.Fatal("no page-in after Recover")
+	}
+	c.Paged(out.PageIn, nil, errTestT("disk I/O error"), 10)
+	c.Take()
+	pb := c.Purge(20)
+	if pb == nil {
+		t.Fatal("no purge")
+	}
+	out = c.Take()
+	if out.Wake != 110 {
+		t.Fatalf("wake %d during the purge, want 110 (the page-in's retry)", out.Wake)
+	}
+	c.Tick(110)
+	out = c.Take()
+	if out.PageIn == nil {
+		t.Fatal("no page-in retried during the purge")
+	}
+	c.Paged(out.PageIn, []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}}, nil, 115)
+	out = c.Take()
+	if evs := pageEvents(out); len(evs) != 1 || evs[0].Kind != EvPageInRecovered {
+		t.Fatalf("events after the page-in that read: %+v, want EvPageInRecovered", evs)
+	}
+	if out.PageIn != nil {
+		t.Fatal("a page-in asked while the purge runs and page-ins work")
+	}
+	// The purge's part deletes 1-4; then the rest.
+	c.Done(pb.Seq, Result{Affected: 4, Bytes: 4, PurgedTo: 4}, nil, 120)
+	out = c.Take()
+	if len(out.Batches) != 1 || out.Batches[0].Ops[0].After != 4 || out.PageIn != nil {
+		t.Fatalf("after the first part: %d batches (%+v), page-in %v; want the next part after 4 and no page-in", len(out.Batches), out.Batches, out.PageIn)
+	}
+	c.Done(out.Batches[0].Seq, Result{Affected: 6, Bytes: 6, PurgedTo: 10}, nil, 130)
+	out = c.Take()
+	var ended bool
+	for _, ev := range out.Events {
+		ended = ended || ev.Kind == EvPurged && ev.Err == nil && ev.Count == 10
+	}
+	if !ended || c.Snapshot().Count != 0 || c.Snapshot().Purging {
+		t.Fatalf("after the last part: events %+v, snapshot %+v; want EvPurged of 10 and an empty queue", out.Events, c.Snapshot())
+	}
+}
