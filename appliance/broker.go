@@ -674,6 +674,12 @@ func (b *Broker) diskFloor() int64 {
 	return b.cfg().Journal.MinFreeBytes + b.cfg().Journal.WALLimitBytes
 }
 
+// journalSpace is a journal that says what of its files new data reuses
+// before they grow (journal.Store.Reusable).
+type journalSpace interface {
+	Reusable(ctx context.Context) (free, wal int64, err error)
+}
+
 // diskCheckEvery bounds how often SENDs re-read the free space.
 const diskCheckEvery = 20 * time.Millisecond
 
@@ -694,11 +700,28 @@ func (b *Broker) checkDisk(force bool) bool {
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	low := free < b.diskFloor()
+	var reusable int64
+	if js, ok := b.j.(journalSpace); ok && low {
+		// Below the floor on the filesystem, but the journal's file may
+		// hold the pages of deleted messages (drained, purged), which new
+		// ones fill before the file grows (it never shrinks): they count
+		// as free space, as long as the WAL, which new messages still
+		// take from the filesystem, growing to its bound from its size
+		// now would leave min_free_bytes free.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, wal, err := js.Reusable(ctx)
+		cancel()
+		if err == nil {
+			walRoom := max(0, b.cfg().Journal.WALLimitBytes-wal)
+			low = free+r < b.diskFloor() || free-walRoom < b.cfg().Journal.MinFreeBytes
+			reusable = r
+		}
+	}
 	if low != b.diskLow.Swap(low) {
 		if low {
-			b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg().DataDir, "free_bytes", free, "floor_bytes", b.diskFloor())
+			b.log.Error("free disk space below the floor: refusing queue SENDs until space returns", "dir", b.cfg().DataDir, "free_bytes", free, "journal_reusable_bytes", reusable, "floor_bytes", b.diskFloor())
 		} else {
-			b.log.Info("free disk space back above the floor: accepting queue SENDs", "dir", b.cfg().DataDir, "free_bytes", free)
+			b.log.Info("free disk space back above the floor: accepting queue SENDs", "dir", b.cfg().DataDir, "free_bytes", free, "journal_reusable_bytes", reusable)
 		}
 	}
 	return low

@@ -124,3 +124,65 @@ func checkAll(t *testing.T, tb *testBroker, dest string, want []string) {
 	}
 	expectNone(t, sub, 100*time.Millisecond)
 }
+
+// Space the journal frees inside its file counts: once the queue that
+// filled the disk to the floor is purged, SENDs are accepted again without
+// any space returned to the filesystem (SQLite reuses the freed pages; the
+// file does not shrink): about as many as were purged fit, none refused
+// before three quarters of them (before, only the WAL's truncations let a
+// few through between refusals), and the floor still refuses SENDs before
+// the disk is really full (the journal never meets ENOSPC).
+func TestDiskFull_PurgedSpaceIsReused(t *testing.T) {
+	dir := mountTmpfs(t, "64m")
+	tb := mustStartBroker(t, func(c *appliance.Config) {
+		c.DataDir = dir
+		c.Journal.MinFreeBytes = 6 << 20
+		c.Journal.WALLimitBytes = 4 << 20 // the floor: 10 MiB free; the messages' pages fill the rest
+	})
+	ok, err := fill(t, tb, "/queue/full")
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("after %d messages: got %v, want ERROR disk full", len(ok), err)
+	}
+	if n, err := tb.B.Purge(ctxT(t), "full"); err != nil || n != len(ok) {
+		t.Fatalf("purge of the full queue: %d, %v; want %d", n, err, len(ok))
+	}
+	// Fill again: a refusal while the WAL is over its bound passes once it
+	// starts over; the fill ends when refused for 2 s.
+	body := strings.Repeat("y", 4000)
+	c := tb.Dial(t)
+	var again, refusals int
+	firstRefusal := -1
+	var refusedSince time.Time
+	for again < 2*len(ok) {
+		_, err := c.SendReceipt(ctxT(t), "/queue/again", []byte(body))
+		if err == nil {
+			again++
+			refusedSince = time.Time{}
+			continue
+		}
+		if !strings.Contains(err.Error(), "is below") {
+			t.Fatalf("after the purge, SEND %d: %v; want only the floor's refusal (the journal must not meet a full disk)", again, err)
+		}
+		refusals++
+		if firstRefusal < 0 {
+			firstRefusal = again
+		}
+		if refusedSince.IsZero() {
+			refusedSince = time.Now()
+		} else if time.Since(refusedSince) > 2*time.Second {
+			break
+		}
+		c.Close()
+		time.Sleep(100 * time.Millisecond)
+		c = tb.Dial(t)
+	}
+	c.Close()
+	t.Logf("%d messages of 4 KiB filled the disk to the floor; after their purge %d fit again, the first refused after %d, %d refusals", len(ok), again, firstRefusal, refusals)
+	if again < len(ok)*3/4 || again >= 2*len(ok) || firstRefusal >= 0 && firstRefusal < len(ok)*3/4 {
+		t.Fatalf("after purging %d messages of 4 KiB, %d fit again, the first refused after %d; want about as many, none refused before three quarters", len(ok), again, firstRefusal)
+	}
+	tb.Restart()
+	if v, _ := tb.B.Queue("again"); v.Messages != again {
+		t.Fatalf("after a restart, %d messages in the queue; %d were receipted", v.Messages, again)
+	}
+}

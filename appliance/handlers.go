@@ -255,7 +255,7 @@ func (s *session) onSend(f *stomp.Frame) bool {
 // backpressure) up to block_timeout. False: the session was failed.
 func (s *session) admit(f *stomp.Frame, q *queue, m *Message) bool {
 	if s.b.checkDisk(false) {
-		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes %d plus journal.wal_limit_bytes %d of checkpoint room); queue %s accepts no messages until space is freed (consumers and acks keep working). Nothing was stored.", s.b.cfg().DataDir, s.b.diskFloor(), s.b.cfg().Journal.MinFreeBytes, s.b.cfg().Journal.WALLimitBytes, q.name))
+		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s, counting the pages herald.db can reuse, is below %d bytes (journal.min_free_bytes %d plus journal.wal_limit_bytes %d of checkpoint room); queue %s accepts no messages until space is freed (consumers and acks keep working; what they delete is reused). Nothing was stored.", s.b.cfg().DataDir, s.b.diskFloor(), s.b.cfg().Journal.MinFreeBytes, s.b.cfg().Journal.WALLimitBytes, q.name))
 		return false
 	}
 	var deadline <-chan time.Time

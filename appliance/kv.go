@@ -201,7 +201,7 @@ func (s *session) onKVSend(f *stomp.Frame, name string) bool {
 	}
 	if req.Op == kvcore.Put && s.b.checkDisk(false) {
 		s.drainJournal()
-		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); %s was not stored. Deletes still work.", s.b.cfg().DataDir, s.b.diskFloor(), dest))
+		s.fail(f, "disk full", fmt.Sprintf("Free space in the data directory %s, counting the pages herald.db can reuse, is below %d bytes (journal.min_free_bytes plus journal.wal_limit_bytes); %s was not stored. Deletes still work.", s.b.cfg().DataDir, s.b.diskFloor(), dest))
 		return false
 	}
 	req.NoCreate = !s.kvMayCreate(name)

@@ -443,6 +443,21 @@ func (s *Store) Sizes() (db, wal int64) {
 	return db, wal
 }
 
+// Reusable reports what of the journal's files new data takes before they
+// grow: the database's free pages (SQLite's freelist: the pages of deleted
+// messages, filled before the file grows; the file never shrinks) in
+// bytes, and the WAL file's size (its frames are overwritten in place once
+// copied back, up to WALLimit). The broker's disk floor counts them
+// (appliance.Broker.checkDisk).
+func (s *Store) Reusable(ctx context.Context) (free, wal int64, err error) {
+	var pages int64
+	if err := s.db.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&pages); err != nil {
+		return 0, 0, err
+	}
+	_, wal = s.Sizes()
+	return pages * int64(s.pageSize), wal, nil
+}
+
 // isPurge reports whether b holds a part of a purge.
 func isPurge(b *appliance.Batch) bool {
 	for i := range b.Ops {

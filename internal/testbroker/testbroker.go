@@ -113,7 +113,8 @@ func (b *Broker) start() {
 		Sync:               b.Cfg.Journal.Sync,
 		DedupWindow:        b.Cfg.Queues.DedupWindow.Duration,
 		CheckpointInterval: 50 * time.Millisecond,
-		MmapSize:           b.Cfg.Journal.MmapBytes, // as heraldd
+		WALLimit:           b.Cfg.Journal.WALLimitBytes, // as heraldd
+		MmapSize:           b.Cfg.Journal.MmapBytes,     // as heraldd
 	}
 	if b.tune != nil {
 		b.tune(&jc)
