@@ -140,6 +140,7 @@ var (
 	// Journal.
 	dJDB         = desc("herald_journal_db_bytes", "Size of the journal database file.")
 	dJWAL        = desc("herald_journal_wal_bytes", "Size of the journal's write-ahead log.")
+	dJDBFree     = desc("herald_journal_db_free_bytes", "Bytes of the journal database file free for reuse: pages of deleted messages, filled before the file grows (it does not shrink).")
 	dJCommits    = desc("herald_journal_commits_total", "Journal transactions committed.")
 	dJOps        = desc("herald_journal_operations_total", "Journal operations committed.")
 	dJFailed     = desc("herald_journal_failed_commits_total", "Journal transactions that failed.")
@@ -181,7 +182,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
 		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
 		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dQueuesForgot, dLVEvicted, dLVBytes, dHistBytes, dHistMsgs, dHistDropped, dDiskLow, dStart,
-		dJDB, dJWAL, dJCommits, dJOps, dJFailed, dJInline, dJCkpt, dJReadErrs, dJLastCkpt, dJLastCommit,
+		dJDB, dJDBFree, dJWAL, dJCommits, dJOps, dJFailed, dJInline, dJCkpt, dJReadErrs, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
 		dChRepairBytes, dChNAKsDropped, dChSources, dChSrcNAKs, dChSrcRepBytes, dChSrcRefused,
 		dChFragmented, dChFragments, dChHistory, dChHistRefused,
@@ -264,6 +265,7 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 		js := s.o.Journal.Status()
 		gauge(dJDB, float64(js.DBBytes))
 		gauge(dJWAL, float64(js.WALBytes))
+		gauge(dJDBFree, float64(js.DBFreeBytes))
 		counter(dJCommits, float64(js.Commits))
 		counter(dJOps, float64(js.Ops))
 		counter(dJFailed, float64(js.FailedCommits))

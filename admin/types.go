@@ -108,9 +108,13 @@ type NAKSourceView struct {
 
 // JournalStatus is the journal part of Status.
 type JournalStatus struct {
-	Path              string     `json:"path"`
-	DBBytes           int64      `json:"db_bytes"`
-	WALBytes          int64      `json:"wal_bytes"`
+	Path     string `json:"path"`
+	DBBytes  int64  `json:"db_bytes"`
+	WALBytes int64  `json:"wal_bytes"`
+	// DBFreeBytes: of DBBytes, the pages of deleted messages, which new
+	// ones reuse (the file does not shrink); they count as free for the
+	// disk floor.
+	DBFreeBytes       int64      `json:"db_free_bytes"`
 	Commits           uint64     `json:"commits_total"`
 	Ops               uint64     `json:"ops_total"`
 	FailedCommits     uint64     `json:"failed_commits_total"`

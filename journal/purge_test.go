@@ -156,3 +156,38 @@ func TestStore_PurgeBytesBound(t *testing.T) {
 		t.Fatalf("messages per purge operation %v, want [2 1 1]", counts)
 	}
 }
+
+// TestStore_ReusableAfterPurge: the pages of purged messages stay in the
+// file as free pages, and Reusable counts them (the disk floor and the
+// status report them).
+func TestStore_ReusableAfterPurge(t *testing.T) {
+	s := mustOpen(t, Config{})
+	var ops []appliance.Op
+	for i := 0; i < 100; i++ {
+		ops = append(ops, enq("q", strings.Repeat("z", 4000)))
+	}
+	b, err := apply(t, s, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := s.Reusable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := b.Ops[len(b.Ops)-1].Msg.ID
+	for after := uint64(0); after < last; {
+		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: "q", After: after, ID: last})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = pb.Ops[0].PurgedTo
+	}
+	free, _, err := s.Reusable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, _ := s.Sizes()
+	if free-before < 100*4000*9/10 {
+		t.Fatalf("free bytes %d before the purge of 400 kB of messages, %d after (file %d bytes); want the purged pages counted", before, free, db)
+	}
+}

@@ -61,7 +61,7 @@ func printStatus(cCtx *cli.Context, st *admin.Status) error {
 	t.row("connections:", fmt.Sprintf("%d open, %d accepted, %d refused", st.Connections, st.Totals.ConnectionsTotal, st.Totals.Refused))
 	t.row("queues:", fmt.Sprintf("%d holding %d messages (%s)", st.Queues, st.Messages, humanBytes(st.MessageBytes)))
 	if j := st.Journal; j != nil {
-		t.row("journal:", fmt.Sprintf("%s, %s", j.Path, humanBytes(j.DBBytes)))
+		t.row("journal:", fmt.Sprintf("%s, %s (%s of it free for reuse)", j.Path, humanBytes(j.DBBytes), humanBytes(j.DBFreeBytes)))
 		t.row("WAL:", humanBytes(j.WALBytes))
 		last := "never"
 		if j.LastCheckpoint != nil {

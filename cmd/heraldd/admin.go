@@ -104,7 +104,11 @@ type storeAdmin struct{ s *journal.Store }
 func (a storeAdmin) Status() admin.JournalStatus {
 	st := a.s.Stats()
 	db, wal := a.s.Sizes()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	free, _, _ := a.s.Reusable(ctx)
+	cancel()
 	js := admin.JournalStatus{
+		DBFreeBytes:       free,
 		Path:              a.s.Path(),
 		DBBytes:           db,
 		WALBytes:          wal,
