@@ -140,7 +140,7 @@ var (
 	// Journal.
 	dJDB         = desc("herald_journal_db_bytes", "Size of the journal database file.")
 	dJWAL        = desc("herald_journal_wal_bytes", "Size of the journal's write-ahead log.")
-	dJDBFree     = desc("herald_journal_db_free_bytes", "Bytes of the journal database file free for reuse: pages of deleted messages, filled before the file grows (it does not shrink).")
+	dJDBFree     = desc("herald_journal_db_free_bytes", "Bytes of the journal database file free for reuse: pages of deleted messages, filled before the file grows, given back to the disk when the journal is idle.")
 	dJCommits    = desc("herald_journal_commits_total", "Journal transactions committed.")
 	dJOps        = desc("herald_journal_operations_total", "Journal operations committed.")
 	dJFailed     = desc("herald_journal_failed_commits_total", "Journal transactions that failed.")

@@ -112,8 +112,8 @@ type JournalStatus struct {
 	DBBytes  int64  `json:"db_bytes"`
 	WALBytes int64  `json:"wal_bytes"`
 	// DBFreeBytes: of DBBytes, the pages of deleted messages, which new
-	// ones reuse (the file does not shrink); they count as free for the
-	// disk floor.
+	// ones reuse and an idle journal gives back to the disk; they count as
+	// free for the disk floor.
 	DBFreeBytes       int64      `json:"db_free_bytes"`
 	Commits           uint64     `json:"commits_total"`
 	Ops               uint64     `json:"ops_total"`

@@ -704,8 +704,9 @@ func (b *Broker) checkDisk(force bool) bool {
 	if js, ok := b.j.(journalSpace); ok && low {
 		// Below the floor on the filesystem, but the journal's file may
 		// hold the pages of deleted messages (drained, purged), which new
-		// ones fill before the file grows (it never shrinks): they count
-		// as free space, as long as the WAL, which new messages still
+		// ones fill before the file grows (an idle journal gives them
+		// back, but a busy one keeps them): they count as free space, as
+		// long as the WAL, which new messages still
 		// take from the filesystem, growing to its bound from its size
 		// now would leave min_free_bytes free.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -128,7 +128,8 @@ func checkAll(t *testing.T, tb *testBroker, dest string, want []string) {
 // Space the journal frees inside its file counts: once the queue that
 // filled the disk to the floor is purged, SENDs are accepted again without
 // any space returned to the filesystem (SQLite reuses the freed pages; the
-// file does not shrink): about as many as were purged fit, none refused
+// journal gives them back only when idle with 64 MiB of them): about as
+// many as were purged fit, none refused
 // before three quarters of them (before, only the WAL's truncations let a
 // few through between refusals), and the floor still refuses SENDs before
 // the disk is really full (the journal never meets ENOSPC).

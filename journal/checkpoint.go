@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -51,6 +52,13 @@ func (s *Store) checkpointer() {
 				quietSince = time.Now()
 			}
 			if !truncated && time.Since(quietSince) >= s.cfg.CheckpointInterval && s.backups.Load() == 0 {
+				// Idle: give free pages back first, step by step, as
+				// long as no commit comes.
+				for s.reclaims && s.commits.Load() == lastCommits && s.reclaimable() {
+					if !s.askWriter(ckReclaim) {
+						break
+					}
+				}
 				if _, wal := s.Sizes(); wal > 0 {
 					s.askWriter(ckTruncate)
 				}
@@ -104,25 +112,45 @@ type ckMode uint8
 const (
 	ckTail     ckMode = iota // PASSIVE: copy the few frames left, so that the next transaction starts the WAL over
 	ckTruncate               // TRUNCATE, when idle
+	ckReclaim                // incremental_vacuum of reclaimStep pages, when idle (then TRUNCATE shrinks the file)
 )
+
+// reclaimStep is how many free pages one idle reclaim step gives back (2 MiB
+// of 4 KiB pages): the first commit after the journal was idle waits for
+// one step at most.
+const reclaimStep = 512
+
+// reclaimable reports whether the file holds at least ReclaimMin free
+// bytes.
+func (s *Store) reclaimable() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	free, _, err := s.Reusable(ctx)
+	return err == nil && free >= s.cfg.ReclaimMin
+}
 
 type ckReq struct {
 	mode ckMode
 	done chan struct{}
+	ok   bool // set by the writer before done closes
 }
 
 // askWriter has the writer run mode between two transactions and waits
-// for it (a PASSIVE running beside it would hold the checkpoint lock).
-func (s *Store) askWriter(mode ckMode) {
-	r := ckReq{mode: mode, done: make(chan struct{})}
+// for it (a PASSIVE running beside it would hold the checkpoint lock). It
+// reports whether the writer ran it and it did its work (ckReclaim: gave
+// pages back).
+func (s *Store) askWriter(mode ckMode) bool {
+	r := &ckReq{mode: mode, done: make(chan struct{})}
 	select {
 	case s.truncate <- r:
 		select {
 		case <-r.done:
+			return r.ok
 		case <-s.stop:
 		}
 	case <-s.stop:
 	}
+	return false
 }
 
 // checkpoint runs one checkpoint in mode on a pooled connection.
@@ -198,12 +226,16 @@ func (s *Store) pruneDedup() {
 // writerCheckpoint runs r on the writer connection without waiting for
 // a reader (busy_timeout 0): a busy checkpoint is tried again at a later
 // tick rather than stalling commits.
-func (s *Store) writerCheckpoint(r ckReq) {
+func (s *Store) writerCheckpoint(r *ckReq) {
 	defer close(r.done)
 	if s.stoppedErr() != nil {
 		return
 	}
 	ctx := context.Background()
+	if r.mode == ckReclaim {
+		r.ok = s.reclaim(ctx)
+		return
+	}
 	if _, err := s.wc.ExecContext(ctx, "PRAGMA busy_timeout=0"); err != nil {
 		return
 	}
@@ -216,4 +248,32 @@ func (s *Store) writerCheckpoint(r ckReq) {
 	if err == nil && (busy != 0 || done < logPages) {
 		s.log.Debug("WAL restart postponed: a reader is using the WAL", "mode", mode)
 	}
+}
+
+// reclaim gives up to reclaimStep free pages back to the filesystem (on the
+// writer connection, between transactions): SQLite moves pages from the end
+// of the file into free ones and truncates it (the file shrinks once the
+// WAL is checkpointed). It reports whether pages went back.
+func (s *Store) reclaim(ctx context.Context) bool {
+	var before, after int64
+	if err := s.wc.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&before); err != nil {
+		return false
+	}
+	// A pragma whose every step returns a row: run it to the end.
+	rows, err := s.wc.QueryContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", reclaimStep))
+	if err != nil {
+		s.log.Warn("reclaiming free pages failed", "err", err)
+		return false
+	}
+	for rows.Next() {
+	}
+	if err := rows.Close(); err != nil {
+		s.log.Warn("reclaiming free pages failed", "err", err)
+		return false
+	}
+	if err := s.wc.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&after); err != nil || after >= before {
+		return false
+	}
+	s.reclaimed.Add((before - after) * int64(s.pageSize))
+	return true
 }

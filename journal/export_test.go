@@ -14,7 +14,7 @@ func (s *Store) PruneDedupNow() {
 func (s *Store) TruncateNow() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	s.writerCheckpoint(ckReq{mode: ckTruncate, done: make(chan struct{})})
+	s.writerCheckpoint(&ckReq{mode: ckTruncate, done: make(chan struct{})})
 }
 
 // PassiveNow runs the checkpointer's PASSIVE checkpoint.

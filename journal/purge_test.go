@@ -2,8 +2,11 @@ package journal
 
 import (
 	"context"
+	"database/sql"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/herald-mq/herald/appliance"
 )
@@ -189,5 +192,95 @@ func TestStore_ReusableAfterPurge(t *testing.T) {
 	db, _ := s.Sizes()
 	if free-before < 100*4000*9/10 {
 		t.Fatalf("free bytes %d before the purge of 400 kB of messages, %d after (file %d bytes); want the purged pages counted", before, free, db)
+	}
+}
+
+// TestStore_ReclaimWhenIdle: a new journal gives the pages of deleted
+// messages back to the filesystem once idle (incremental auto-vacuum, then
+// the idle TRUNCATE): the file shrinks to a fraction of its size after a
+// purge, what is left reads back, and the space is counted.
+func TestStore_ReclaimWhenIdle(t *testing.T) {
+	s := mustOpen(t, Config{CheckpointInterval: 50 * time.Millisecond, ReclaimMin: 1 << 20})
+	var ops []appliance.Op
+	for i := 0; i < 2000; i++ {
+		ops = append(ops, enq("q", strings.Repeat("r", 4000)))
+	}
+	ops = append(ops, enq("kept", "still here"))
+	b, err := apply(t, s, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.TruncateNow()
+	full, _ := s.Sizes()
+	if full < 8_000_000 {
+		t.Fatalf("file of %d bytes after 8 MB of messages", full)
+	}
+	last := b.Ops[1999].Msg.ID
+	for after := uint64(0); after < last; {
+		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: "q", After: after, ID: last})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = pb.Ops[0].PurgedTo
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		db, wal := s.Sizes()
+		if db < full/4 && wal == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			free, _, _ := s.Reusable(context.Background())
+			t.Fatalf("10 s after the purge the file is %d bytes (%d before, %d free in it), the WAL %d", db, full, free, wal)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := s.ReclaimedBytes(); got < full/2 {
+		t.Fatalf("%d bytes counted as reclaimed; the file went from %d", got, full)
+	}
+	ms, err := s.Load(context.Background(), "kept", 0, 10)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != "still here" {
+		t.Fatalf("the message left: %v, %v", ms, err)
+	}
+}
+
+// TestStore_OldDatabaseKeepsFreePages: a database made before incremental
+// auto-vacuum (chosen only when the file is new) opens as before: the
+// journal does not try to reclaim, and its free pages are counted for reuse.
+func TestStore_OldDatabaseKeepsFreePages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.db")
+	old, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec("CREATE TABLE made_before(x)"); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	s := mustOpen(t, Config{Path: path, CheckpointInterval: 20 * time.Millisecond, ReclaimMin: 1 << 20})
+	if s.reclaims {
+		t.Fatal("a database made without auto-vacuum is taken for one with it")
+	}
+	var ops []appliance.Op
+	for i := 0; i < 500; i++ {
+		ops = append(ops, enq("q", strings.Repeat("o", 4000)))
+	}
+	b, err := apply(t, s, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := b.Ops[499].Msg.ID
+	for after := uint64(0); after < last; {
+		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: "q", After: after, ID: last})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = pb.Ops[0].PurgedTo
+	}
+	time.Sleep(300 * time.Millisecond) // idle: truncated, nothing reclaimed
+	db, wal := s.Sizes()
+	free, _, err := s.Reusable(context.Background())
+	if err != nil || wal != 0 || free < 500*4000*9/10 || db < free || s.ReclaimedBytes() != 0 {
+		t.Fatalf("idle old database: file %d, WAL %d, free %d (%v), reclaimed %d; want the free pages kept and counted", db, wal, free, err, s.ReclaimedBytes())
 	}
 }

@@ -30,6 +30,7 @@ const (
 	DefaultCompressMin        = 4096
 	DefaultPurgeRows          = 2000
 	DefaultPurgeBytes         = 4 << 20
+	DefaultReclaimMin         = 64 << 20
 )
 
 // Config configures a Store. Zero values take the defaults above.
@@ -55,6 +56,12 @@ type Config struct {
 	// 0: DefaultPurgeRows, DefaultPurgeBytes.
 	PurgeRows  int
 	PurgeBytes int64
+	// ReclaimMin: once the journal has been idle for a CheckpointInterval
+	// and its file holds at least this many free bytes (the pages of
+	// deleted messages), it gives them back to the filesystem, a few MiB
+	// per step, stopping at the first commit (a database created by this
+	// version: incremental auto-vacuum). 0: DefaultReclaimMin.
+	ReclaimMin int64
 	Logger     *slog.Logger
 	Now        func() time.Time // clock, for tests
 }
@@ -107,7 +114,7 @@ type Store struct {
 	done              chan completed
 	// truncate asks the writer for a checkpoint between transactions (see
 	// checkpointer).
-	truncate chan ckReq
+	truncate chan *ckReq
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
@@ -140,7 +147,11 @@ type Store struct {
 	streamReadStmt *sql.Stmt
 	streamReadErr  error
 	pageSize       int
-	zip            *compressor
+	// reclaims: the file gives free pages back (auto_vacuum incremental:
+	// a database this version created); reclaimed counts the bytes.
+	reclaims  bool
+	reclaimed atomic.Int64
+	zip       *compressor
 }
 
 type completed struct {
@@ -161,6 +172,9 @@ func New(cfg Config) *Store {
 	}
 	if cfg.PurgeBytes <= 0 {
 		cfg.PurgeBytes = DefaultPurgeBytes
+	}
+	if cfg.ReclaimMin <= 0 {
+		cfg.ReclaimMin = DefaultReclaimMin
 	}
 	if cfg.DedupWindow <= 0 {
 		cfg.DedupWindow = DefaultDedupWindow
@@ -216,6 +230,21 @@ func (s *Store) Open(ctx context.Context) error {
 	// memory map").
 	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_synchronous=%s&_busy_timeout=10000&_foreign_keys=0&_cache_size=-16384&_mutex=no", s.cfg.Path, sync)
 	drv := &sqlite3.SQLiteDriver{}
+	// A new database gives the pages of deleted messages back to the
+	// filesystem (reclaim, checkpoint.go): incremental auto-vacuum. It can
+	// only be chosen before the WAL and the first table exist, so a new
+	// file is made by a connection of its own that sets it first; not in
+	// every connection's DSN: setting it there waits for the write lock,
+	// which a busy writer holds. A database made before keeps its free
+	// pages for reuse (Reusable) until a VACUUM converts it.
+	if fi, err := os.Stat(s.cfg.Path); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
+		boot := sql.OpenDB(connector{dsn: "file:" + s.cfg.Path + "?_auto_vacuum=incremental&_journal_mode=WAL", drv: drv})
+		err := boot.PingContext(ctx)
+		boot.Close()
+		if err != nil {
+			return fmt.Errorf("open journal %s: %w (is the data directory writable?)", s.cfg.Path, err)
+		}
+	}
 	if n := s.cfg.MmapSize; n > 0 {
 		// Every pooled connection maps; the writer turns it off below.
 		drv.ConnectHook = func(c *sqlite3.SQLiteConn) error {
@@ -258,6 +287,10 @@ func (s *Store) Open(ctx context.Context) error {
 		s.closeDB()
 		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
 	}
+	var av int
+	if err := wc.QueryRowContext(ctx, "PRAGMA auto_vacuum").Scan(&av); err == nil {
+		s.reclaims = av == 2
+	}
 	if s.st, err = prepare(ctx, wc); err != nil {
 		s.closeDB()
 		return fmt.Errorf("open journal %s: %w", s.cfg.Path, err)
@@ -270,7 +303,7 @@ func (s *Store) Open(ctx context.Context) error {
 	}
 	s.in = make(chan *appliance.Batch, DefaultIntake)
 	s.done = make(chan completed, 64)
-	s.truncate = make(chan ckReq)
+	s.truncate = make(chan *ckReq)
 	s.stop = make(chan struct{})
 	s.wg.Add(3)
 	go s.writer()
@@ -445,7 +478,8 @@ func (s *Store) Sizes() (db, wal int64) {
 
 // Reusable reports what of the journal's files new data takes before they
 // grow: the database's free pages (SQLite's freelist: the pages of deleted
-// messages, filled before the file grows; the file never shrinks) in
+// messages, filled before the file grows, until an idle journal gives them
+// back: reclaim) in
 // bytes, and the WAL file's size (its frames are overwritten in place once
 // copied back, up to WALLimit). The broker's disk floor counts them
 // (appliance.Broker.checkDisk).
@@ -457,6 +491,10 @@ func (s *Store) Reusable(ctx context.Context) (free, wal int64, err error) {
 	_, wal = s.Sizes()
 	return pages * int64(s.pageSize), wal, nil
 }
+
+// ReclaimedBytes is how many bytes of free pages the journal gave back to
+// the filesystem since it opened (ReclaimMin).
+func (s *Store) ReclaimedBytes() int64 { return s.reclaimed.Load() }
 
 // isPurge reports whether b holds a part of a purge.
 func isPurge(b *appliance.Batch) bool {
