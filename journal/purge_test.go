@@ -178,13 +178,7 @@ func TestStore_ReusableAfterPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := b.Ops[len(b.Ops)-1].Msg.ID
-	for after := uint64(0); after < last; {
-		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: "q", After: after, ID: last})
-		if err != nil {
-			t.Fatal(err)
-		}
-		after = pb.Ops[0].PurgedTo
-	}
+	purgeAll(t, s, "q", last)
 	free, _, err := s.Reusable(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -216,13 +210,7 @@ func TestStore_ReclaimWhenIdle(t *testing.T) {
 		t.Fatalf("file of %d bytes after 8 MB of messages", full)
 	}
 	last := b.Ops[1999].Msg.ID
-	for after := uint64(0); after < last; {
-		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: "q", After: after, ID: last})
-		if err != nil {
-			t.Fatal(err)
-		}
-		after = pb.Ops[0].PurgedTo
-	}
+	purgeAll(t, s, "q", last)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		db, wal := s.Sizes()
@@ -270,17 +258,30 @@ func TestStore_OldDatabaseKeepsFreePages(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := b.Ops[499].Msg.ID
-	for after := uint64(0); after < last; {
-		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: "q", After: after, ID: last})
-		if err != nil {
-			t.Fatal(err)
-		}
-		after = pb.Ops[0].PurgedTo
-	}
+	purgeAll(t, s, "q", last)
 	time.Sleep(300 * time.Millisecond) // idle: truncated, nothing reclaimed
 	db, wal := s.Sizes()
 	free, _, err := s.Reusable(context.Background())
 	if err != nil || wal != 0 || free < 500*4000*9/10 || db < free || s.ReclaimedBytes() != 0 {
 		t.Fatalf("idle old database: file %d, WAL %d, free %d (%v), reclaimed %d; want the free pages kept and counted", db, wal, free, err, s.ReclaimedBytes())
 	}
+}
+
+// purgeAll purges queue up to upTo with a run of purge operations, as the
+// queue core does, and returns how many messages they deleted.
+func purgeAll(t *testing.T, s *Store, queue string, upTo uint64) int {
+	t.Helper()
+	n := 0
+	for after := uint64(0); after < upTo; {
+		pb, err := apply(t, s, appliance.Op{Kind: appliance.OpPurge, Queue: queue, After: after, ID: upTo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pb.Ops[0].PurgedTo <= after {
+			t.Fatalf("a purge operation after %d up to %d made no progress", after, upTo)
+		}
+		after = pb.Ops[0].PurgedTo
+		n += pb.Ops[0].Affected
+	}
+	return n
 }

@@ -64,14 +64,7 @@ func Start(t testing.TB, mutate func(*appliance.Config)) *Broker {
 // sinks are registered before the listener starts.
 func StartWrapped(t testing.TB, mutate func(*appliance.Config), wrap func(appliance.Journal) appliance.Journal, sinks ...appliance.TopicSink) *Broker {
 	t.Helper()
-	cfg := Config(t.TempDir())
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	b := &Broker{T: t, Dir: cfg.DataDir, Cfg: cfg, wrap: wrap, sinks: sinks}
-	b.start()
-	t.Cleanup(b.Stop)
-	return b
+	return launch(t, mutate, &Broker{wrap: wrap, sinks: sinks})
 }
 
 // StartTuned is StartWrapped (wrap may be nil) with the journal's own
@@ -79,24 +72,24 @@ func StartWrapped(t testing.TB, mutate func(*appliance.Config), wrap func(applia
 // at every start.
 func StartTuned(t testing.TB, mutate func(*appliance.Config), tune func(*journal.Config), wrap func(appliance.Journal) appliance.Journal) *Broker {
 	t.Helper()
-	cfg := Config(t.TempDir())
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	b := &Broker{T: t, Dir: cfg.DataDir, Cfg: cfg, tune: tune, wrap: wrap}
-	b.start()
-	t.Cleanup(b.Stop)
-	return b
+	return launch(t, mutate, &Broker{tune: tune, wrap: wrap})
 }
 
 // StartWith is Start with a journal commit hook (metrics tests).
 func StartWith(t testing.TB, mutate func(*appliance.Config), commitHook func(ops int, d time.Duration)) *Broker {
 	t.Helper()
+	return launch(t, mutate, &Broker{hook: commitHook})
+}
+
+// launch starts b (its journal options set) on a new temporary directory
+// with the test config adjusted by mutate; it stops with the test.
+func launch(t testing.TB, mutate func(*appliance.Config), b *Broker) *Broker {
+	t.Helper()
 	cfg := Config(t.TempDir())
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	b := &Broker{T: t, Dir: cfg.DataDir, Cfg: cfg, hook: commitHook}
+	b.T, b.Dir, b.Cfg = t, cfg.DataDir, cfg
 	b.start()
 	t.Cleanup(b.Stop)
 	return b
