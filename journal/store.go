@@ -477,12 +477,11 @@ func (s *Store) Sizes() (db, wal int64) {
 }
 
 // Reusable reports what of the journal's files new data takes before they
-// grow: the database's free pages (SQLite's freelist: the pages of deleted
-// messages, filled before the file grows, until an idle journal gives them
-// back: reclaim) in
-// bytes, and the WAL file's size (its frames are overwritten in place once
-// copied back, up to WALLimit). The broker's disk floor counts them
-// (appliance.Broker.checkDisk).
+// grow: the database's free pages in bytes (SQLite's freelist: the pages of
+// deleted messages, filled before the file grows, until an idle journal
+// gives them back: reclaim), and the WAL file's size (its frames are
+// overwritten in place once copied back, up to WALLimit). The broker's disk
+// floor counts them (appliance.Broker.checkDisk).
 func (s *Store) Reusable(ctx context.Context) (free, wal int64, err error) {
 	var pages int64
 	if err := s.db.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&pages); err != nil {
