@@ -223,6 +223,10 @@ remote = "sites.a.orders"
 	// of 1500 at B after 120 s (B restarted by kill -9 and a NATS node
 	// restarted; the stream itself was complete and in order), so the
 	// bound is 300 s, and how long B took is logged.
+	// A local run of four packages in parallel once had B stop at 597 of
+	// 1500 with no bridge log line for 4 minutes: 90 s without a message,
+	// B prints its goroutines' stacks (where the in direction waits)
+	// before the test fails.
 	bStart := time.Now()
 	deadline := time.After(300 * time.Second)
 	for i := 0; i < n; i++ {
@@ -232,8 +236,12 @@ remote = "sites.a.orders"
 				t.Fatalf("message %d at B: got %q (a duplicate, loss or reordering)", i, got)
 			}
 			cb.Ack(f)
+		case <-time.After(90 * time.Second):
+			b.dumpStacks()
+			t.Fatalf("only %d of %d messages arrived at B in %v, none in the last 90 s (B's goroutines above)", i, n, time.Since(bStart).Round(time.Second))
 		case <-deadline:
-			t.Fatalf("only %d of %d messages arrived at B in %v", i, n, time.Since(bStart).Round(time.Second))
+			b.dumpStacks()
+			t.Fatalf("only %d of %d messages arrived at B in %v (B's goroutines above)", i, n, time.Since(bStart).Round(time.Second))
 		}
 	}
 	t.Logf("all %d at B %v after the stream was read", n, time.Since(bStart).Round(time.Millisecond))

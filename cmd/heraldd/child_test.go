@@ -89,6 +89,19 @@ func startChildLog(t *testing.T, dir, addr string, log io.Writer, extra ...strin
 	}
 }
 
+// dumpStacks has the child print every goroutine's stack to its stderr (the
+// test's output) and exit (SIGQUIT, Go's runtime): for a child stuck in a
+// way its logs do not show.
+func (c *child) dumpStacks() {
+	c.cmd.Process.Signal(syscall.SIGQUIT)
+	done := make(chan struct{})
+	go func() { c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
 // kill sends SIGKILL and reaps the child; harmless when it is gone.
 func (c *child) kill() {
 	c.cmd.Process.Signal(syscall.SIGKILL)
