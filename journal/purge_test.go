@@ -165,19 +165,11 @@ func TestStore_PurgeBytesBound(t *testing.T) {
 // status report them).
 func TestStore_ReusableAfterPurge(t *testing.T) {
 	s := mustOpen(t, Config{})
-	var ops []appliance.Op
-	for i := 0; i < 100; i++ {
-		ops = append(ops, enq("q", strings.Repeat("z", 4000)))
-	}
-	b, err := apply(t, s, ops...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	last := enqueueN(t, s, "q", 100, 4000)
 	before, _, err := s.Reusable(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := b.Ops[len(b.Ops)-1].Msg.ID
 	purgeAll(t, s, "q", last)
 	free, _, err := s.Reusable(context.Background())
 	if err != nil {
@@ -195,13 +187,8 @@ func TestStore_ReusableAfterPurge(t *testing.T) {
 // purge, what is left reads back, and the space is counted.
 func TestStore_ReclaimWhenIdle(t *testing.T) {
 	s := mustOpen(t, Config{CheckpointInterval: 50 * time.Millisecond, ReclaimMin: 1 << 20})
-	var ops []appliance.Op
-	for i := 0; i < 2000; i++ {
-		ops = append(ops, enq("q", strings.Repeat("r", 4000)))
-	}
-	ops = append(ops, enq("kept", "still here"))
-	b, err := apply(t, s, ops...)
-	if err != nil {
+	last := enqueueN(t, s, "q", 2000, 4000)
+	if _, err := apply(t, s, enq("kept", "still here")); err != nil {
 		t.Fatal(err)
 	}
 	s.TruncateNow()
@@ -209,7 +196,6 @@ func TestStore_ReclaimWhenIdle(t *testing.T) {
 	if full < 8_000_000 {
 		t.Fatalf("file of %d bytes after 8 MB of messages", full)
 	}
-	last := b.Ops[1999].Msg.ID
 	purgeAll(t, s, "q", last)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -249,15 +235,7 @@ func TestStore_OldDatabaseKeepsFreePages(t *testing.T) {
 	if s.reclaims {
 		t.Fatal("a database made without auto-vacuum is taken for one with it")
 	}
-	var ops []appliance.Op
-	for i := 0; i < 500; i++ {
-		ops = append(ops, enq("q", strings.Repeat("o", 4000)))
-	}
-	b, err := apply(t, s, ops...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := b.Ops[499].Msg.ID
+	last := enqueueN(t, s, "q", 500, 4000)
 	purgeAll(t, s, "q", last)
 	time.Sleep(300 * time.Millisecond) // idle: truncated, nothing reclaimed
 	db, wal := s.Sizes()
@@ -284,4 +262,19 @@ func purgeAll(t *testing.T, s *Store, queue string, upTo uint64) int {
 		n += pb.Ops[0].Affected
 	}
 	return n
+}
+
+// enqueueN commits n messages of size bytes to queue in one batch and
+// returns the last one's ID.
+func enqueueN(t *testing.T, s *Store, queue string, n, size int) uint64 {
+	t.Helper()
+	ops := make([]appliance.Op, n)
+	for i := range ops {
+		ops[i] = enq(queue, strings.Repeat("x", size))
+	}
+	b, err := apply(t, s, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Ops[n-1].Msg.ID
 }
