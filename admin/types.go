@@ -199,6 +199,10 @@ type QueueOp struct {
 	Purged   *int   `json:"purged,omitempty"`
 	Deleted  *int   `json:"deleted,omitempty"`
 	Requeued *int   `json:"requeued,omitempty"`
+	// Running: the purge outlasted the request and goes on (202
+	// Accepted); Purged is what it deleted so far. Its end shows in the
+	// queue's view: purging false, then last_purge.
+	Running bool `json:"running,omitempty"`
 }
 
 // ConnClosed is DELETE /v1/connections/{id}.

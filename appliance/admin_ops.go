@@ -15,6 +15,9 @@ var (
 	ErrNoQueue   = errors.New("appliance: no such queue")
 	ErrQueueBusy = errors.New("appliance: queue has consumers")
 	ErrPurging   = errors.New("appliance: a purge of this queue is already running")
+	// ErrStillRunning: the caller stopped waiting (its context ended) and
+	// the operation goes on to its end.
+	ErrStillRunning = errors.New("appliance: the operation goes on")
 )
 
 func (b *Broker) mustQueue(name string) (*queue, error) {
@@ -97,7 +100,7 @@ func (q *queue) purge(ctx context.Context) (int, error) {
 		return ev.Count, nil
 	case <-ctx.Done():
 		n := sofar()
-		return n, fmt.Errorf("purge %s: waiting for the journal: %w (%d messages deleted so far; the purge goes on: see herald queue show %s)", q.name, ctx.Err(), n, q.name)
+		return n, fmt.Errorf("purge %s: %w: %w (%d messages deleted so far; the purge goes on: see herald queue show %s)", q.name, ErrStillRunning, ctx.Err(), n, q.name)
 	case <-q.b.stop:
 		n := sofar()
 		return n, fmt.Errorf("purge %s: %w: the purge stops (at least %d messages deleted; the rest stays: purge again after the restart)", q.name, errBrokerClosed, n)

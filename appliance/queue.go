@@ -42,6 +42,7 @@ type queue struct {
 	flushing bool
 	// purgeWait: the purge running, if one waits for its end (EvPurged).
 	purgeWait chan queuecore.Event
+	lastPurge *PurgeView    // how the last purge since the start ended
 	space     chan struct{} // closed and replaced when limits free up
 	timer     *time.Timer
 	timerAt   int64 // ms the timer is armed for, 0 = none
@@ -195,9 +196,15 @@ func (q *queue) applyLocked() []queuecore.Moved {
 		q.signalSpaceLocked()
 	}
 	for _, ev := range out.Events {
-		if ev.Kind == queuecore.EvPurged && q.purgeWait != nil {
-			q.purgeWait <- ev
-			q.purgeWait = nil
+		if ev.Kind == queuecore.EvPurged {
+			q.lastPurge = &PurgeView{Deleted: ev.Count, Bytes: ev.Bytes, EndedAt: q.b.now().UTC()}
+			if ev.Err != nil {
+				q.lastPurge.Error = ev.Err.Error()
+			}
+			if q.purgeWait != nil {
+				q.purgeWait <- ev
+				q.purgeWait = nil
+			}
 		}
 		q.logEvent(ev)
 	}

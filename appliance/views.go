@@ -30,20 +30,33 @@ type QueueView struct {
 	OldestAgeSec        float64    `json:"oldest_age_seconds"` // of the oldest message in memory; 0 if empty
 	// Purging: a purge is running (nothing is delivered until it ends);
 	// PurgeDeleted: how many messages it deleted so far.
-	Purging        bool    `json:"purging"`
-	PurgeDeleted   int     `json:"purge_deleted"`
-	DLQ            string  `json:"dlq"`
-	DLQDepth       int     `json:"dlq_depth"`
-	Enqueued       uint64  `json:"enqueued_total"`
-	Delivered      uint64  `json:"delivered_total"`
-	Redelivered    uint64  `json:"redelivered_total"`
-	Acked          uint64  `json:"acked_total"`
-	Expired        uint64  `json:"expired_total"`
-	DeadLettered   uint64  `json:"dead_lettered_total"`
-	StaleAcks      uint64  `json:"stale_acks_total"`
-	AckTimeouts    uint64  `json:"ack_timeouts_total"`
-	BlockedSends   uint64  `json:"blocked_sends_total"`
-	BlockedSeconds float64 `json:"blocked_seconds_total"`
+	Purging      bool `json:"purging"`
+	PurgeDeleted int  `json:"purge_deleted"`
+	// LastPurge: how the last purge that ended since heraldd started
+	// went; null before one.
+	LastPurge      *PurgeView `json:"last_purge"`
+	DLQ            string     `json:"dlq"`
+	DLQDepth       int        `json:"dlq_depth"`
+	Enqueued       uint64     `json:"enqueued_total"`
+	Delivered      uint64     `json:"delivered_total"`
+	Redelivered    uint64     `json:"redelivered_total"`
+	Acked          uint64     `json:"acked_total"`
+	Expired        uint64     `json:"expired_total"`
+	DeadLettered   uint64     `json:"dead_lettered_total"`
+	StaleAcks      uint64     `json:"stale_acks_total"`
+	AckTimeouts    uint64     `json:"ack_timeouts_total"`
+	BlockedSends   uint64     `json:"blocked_sends_total"`
+	BlockedSeconds float64    `json:"blocked_seconds_total"`
+}
+
+// PurgeView is the end of a queue's purge: how many messages of what
+// size it deleted, and the error that stopped it early ("" when it
+// deleted everything not in flight).
+type PurgeView struct {
+	Deleted int       `json:"deleted"`
+	Bytes   int64     `json:"bytes"`
+	Error   string    `json:"error,omitempty"`
+	EndedAt time.Time `json:"ended_at"`
 }
 
 // TopicView is one topic that saw traffic or has subscribers.
@@ -184,6 +197,11 @@ func (q *queue) view() QueueView {
 	q.mu.Lock()
 	snap := q.core.Snapshot()
 	failSince, failErr, failing := q.core.PageInFailing()
+	var last *PurgeView
+	if q.lastPurge != nil {
+		p := *q.lastPurge
+		last = &p
+	}
 	q.mu.Unlock()
 	v := QueueView{
 		Name:           q.name,
@@ -206,6 +224,7 @@ func (q *queue) view() QueueView {
 		AckTimeouts:    snap.AckTimeouts,
 		Purging:        snap.Purging,
 		PurgeDeleted:   snap.PurgeDeleted,
+		LastPurge:      last,
 		BlockedSends:   q.blocked.Load(),
 		BlockedSeconds: time.Duration(q.blockedNs.Load()).Seconds(),
 	}

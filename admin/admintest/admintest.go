@@ -34,8 +34,23 @@ type Daemon struct {
 // Start starts a daemon; mutate adjusts its config. Cleanup stops it.
 func Start(t testing.TB, mutate func(*appliance.Config)) *Daemon {
 	t.Helper()
+	return StartOptions(t, mutate, Options{})
+}
+
+// Options are what tests of long or failing operations adjust beyond the
+// config: the admin server's operation timeout (0: its default) and the
+// journal (its Hook is the daemon's metrics').
+type Options struct {
+	OpTimeout time.Duration
+	Journal   testbroker.Options
+}
+
+// StartOptions is Start with the options o.
+func StartOptions(t testing.TB, mutate func(*appliance.Config), o Options) *Daemon {
+	t.Helper()
 	metrics := admin.NewMetrics("test")
-	tb := testbroker.StartWith(t, func(c *appliance.Config) {
+	o.Journal.Hook = metrics.ObserveCommit
+	tb := testbroker.StartOptions(t, func(c *appliance.Config) {
 		c.Queues.RedeliveryMin = appliance.Duration{Duration: 10 * time.Millisecond}
 		c.Queues.RedeliveryMax = appliance.Duration{Duration: 50 * time.Millisecond}
 		c.Admin.Socket = filepath.Join(c.DataDir, "admin.sock")
@@ -43,7 +58,7 @@ func Start(t testing.TB, mutate func(*appliance.Config)) *Daemon {
 		if mutate != nil {
 			mutate(c)
 		}
-	}, metrics.ObserveCommit)
+	}, o.Journal)
 	cfg := tb.Cfg
 	d := &Daemon{Dir: tb.Dir, Socket: cfg.Admin.Socket, STOMP: tb.Addr, Config: cfg, Broker: tb.B, Store: tb.Store, Level: new(slog.LevelVar)}
 	d.Server = admin.New(admin.Options{
@@ -55,6 +70,7 @@ func Start(t testing.TB, mutate func(*appliance.Config)) *Daemon {
 		Level:         d.Level,
 		Version:       "test",
 		Metrics:       metrics,
+		OpTimeout:     o.OpTimeout,
 	})
 	if err := d.Server.Start(context.Background()); err != nil {
 		t.Fatalf("admin start: %v", err)

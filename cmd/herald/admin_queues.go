@@ -135,7 +135,12 @@ the whole body's length.`,
 				Usage:     "delete every message of a queue that is not in flight",
 				ArgsUsage: "NAME",
 				Description: `POST /v1/queues/{name}/purge. Messages being processed by a consumer are
-kept (their ACK or NACK decides). Requires --yes.`,
+kept (their ACK or NACK decides). Requires --yes.
+
+On a terminal it shows how many messages the purge deleted so far (on
+stderr). A purge that outlasts heraldd's operation timeout goes on there;
+the command follows it in the queue's view to its end. If --timeout passes
+first it says how many were deleted so far (exit 75): the purge goes on.`,
 				Flags: adminFlags(&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really purge"}),
 				Action: func(cCtx *cli.Context) error {
 					name, err := oneQueue(cCtx, "queue purge --yes [flags] NAME")
@@ -145,8 +150,23 @@ kept (their ACK or NACK decides). Requires --yes.`,
 					if !cCtx.Bool("yes") {
 						return usageErrorf("queue purge deletes messages for good: add --yes to confirm (herald queue purge --yes %s)", name)
 					}
-					return adminCall(cCtx, "queue purge "+name, func(ctx context.Context, c *admin.Client) error {
-						r, err := c.Purge(ctx, name)
+					what := "queue purge " + name
+					return adminCall(cCtx, what, func(ctx context.Context, c *admin.Client) error {
+						var progress func(int)
+						errw, shown := cCtx.App.ErrWriter, false
+						if !cCtx.Bool("json") && isTerminal(errw) {
+							progress = func(n int) {
+								shown = true
+								fmt.Fprintf(errw, "\rpurge: %d messages deleted", n)
+							}
+						}
+						r, err := purgeQueue(ctx, c, name, progress)
+						if shown {
+							fmt.Fprintln(errw)
+						}
+						if errors.Is(err, errPurgeGoesOn) {
+							return &exitError{code: exitTimeout, err: fmt.Errorf("%s: --timeout %s passed; %s (--timeout 0: no limit)", what, cCtx.Duration("timeout"), err.Error())}
+						}
 						if err != nil {
 							return err
 						}
@@ -367,6 +387,13 @@ func printQueue(cCtx *cli.Context, q *appliance.QueueView) error {
 	t.row("in memory:", fmt.Sprintf("%d; backlog cache %d (%s), %d page-ins from it", q.InMemory, q.Cached, humanBytes(q.CachedBytes), q.CacheHits))
 	if q.Purging {
 		t.row("purging:", fmt.Sprintf("%d messages deleted so far; nothing is delivered until the purge ends", q.PurgeDeleted))
+	}
+	if lp := q.LastPurge; lp != nil {
+		how := fmt.Sprintf("%d messages (%s) deleted, ended %s", lp.Deleted, humanBytes(lp.Bytes), lp.EndedAt.Local().Format(time.DateTime))
+		if lp.Error != "" {
+			how += "; stopped early: " + lp.Error
+		}
+		t.row("last purge:", how)
 	}
 	if q.DLQ != "" {
 		t.row("dead-letter queue:", fmt.Sprintf("%s (%d messages)", q.DLQ, q.DLQDepth))

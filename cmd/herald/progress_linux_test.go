@@ -2,17 +2,25 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/herald-mq/herald/admin"
 	"github.com/herald-mq/herald/admin/admintest"
+	"github.com/herald-mq/herald/appliance"
+	"github.com/herald-mq/herald/internal/testbroker"
+	"github.com/herald-mq/herald/journal"
 )
 
 // openPTY returns a pseudo-terminal's master and slave.
@@ -143,4 +151,121 @@ func TestBench_ShowsProgressOnATerminal(t *testing.T) {
 	if code != 0 || strings.Contains(errOut, "measuring") {
 		t.Errorf("bench send piped: exit %d, progress on stderr: %q", code, errOut)
 	}
+}
+
+// slowPurges holds each purge batch back delay before the journal gets it:
+// a purge of a few parts outlasts what the test lets the daemon wait.
+type slowPurges struct {
+	appliance.Journal
+	delay *atomic.Int64 // ns
+}
+
+func (j *slowPurges) Submit(b *appliance.Batch) {
+	for _, op := range b.Ops {
+		if op.Kind == appliance.OpPurge {
+			go func() {
+				time.Sleep(time.Duration(j.delay.Load()))
+				j.Journal.Submit(b)
+			}()
+			return
+		}
+	}
+	j.Journal.Submit(b)
+}
+
+// herald queue purge waited silently; a purge longer than the daemon's
+// operation timeout (30 s) was answered 504 "the journal is slow or
+// stalled" although it went on, and the command failed (exit 75) without
+// its end. The daemon now answers 202 with the count so far ("running"),
+// the queue's view keeps the end of its last purge, and the command shows
+// the count on a terminal and follows the purge to its end; if --timeout
+// passes first it says so with the count so far (the purge goes on).
+func TestAdminCLI_PurgeShowsProgressAndFollowsItsEnd(t *testing.T) {
+	defer func(p time.Duration) { purgePoll = p }(purgePoll)
+	purgePoll = 20 * time.Millisecond
+	var delay atomic.Int64
+	d := admintest.StartOptions(t, nil, admintest.Options{
+		OpTimeout: 300 * time.Millisecond,
+		Journal: testbroker.Options{
+			Tune: func(jc *journal.Config) { jc.PurgeRows = 10 },
+			Wrap: func(j appliance.Journal) appliance.Journal { return &slowPurges{Journal: j, delay: &delay} },
+		},
+	})
+	conn := d.Dial(t)
+	delay.Store(int64(80 * time.Millisecond)) // 10 parts of 10: about 0.8 s, past the daemon's 300 ms
+	waitEnd := func(want int) appliance.QueueView {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			v, _ := d.Broker.Queue("jobs")
+			if !v.Purging {
+				if v.LastPurge == nil || v.LastPurge.Deleted != want || v.LastPurge.Error != "" || v.Messages != 0 {
+					t.Fatalf("after the purge: %d messages, last purge %+v; want none left, %d deleted", v.Messages, v.LastPurge, want)
+				}
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the purge did not end: %+v", v)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	d.Send(t, conn, "/queue/jobs", 100, "m")
+	code, out, screen := runOnTerminal(t, "queue", "purge", "--yes", "--socket", d.Socket, "jobs")
+	if code != 0 || out != "purged 100 messages from jobs\n" {
+		t.Fatalf("purge on a terminal: exit %d, stdout %q, terminal %q", code, out, screen)
+	}
+	var shown []int
+	for _, m := range regexp.MustCompile(`purge: (\d+) messages deleted`).FindAllStringSubmatch(screen, -1) {
+		n, _ := strconv.Atoi(m[1])
+		if n <= 0 || n >= 100 || (len(shown) > 0 && n <= shown[len(shown)-1]) {
+			t.Fatalf("the terminal showed %d deleted after %v: %q", n, shown, screen)
+		}
+		shown = append(shown, n)
+	}
+	if len(shown) < 3 {
+		t.Fatalf("the terminal showed the count %d times (%v), want at least 3 over 10 parts: %q", len(shown), shown, screen)
+	}
+	if v := waitEnd(100); v.LastPurge.Bytes <= 0 || time.Since(v.LastPurge.EndedAt) > time.Minute {
+		t.Fatalf("last purge %+v: want its bytes and end time", v.LastPurge)
+	}
+	if code, out, _ := runCLI(t, "", "queue", "show", "--socket", d.Socket, "jobs"); code != 0 || !regexp.MustCompile(`last purge:\s+100 messages \(\S+ \S+\) deleted, ended `).MatchString(out) {
+		t.Fatalf("queue show after the purge: exit %d, %q", code, out)
+	}
+
+	// The API: 202, running, with the count so far.
+	d.Send(t, conn, "/queue/jobs", 100, "a")
+	c := admin.NewClient(d.Socket)
+	defer c.Close()
+	r, err := c.Purge(context.Background(), "jobs")
+	if err != nil || !r.Running || r.Purged == nil || *r.Purged >= 100 {
+		t.Fatalf("purge past the operation timeout: %+v (purged %v), %v; want running with fewer than 100 so far", r, r.Purged, err)
+	}
+	waitEnd(100)
+
+	// --timeout passes first: exit 75, the count so far, and the purge
+	// goes on to its end.
+	d.Send(t, conn, "/queue/jobs", 100, "n")
+	code, out, errOut := runCLI(t, "", "queue", "purge", "--yes", "--socket", d.Socket, "--timeout", "450ms", "jobs")
+	m := regexp.MustCompile(`--timeout 450ms passed; the purge goes on \((\d+) messages deleted so far; see herald queue show jobs\)`).FindStringSubmatch(errOut)
+	if code != exitTimeout || out != "" || m == nil {
+		t.Fatalf("purge --timeout 450ms: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if n, _ := strconv.Atoi(m[1]); n <= 0 || n >= 100 {
+		t.Fatalf("purge --timeout 450ms said %d deleted so far, want some of 100: %q", n, errOut)
+	}
+	waitEnd(100)
+
+	// Piped with --json through a 202: the answer is the purge's end, and
+	// nothing on stderr.
+	d.Send(t, conn, "/queue/jobs", 60, "j")
+	code, out, errOut = runCLI(t, "", "queue", "purge", "--yes", "--json", "--socket", d.Socket, "jobs")
+	if code != 0 || errOut != "" {
+		t.Fatalf("purge --json: exit %d, stderr %q", code, errOut)
+	}
+	if r := decode[admin.QueueOp](t, out); r.Purged == nil || *r.Purged != 60 || r.Running || r.Queue != "jobs" {
+		t.Fatalf("purge --json: %s", out)
+	}
+	waitEnd(60)
 }

@@ -81,6 +81,23 @@ func StartWith(t testing.TB, mutate func(*appliance.Config), commitHook func(ops
 	return launch(t, mutate, &Broker{hook: commitHook})
 }
 
+// Options are a test broker's journal options, all of which StartOptions
+// takes: Tune adjusts the journal's own settings at every start, Wrap
+// wraps the journal the broker sees, Hook is the journal's commit hook,
+// Sinks are registered before the listener starts.
+type Options struct {
+	Tune  func(*journal.Config)
+	Wrap  func(appliance.Journal) appliance.Journal
+	Hook  func(ops int, d time.Duration)
+	Sinks []appliance.TopicSink
+}
+
+// StartOptions is Start with the journal options o.
+func StartOptions(t testing.TB, mutate func(*appliance.Config), o Options) *Broker {
+	t.Helper()
+	return launch(t, mutate, &Broker{tune: o.Tune, wrap: o.Wrap, hook: o.Hook, sinks: o.Sinks})
+}
+
 // launch starts b (its journal options set) on a new temporary directory
 // with the test config adjusted by mutate; it stops with the test.
 func launch(t testing.TB, mutate func(*appliance.Config), b *Broker) *Broker {
