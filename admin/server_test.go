@@ -36,9 +36,12 @@ func TestAPI_Endpoints(t *testing.T) {
 	defer c.Close()
 	conn := d.Dial(t)
 	d.Send(t, conn, "/queue/jobs", 5, "job-")
-	conn.Send("/topic/prices", []byte("1.5"))
-
 	ctx := ctxT(t)
+	// With a receipt: the topic is known once it comes (an unreceipted
+	// SEND raced the topic list below on a loaded machine).
+	if _, err := conn.SendReceipt(ctx, "/topic/prices", []byte("1.5")); err != nil {
+		t.Fatal(err)
+	}
 	raw := func(method, path, body string) (int, map[string]any) {
 		t.Helper()
 		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
