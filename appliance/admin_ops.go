@@ -243,6 +243,12 @@ func (b *Broker) Requeue(ctx context.Context, name string, maxN int) (int, error
 		if maxN > 0 {
 			want = min(want, maxN-moved)
 		}
+		var epoch uint64
+		var purging bool
+		dlq.run(func(int64) { epoch, purging = dlq.core.ReadEpoch(), dlq.core.Snapshot().Purging })
+		if purging {
+			return moved, fmt.Errorf("requeue from %s: %w; wait for it and retry", dlq.name, ErrPurging)
+		}
 		msgs, err := b.j.Load(ctx, dlq.name, after, want)
 		if err != nil {
 			return moved, fmt.Errorf("requeue from %s: %w", dlq.name, err)
@@ -250,13 +256,20 @@ func (b *Broker) Requeue(ctx context.Context, name string, maxN int) (int, error
 		if len(msgs) == 0 {
 			break
 		}
-		after = msgs[len(msgs)-1].ID
 		cms := make([]*queuecore.Msg, len(msgs))
 		for i, m := range msgs {
 			cms[i] = coreMsg(m)
 		}
 		var cb *queuecore.Batch
-		dlq.run(func(now int64) { cb = dlq.core.MoveOut(cms, name, now) })
+		var stale bool
+		dlq.run(func(now int64) { cb, stale = dlq.core.MoveOut(cms, name, now, epoch) })
+		if stale {
+			// A purge's part or another requeue committed since the read:
+			// it may hold rows they took. Read again (a purge refuses it
+			// above).
+			continue
+		}
+		after = msgs[len(msgs)-1].ID
 		if cb == nil {
 			continue // all of these in flight: look further
 		}

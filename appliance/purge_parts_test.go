@@ -2,6 +2,8 @@ package appliance_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -138,6 +140,55 @@ func TestQueue_PurgeStopsAtShutdown(t *testing.T) {
 	v, _ := tb.B.Queue("ps")
 	if v.Messages > 1000-r.n || v.Messages == 0 {
 		t.Fatalf("after the restart %d messages; the purge said at least %d of 1000 deleted, and not all", v.Messages, r.n)
+	}
+	assertRecount(t, tb)
+}
+
+// A requeue out of a dead-letter queue whose purge is running is refused
+// (ErrPurging): its journal reads would race the purge's parts, and moves
+// of rows a part deleted failed with "message not found". Reads that a
+// purge part or another requeue made stale meanwhile are read again
+// (queuecore.MoveOut's readEpoch; the simulation splits reads from moves).
+func TestQueue_RequeueRefusedDuringPurge(t *testing.T) {
+	fj := &faultJournal{}
+	tb := testbroker.StartTuned(t, nil, func(jc *journal.Config) { jc.PurgeRows = 5 },
+		func(j appliance.Journal) appliance.Journal { fj.Journal = j; return fj })
+	gate := make(chan struct{})
+	var first atomic.Bool
+	fj.setFail(func(b *appliance.Batch) bool {
+		if hasOp(b, appliance.OpPurge) && first.CompareAndSwap(false, true) {
+			<-gate // the purge's first part waits for the test
+		}
+		return false
+	})
+	c := tb.Dial(t)
+	sendAll(t, c, "/queue/DLQ.jobs", 20, func(i int) string { return "d" + strconv.Itoa(i) })
+	res := make(chan error, 1)
+	go func() {
+		n, err := tb.B.Purge(ctxT(t), "DLQ.jobs")
+		if err == nil && n != 20 {
+			err = fmt.Errorf("purged %d, want 20", n)
+		}
+		res <- err
+	}()
+	waitFor(t, 5*time.Second, "the purge under way", func() bool {
+		v, _ := tb.B.Queue("DLQ.jobs")
+		return v.Purging
+	})
+	n, err := tb.B.Requeue(ctxT(t), "jobs", 0)
+	if !errors.Is(err, appliance.ErrPurging) || n != 0 || !strings.Contains(err.Error(), "wait for it and retry") {
+		t.Fatalf("requeue while the DLQ's purge runs: %d, %v; want ErrPurging", n, err)
+	}
+	close(gate)
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+	sendAll(t, c, "/queue/DLQ.jobs", 5, func(i int) string { return "e" + strconv.Itoa(i) })
+	if n, err := tb.B.Requeue(ctxT(t), "jobs", 0); err != nil || n != 5 {
+		t.Fatalf("requeue after the purge: %d, %v; want 5", n, err)
+	}
+	if v, _ := tb.B.Queue("jobs"); v.Messages != 5 {
+		t.Fatalf("jobs holds %d, want 5", v.Messages)
 	}
 	assertRecount(t, tb)
 }

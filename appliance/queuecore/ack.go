@@ -294,6 +294,7 @@ func (c *Core) Done(seq uint64, res Result, err error, now int64) {
 				c.out.Moved = append(c.out.Moved, Moved{Msg: m, NewID: newID(res, i), Reason: op.Reason})
 				c.out.Events = append(c.out.Events, Event{Kind: EvDeadLettered, ID: m.ID, Reason: op.Reason})
 			case OpMoveOut:
+				c.readEpoch++
 				c.out.Moved = append(c.out.Moved, Moved{Msg: m, NewID: newID(res, i), Queue: op.Target})
 			}
 		case OpRelease:

@@ -139,6 +139,7 @@ func (c *Core) purgeDone(op Op, res Result, err error) {
 		}
 	}
 	c.pageEpoch++
+	c.readEpoch++
 	c.count -= res.Affected
 	c.bytes -= res.Bytes
 	c.purgeCount += res.Affected
@@ -160,12 +161,24 @@ func (c *Core) purgeEnd(err error) {
 	c.purgeUpTo, c.purgeFrom, c.purgeCount, c.purgeBytes = 0, 0, 0, 0
 }
 
+// ReadEpoch is what a journal read made for MoveOut is checked against:
+// read it before the read.
+func (c *Core) ReadEpoch() uint64 { return c.readEpoch }
+
 // MoveOut starts moving messages loaded from the journal (in ID order) to
 // queue target: requeue out of a dead-letter queue. Messages in flight or
 // already leaving are skipped, and so are those a pending purge deletes.
 // It returns nil when none can move. Memory changes only when the batch
 // commits.
-func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
+//
+// readEpoch is ReadEpoch before the load. If a purge's batch or another
+// requeue's move committed since, msgs may hold rows those took (the core
+// cannot tell those it never held from the rest): MoveOut then moves
+// nothing and reports stale, and the caller loads again.
+func (c *Core) MoveOut(msgs []*Msg, target string, now int64, readEpoch uint64) (b *Batch, stale bool) {
+	if readEpoch != c.readEpoch {
+		return nil, true
+	}
 	var p pend
 	for _, lm := range msgs {
 		m := c.byID[lm.ID]
@@ -205,9 +218,9 @@ func (c *Core) MoveOut(msgs []*Msg, target string, now int64) *Batch {
 		p.ds = append(p.ds, nil)
 	}
 	if len(p.ops) == 0 {
-		return nil
+		return nil, false
 	}
-	return c.emitDirect(p)
+	return c.emitDirect(p), false
 }
 
 // Snapshot is what the admin views show of a queue.

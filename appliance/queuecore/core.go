@@ -71,6 +71,9 @@ type Core struct {
 	spillSeq  uint64
 	goneAhead map[uint64]string // left before being paged in (requeued), with their group: a page-in read earlier may still bring them
 	pageEpoch uint64            // purges committed: a page-in read before one is stale
+	// readEpoch: purge batches and requeue moves committed; a requeue's
+	// journal read before one may hold rows they took (MoveOut).
+	readEpoch uint64
 	// parked: groups whose ready messages were dropped from memory so that
 	// paging could go past them (the window was full of blocked groups).
 	// Messages of a parked group with ID >= parked[g] and <= memTail are in

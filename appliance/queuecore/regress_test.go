@@ -29,7 +29,7 @@ func TestRegress_MoveOutDuringPurge(t *testing.T) {
 	c := New(Config{Window: 10, RetryMin: 1, RetryMax: 1}, 1) // a DLQ
 	c.Committed(&Msg{ID: 1, Size: 10}, false, 0)
 	p := c.Purge(0)
-	mv := c.MoveOut([]*Msg{{ID: 1, Size: 10}}, "main", 0)
+	mv, _ := c.MoveOut([]*Msg{{ID: 1, Size: 10}}, "main", 0, c.ReadEpoch())
 	c.Done(p.Seq, Result{Affected: 1, Bytes: 10}, nil, 0) // the purge deleted 1
 	if mv != nil {
 		c.Done(mv.Seq, Result{}, errNotFound, 0) // so its move fails
@@ -50,7 +50,7 @@ func TestRegress_MoveOutHoldsGroup(t *testing.T) {
 	c := New(Config{Window: 10, RetryMin: 1, RetryMax: 1}, 1)
 	c.Committed(&Msg{ID: 1, Size: 1, Group: "g"}, false, 0)
 	c.Committed(&Msg{ID: 2, Size: 1, Group: "g"}, false, 0)
-	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1, Group: "g"}}, "main", 0)
+	mv, _ := c.MoveOut([]*Msg{{ID: 1, Size: 1, Group: "g"}}, "main", 0, c.ReadEpoch())
 	if mv == nil {
 		t.Fatal("MoveOut moves nothing")
 	}
@@ -98,7 +98,7 @@ func TestRegress_PagedSkipsMovingMessages(t *testing.T) {
 	c.Recover(2, 2, 2, 0, 0)
 	req := c.Take().PageIn
 	msgs := func() []*Msg { return []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}} }
-	mv := c.MoveOut(msgs(), "main", 0)
+	mv, _ := c.MoveOut(msgs(), "main", 0, c.ReadEpoch())
 	if mv == nil {
 		t.Fatal("MoveOut moves nothing")
 	}
@@ -166,7 +166,7 @@ func TestRegress_StalePageInAfterMoveOut(t *testing.T) {
 	c.Recover(1, 1, 1, 0, 0)
 	req := c.Take().PageIn
 	stale := []*Msg{{ID: 1, Size: 1}} // what the page-in read
-	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0)
+	mv, _ := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0, c.ReadEpoch())
 	c.Done(mv.Seq, Result{NewIDs: []uint64{9}}, nil, 0)
 	c.Paged(req, stale, nil, 0)
 	if ids := drive(c, nil, 1, 10); len(ids) != 0 {
@@ -185,7 +185,7 @@ func TestRegress_PurgeKeepsFailedMoveOut(t *testing.T) {
 	m1, m2 := &Msg{ID: 1, Size: 1}, &Msg{ID: 2, Size: 1}
 	c.Committed(m1, false, 0)
 	c.Committed(m2, false, 0) // window full: 2 stays in the journal
-	mv := c.MoveOut([]*Msg{{ID: 2, Size: 1}}, "main", 0)
+	mv, _ := c.MoveOut([]*Msg{{ID: 2, Size: 1}}, "main", 0, c.ReadEpoch())
 	p := c.Purge(0) // keeps 2, moving
 	c.Done(mv.Seq, Result{}, errors.New("disk full"), 0)
 	c.Done(p.Seq, Result{Affected: 1, Bytes: 1}, nil, 0) // deleted 1
@@ -201,7 +201,7 @@ func TestRegress_PurgeKeepsFailedMoveOut(t *testing.T) {
 func TestRegress_FailedMoveOutOfUnpagedMessage(t *testing.T) {
 	c := New(Config{Window: 10, RetryMin: 1, RetryMax: 1}, 1)
 	c.Committed(&Msg{ID: 1, Size: 1}, false, 0)
-	mv := c.MoveOut([]*Msg{{ID: 2, Size: 1}}, "main", 0) // read from the journal
+	mv, _ := c.MoveOut([]*Msg{{ID: 2, Size: 1}}, "main", 0, c.ReadEpoch()) // read from the journal
 	c.Committed(&Msg{ID: 2, Size: 1}, false, 0)
 	c.Done(mv.Seq, Result{}, errors.New("disk full"), 0)
 	ids := drive(c, []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}}, 1, 10)
@@ -235,7 +235,7 @@ func TestRegress_PurgeKeepsMovedOut(t *testing.T) {
 	c.Recover(3, 3, 3, 0, 0)
 	req := c.Take().PageIn
 	stale := []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}, {ID: 3, Size: 1}} // read now, answered late
-	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0)
+	mv, _ := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0, c.ReadEpoch())
 	p := c.Purge(0) // keeps 1, deletes 2 and 3
 	c.Done(mv.Seq, Result{NewIDs: []uint64{9}}, nil, 0)
 	c.Done(p.Seq, Result{Affected: 2, Bytes: 2}, nil, 0)
@@ -256,7 +256,7 @@ func TestRegress_PageInReadBeforePurge(t *testing.T) {
 	c.Recover(3, 3, 3, 0, 0)
 	req := c.Take().PageIn
 	stale := []*Msg{{ID: 1, Size: 1}, {ID: 2, Size: 1}, {ID: 3, Size: 1}}
-	mv := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0)
+	mv, _ := c.MoveOut([]*Msg{{ID: 1, Size: 1}}, "main", 0, c.ReadEpoch())
 	p := c.Purge(0) // keeps 1, deletes 2 and 3
 	c.Done(mv.Seq, Result{}, errors.New("disk full"), 0)
 	c.Done(p.Seq, Result{Affected: 2, Bytes: 2}, nil, 0)

@@ -209,9 +209,9 @@ type simCon struct {
 type simFailure struct{ msg string }
 
 type simStats struct {
-	steps, enqueued, delivered, acked, deadLettered, moved, purges, purgeParts, crashes, settles, failures, pageIns, parks int
-	cacheHits                                                                                                              int // page-ins answered from the backlog cache (in place of pageIns)
-	marks, rows, pins                                                                                                      int // claims applied: raises of the mark, rows of count >= 1, rows of count 0
+	steps, enqueued, delivered, acked, deadLettered, moved, purges, purgeParts, staleRequeues, crashes, settles, failures, pageIns, parks int
+	cacheHits                                                                                                                             int // page-ins answered from the backlog cache (in place of pageIns)
+	marks, rows, pins                                                                                                                     int // claims applied: raises of the mark, rows of count >= 1, rows of count 0
 	// runs of failed page-ins ended: by a page-in that read the journal,
 	// one answered from the cache, nothing left to page in
 	pfRead, pfCache, pfIdle int
@@ -262,7 +262,10 @@ type sim struct {
 	nackDLQ     map[uint64]bool // the sim nacked it with requeue=false
 	ackedDone   map[uint64]bool // its delete committed
 	reqCursor   uint64
-	movedRows   map[uint64]simRow // moved messages as committed, for Committed
+	// reqLoad: a requeue's journal read whose MoveOut comes at a later
+	// step, as the shell's does (it loads outside the queue's lock).
+	reqLoad   *simReqLoad
+	movedRows map[uint64]simRow // moved messages as committed, for Committed
 
 	trace []string
 	st    simStats
@@ -380,6 +383,7 @@ func (s *sim) init() {
 func (s *sim) resetVolatile() {
 	s.pending, s.held = nil, nil
 	s.purging = [2]*simPurge{}
+	s.reqLoad = nil // the requeue ended with the broker
 	s.applied = nil
 	s.unseen = [2]simDelta{}
 	s.movedRows = map[uint64]simRow{}
@@ -1396,23 +1400,48 @@ func (s *sim) purged(q int, ev Event) {
 	}
 }
 
+// simReqLoad is a requeue's read of the DLQ: what it read, after which
+// cursor, and the core's ReadEpoch before it.
+type simReqLoad struct {
+	msgs  []*Msg
+	from  uint64
+	epoch uint64
+}
+
 // requeue moves messages of the DLQ, loaded from the journal after a
-// cursor, back to the main queue.
+// cursor, back to the main queue. Half the reads are moved at a later
+// requeue step, with whatever commits in between (purges).
 func (s *sim) requeue() {
-	var msgs []*Msg
-	limit := 1 + s.r.intn(5)
-	for _, id := range s.sortedIDs(qDLQ) {
-		if id > s.reqCursor && len(msgs) < limit {
-			msgs = append(msgs, s.msgOfRow(s.rows[id]))
+	ld := s.reqLoad
+	s.reqLoad = nil
+	if ld == nil {
+		ld = &simReqLoad{from: s.reqCursor, epoch: s.cores[qDLQ].ReadEpoch()}
+		limit := 1 + s.r.intn(5)
+		for _, id := range s.sortedIDs(qDLQ) {
+			if id > s.reqCursor && len(ld.msgs) < limit {
+				ld.msgs = append(ld.msgs, s.msgOfRow(s.rows[id]))
+			}
+		}
+		if len(ld.msgs) == 0 {
+			s.reqCursor = 0
+			return
+		}
+		s.reqCursor = ld.msgs[len(ld.msgs)-1].ID
+		if s.r.intn(2) == 0 {
+			s.reqLoad = ld
+			s.logf("requeue reads %d..%d", ld.msgs[0].ID, s.reqCursor)
+			return
 		}
 	}
-	if len(msgs) == 0 {
-		s.reqCursor = 0
+	msgs := ld.msgs
+	b, stale := s.cores[qDLQ].MoveOut(msgs, "main", s.now, ld.epoch)
+	if stale {
+		s.st.staleRequeues++
+		s.reqCursor = ld.from // read again
+		s.logf("requeue %d..%d: read before a purge committed", msgs[0].ID, msgs[len(msgs)-1].ID)
 		return
 	}
-	s.reqCursor = msgs[len(msgs)-1].ID
-	b := s.cores[qDLQ].MoveOut(msgs, "main", s.now)
-	s.logf("requeue %d..%d: %v", msgs[0].ID, s.reqCursor, b != nil)
+	s.logf("requeue %d..%d: %v", msgs[0].ID, msgs[len(msgs)-1].ID, b != nil)
 	if b != nil {
 		for i, op := range b.Ops {
 			pin := op.Kind == OpClaim && op.Deliveries == 0 && !op.Mark && i+1 < len(b.Ops) && b.Ops[i+1].Msg == op.Msg
@@ -2136,6 +2165,7 @@ func TestSim(t *testing.T) {
 		tot.moved += st.moved
 		tot.purges += st.purges
 		tot.purgeParts += st.purgeParts
+		tot.staleRequeues += st.staleRequeues
 		tot.crashes += st.crashes
 		tot.settles += st.settles
 		tot.failures += st.failures
@@ -2157,6 +2187,11 @@ func TestSim(t *testing.T) {
 	// And purges the journal took in parts, one batch after another.
 	if seeds >= 100 && (tot.purges == 0 || tot.purgeParts == 0) {
 		t.Fatalf("purges: %d, batches that purged part of a range: %d: want both", tot.purges, tot.purgeParts)
+	}
+	// And requeues whose read a purge made stale (MoveOut's epoch rule is
+	// not vacuous).
+	if seeds >= 100 && tot.staleRequeues == 0 {
+		t.Fatalf("no requeue read before a purge committed")
 	}
 	// And both ways of paging in (checkCache is not vacuous).
 	if seeds >= 100 && (tot.cacheHits == 0 || tot.pageIns == 0) {
