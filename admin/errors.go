@@ -43,6 +43,8 @@ func classify(err error) *apiError {
 		return errorf(http.StatusConflict, "close its consumers first: herald connections, then herald connections close ID", err.Error())
 	case errors.Is(err, appliance.ErrPurging):
 		return errorf(http.StatusConflict, "a purge of the queue is running: wait for its end (herald queue show NAME shows it), then retry", err.Error())
+	case errors.Is(err, appliance.ErrStillRunning):
+		return errorf(http.StatusGatewayTimeout, "it outlasted heraldd's operation timeout and goes on (herald queue show NAME shows a purge's progress); retry once it ended", err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return errorf(http.StatusGatewayTimeout, "the journal is slow or stalled: check herald status (WAL size) and free disk space, then retry", err.Error())
 	case errors.Is(err, context.Canceled):

@@ -183,7 +183,11 @@ first it says how many were deleted so far (exit 75): the purge goes on.`,
 				Usage:     "purge a queue and forget it (refused while it has consumers)",
 				ArgsUsage: "NAME",
 				Description: `DELETE /v1/queues/{name}. Refused (exit 1) while the queue has consumers:
-close them first. Requires --yes.`,
+close them first. Requires --yes.
+
+A queue holding messages is purged first (POST /v1/queues/{name}/purge,
+followed to its end and shown on a terminal as queue purge does), so that
+the delete itself, which holds SENDs to the name while it runs, is short.`,
 				Flags: adminFlags(&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really delete"}),
 				Action: func(cCtx *cli.Context) error {
 					name, err := oneQueue(cCtx, "queue delete --yes [flags] NAME")
@@ -193,11 +197,45 @@ close them first. Requires --yes.`,
 					if !cCtx.Bool("yes") {
 						return usageErrorf("queue delete deletes messages for good: add --yes to confirm (herald queue delete --yes %s)", name)
 					}
-					return adminCall(cCtx, "queue delete "+name, func(ctx context.Context, c *admin.Client) error {
+					what := "queue delete " + name
+					return adminCall(cCtx, what, func(ctx context.Context, c *admin.Client) error {
+						// A deep queue is purged first, followed to its end as
+						// queue purge does: the delete itself is bounded by
+						// heraldd's operation timeout and holds SENDs to the
+						// name while it runs. Not with consumers: the delete
+						// refuses those, touching nothing.
+						purged := 0
+						q, err := c.Queue(ctx, name)
+						if err != nil {
+							return err
+						}
+						if q.Consumers == 0 && q.Messages > 0 {
+							var progress func(int)
+							errw, shown := cCtx.App.ErrWriter, false
+							if !cCtx.Bool("json") && isTerminal(errw) {
+								progress = func(n int) {
+									shown = true
+									fmt.Fprintf(errw, "\rdelete: %d messages deleted", n)
+								}
+							}
+							pr, err := purgeQueue(ctx, c, name, progress)
+							if shown {
+								fmt.Fprintln(errw)
+							}
+							if errors.Is(err, errPurgeGoesOn) {
+								return &exitError{code: exitTimeout, err: fmt.Errorf("%s: --timeout %s passed while purging it; %s; the queue is not deleted yet: run this again once it ends (--timeout 0: no limit)", what, cCtx.Duration("timeout"), err.Error())}
+							}
+							if err != nil {
+								return err
+							}
+							purged = deref(pr.Purged)
+						}
 						r, err := c.DeleteQueue(ctx, name)
 						if err != nil {
 							return err
 						}
+						n := purged + deref(r.Deleted)
+						r.Deleted = &n
 						if cCtx.Bool("json") {
 							return printJSON(cCtx.App.Writer, r)
 						}

@@ -268,4 +268,15 @@ func TestAdminCLI_PurgeShowsProgressAndFollowsItsEnd(t *testing.T) {
 		t.Fatalf("purge --json: %s", out)
 	}
 	waitEnd(60)
+
+	// queue delete purges first, followed the same way: the DELETE alone
+	// outlasted the daemon's timeout (504, exit 75, the queue kept).
+	d.Send(t, conn, "/queue/jobs", 100, "x")
+	code, out, screen = runOnTerminal(t, "queue", "delete", "--yes", "--socket", d.Socket, "jobs")
+	if code != 0 || out != "deleted queue jobs and its 100 messages\n" || !strings.Contains(screen, " messages deleted") {
+		t.Fatalf("delete on a terminal: exit %d, stdout %q, terminal %q", code, out, screen)
+	}
+	if v, ok := d.Broker.Queue("jobs"); ok {
+		t.Fatalf("after the delete the queue is still there: %+v", v)
+	}
 }
