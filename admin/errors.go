@@ -42,7 +42,7 @@ func classify(err error) *apiError {
 	case errors.Is(err, appliance.ErrQueueBusy):
 		return errorf(http.StatusConflict, "close its consumers first: herald connections, then herald connections close ID", err.Error())
 	case errors.Is(err, appliance.ErrPurging):
-		return errorf(http.StatusConflict, "a purge of the queue is running: wait for its end (herald queue show NAME shows it), then retry", err.Error())
+		return errorf(http.StatusConflict, "a purge of the queue the error names is running: wait for its end (herald queue show on that queue shows it), then retry", err.Error())
 	case errors.Is(err, appliance.ErrStillRunning):
 		return errorf(http.StatusGatewayTimeout, "it outlasted heraldd's operation timeout and goes on (herald queue show NAME shows a purge's progress); retry once it ended", err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -223,6 +223,11 @@ func (b *Broker) deleteQueue(ctx context.Context, q *queue) (int, error) {
 	return purged, err
 }
 
+// dlqDeleted is Requeue's error for a DLQ deleted while it ran.
+func dlqDeleted(dlq string, moved int) error {
+	return fmt.Errorf("requeue from %s: %w (deleted while the requeue ran, after %d messages had moved)", dlq, ErrNoQueue, moved)
+}
+
 // Requeue moves up to max (0: all) messages of the dead-letter queue of
 // name back to the tail of name, oldest first, with their dlq-* headers
 // removed and their delivery count reset. Messages of the DLQ in flight
@@ -244,8 +249,13 @@ func (b *Broker) Requeue(ctx context.Context, name string, maxN int) (int, error
 			want = min(want, maxN-moved)
 		}
 		var epoch uint64
-		var purging bool
-		dlq.run(func(int64) { epoch, purging = dlq.core.ReadEpoch(), dlq.core.Snapshot().Purging })
+		var purging, gone bool
+		dlq.run(func(int64) {
+			epoch, purging, gone = dlq.core.ReadEpoch(), dlq.core.Snapshot().Purging, dlq.deleted || dlq.dropped
+		})
+		if gone {
+			return moved, dlqDeleted(dlq.name, moved)
+		}
 		if purging {
 			return moved, fmt.Errorf("requeue from %s: %w; wait for it and retry", dlq.name, ErrPurging)
 		}
@@ -262,7 +272,16 @@ func (b *Broker) Requeue(ctx context.Context, name string, maxN int) (int, error
 		}
 		var cb *queuecore.Batch
 		var stale bool
-		dlq.run(func(now int64) { cb, stale = dlq.core.MoveOut(cms, name, now, epoch) })
+		dlq.run(func(now int64) {
+			// A DLQ deleted since the read: what the name's new queue
+			// holds was perhaps read, and is not this core's to move.
+			if gone = dlq.deleted || dlq.dropped; !gone {
+				cb, stale = dlq.core.MoveOut(cms, name, now, epoch)
+			}
+		})
+		if gone {
+			return moved, dlqDeleted(dlq.name, moved)
+		}
 		if stale {
 			// A purge's part or another requeue committed since the read:
 			// it may hold rows they took. Read again (a purge refuses it

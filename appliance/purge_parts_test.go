@@ -192,3 +192,61 @@ func TestQueue_RequeueRefusedDuringPurge(t *testing.T) {
 	}
 	assertRecount(t, tb)
 }
+
+// gatedLoads holds the at-th journal read of queue q until gate closes
+// (closing in when it begins).
+type gatedLoads struct {
+	appliance.Journal
+	q        string
+	n        atomic.Int32
+	at       int32
+	in, gate chan struct{}
+}
+
+func (j *gatedLoads) Load(ctx context.Context, q string, after uint64, limit int) ([]*appliance.Message, error) {
+	if q == j.q && j.n.Add(1) == j.at {
+		close(j.in)
+		<-j.gate
+	}
+	return j.Journal.Load(ctx, q, after, limit)
+}
+
+// A requeue holds its DLQ's queue across its reads: when the DLQ was
+// deleted and a new message came to the name's new queue between two
+// reads, the second read found it and the old queue's core moved it. It
+// was then in both queues by the broker's count (delivered twice). A
+// requeue now stops when its DLQ was deleted meanwhile, saying so.
+func TestQueue_RequeueStopsWhenItsDLQIsDeleted(t *testing.T) {
+	gj := &gatedLoads{q: "DLQ.jobs", at: 2, in: make(chan struct{}), gate: make(chan struct{})}
+	tb := testbroker.StartTuned(t, nil, nil, func(j appliance.Journal) appliance.Journal { gj.Journal = j; return gj })
+	c := tb.Dial(t)
+	sendAll(t, c, "/queue/DLQ.jobs", 1, func(int) string { return "a0" })
+	type result struct {
+		n   int
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		n, err := tb.B.Requeue(ctxT(t), "jobs", 0)
+		res <- result{n, err}
+	}()
+	<-gj.in // its second read: a0 moved, the DLQ empty
+	if n, err := tb.B.DeleteQueue(ctxT(t), "DLQ.jobs"); err != nil || n != 0 {
+		t.Fatalf("delete the empty DLQ: %d, %v", n, err)
+	}
+	sendAll(t, c, "/queue/DLQ.jobs", 1, func(int) string { return "x0" })
+	close(gj.gate)
+	r := <-res
+	if r.n != 1 || !errors.Is(r.err, appliance.ErrNoQueue) || !strings.Contains(r.err.Error(), "deleted while the requeue ran") {
+		t.Fatalf("requeue whose DLQ was deleted meanwhile: %d, %v; want 1 moved and an error saying so", r.n, r.err)
+	}
+	if v, _ := tb.B.Queue("jobs"); v.Messages != 1 {
+		t.Fatalf("jobs holds %d, want a0 alone", v.Messages)
+	}
+	sub, err := tb.Dial(t).SubscribeReceipt(ctxT(t), "/queue/DLQ.jobs", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, bodies(t, sub, 1), []string{"x0"})
+	assertRecount(t, tb)
+}

@@ -139,9 +139,11 @@ kept (their ACK or NACK decides). Requires --yes.
 
 On a terminal it shows how many messages the purge deleted so far (on
 stderr). A purge that outlasts heraldd's operation timeout goes on there;
-the command follows it in the queue's view to its end. If --timeout passes
-first it says how many were deleted so far (exit 75): the purge goes on.`,
-				Flags: adminFlags(&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really purge"}),
+the command follows it in the queue's view to its end (through a restart of
+heraldd, which stops the purge: it says so). --timeout is none by default;
+if one passes first it says how many were deleted so far (exit 75): the
+purge goes on.`,
+				Flags: adminFlagsTimeout(followTimeout(), &cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really purge"}),
 				Action: func(cCtx *cli.Context) error {
 					name, err := oneQueue(cCtx, "queue purge --yes [flags] NAME")
 					if err != nil {
@@ -188,7 +190,7 @@ close them first. Requires --yes.
 A queue holding messages is purged first (POST /v1/queues/{name}/purge,
 followed to its end and shown on a terminal as queue purge does), so that
 the delete itself, which holds SENDs to the name while it runs, is short.`,
-				Flags: adminFlags(&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really delete"}),
+				Flags: adminFlagsTimeout(followTimeout(), &cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really delete"}),
 				Action: func(cCtx *cli.Context) error {
 					name, err := oneQueue(cCtx, "queue delete --yes [flags] NAME")
 					if err != nil {
@@ -203,7 +205,8 @@ the delete itself, which holds SENDs to the name while it runs, is short.`,
 						// queue purge does: the delete itself is bounded by
 						// heraldd's operation timeout and holds SENDs to the
 						// name while it runs. Not with consumers: the delete
-						// refuses those, touching nothing.
+						// refuses those (one that comes during the purge makes
+						// the delete refuse after it: the answer says both).
 						purged := 0
 						q, err := c.Queue(ctx, name)
 						if err != nil {
@@ -229,8 +232,17 @@ the delete itself, which holds SENDs to the name while it runs, is short.`,
 								return err
 							}
 							purged = deref(pr.Purged)
+							if ctx.Err() != nil {
+								return &exitError{code: exitTimeout, err: fmt.Errorf("%s: --timeout %s passed after purging its %d messages; the queue is not deleted: run this again", what, cCtx.Duration("timeout"), purged)}
+							}
 						}
 						r, err := c.DeleteQueue(ctx, name)
+						if err != nil && purged > 0 {
+							var ee *exitError
+							if errors.As(adminFailure(what, socketPath(cCtx), ctx, err), &ee) {
+								return &exitError{code: ee.code, err: fmt.Errorf("%w (its %d messages were purged first; the queue is not deleted)", ee.err, purged)}
+							}
+						}
 						if err != nil {
 							return err
 						}

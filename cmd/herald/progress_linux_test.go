@@ -279,4 +279,43 @@ func TestAdminCLI_PurgeShowsProgressAndFollowsItsEnd(t *testing.T) {
 	if v, ok := d.Broker.Queue("jobs"); ok {
 		t.Fatalf("after the delete the queue is still there: %+v", v)
 	}
+
+	// A consumer that comes during the purge makes the delete refuse after
+	// it: the answer says the messages were purged all the same.
+	d.Send(t, conn, "/queue/jobs", 100, "y")
+	type result struct {
+		code        int
+		out, errOut string
+	}
+	res := make(chan result, 1)
+	go func() {
+		code, out, errOut := runCLI(t, "", "queue", "delete", "--yes", "--socket", d.Socket, "jobs")
+		res <- result{code, out, errOut}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for v, _ := d.Broker.Queue("jobs"); !v.Purging; v, _ = d.Broker.Queue("jobs") {
+		if time.Now().After(deadline) {
+			t.Fatal("the delete's purge did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := d.Dial(t).SubscribeReceipt(ctxT(t), "/queue/jobs", "client-individual"); err != nil {
+		t.Fatal(err)
+	}
+	rr := <-res
+	if rr.code != exitOther || rr.out != "" || !strings.Contains(rr.errOut, "has 1 consumers") || !strings.Contains(rr.errOut, "its 100 messages were purged first; the queue is not deleted") {
+		t.Fatalf("delete with a consumer come during its purge: exit %d, stdout %q, stderr %q", rr.code, rr.out, rr.errOut)
+	}
+	if v, ok := d.Broker.Queue("jobs"); !ok || v.Messages != 0 || v.Consumers != 1 {
+		t.Fatalf("after the refused delete: %+v, %v; want the queue, empty, with its consumer", v, ok)
+	}
+
+	// Both follow the purge with no --timeout of their own by default:
+	// with the 30 s of the other admin commands, as long as the daemon's,
+	// the command gave up first and never saw the 202.
+	for _, cmd := range []string{"purge", "delete"} {
+		if code, out, _ := runCLI(t, "", "queue", cmd, "--help"); code != 0 || !regexp.MustCompile(`--timeout value\s+give up after this long \(exit 75; the purge goes on\) \(default: none\)`).MatchString(out) {
+			t.Errorf("queue %s --help: exit %d, %q; want --timeout with no default", cmd, code, out)
+		}
+	}
 }
