@@ -146,6 +146,7 @@ var (
 	dJFailed     = desc("herald_journal_failed_commits_total", "Journal transactions that failed.")
 	dJInline     = desc("herald_journal_inline_commits_total", "Journal transactions committed by the connection that waited for them (a lone SEND), not the writer.")
 	dJCkpt       = desc("herald_journal_checkpoints_total", "WAL checkpoints run.")
+	dJBackstop   = desc("herald_journal_wal_backstops_total", "Times the WAL reached wal_limit_bytes and the writer copied it back itself, commits waiting (short of CPU or a slow disk).")
 	dJReadErrs   = desc("herald_journal_read_errors_total", "Page-ins that failed to read a queue's messages from the journal (I/O error, corruption); the queue retries them.")
 	dJLastCkpt   = desc("herald_journal_last_checkpoint_timestamp_seconds", "Time of the last checkpoint; 0 before the first.")
 	dJLastCommit = desc("herald_journal_last_commit_duration_seconds", "Duration of the last journal commit.")
@@ -182,7 +183,7 @@ func (c *viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		dQueueEnq, dQueueDeliv, dQueueRedeliv, dQueueAcked, dQueueExpired, dQueueDead, dQueueStale, dQueueAckTO, dQueueBlocked, dQueueBlockedS,
 		dTopicSubs, dTopicIn, dTopicOut, dTopicDropped,
 		dConns, dConnsTotal, dRefused, dSlowDrops, dOutputWaits, dJournalWaits, dMemWaits, dMemBudget, dMemUsed, dStaleAcks, dDedupHits, dDeadLettered, dTopicInAll, dTopicOutAll, dTopicsForgot, dQueuesForgot, dLVEvicted, dLVBytes, dHistBytes, dHistMsgs, dHistDropped, dDiskLow, dStart,
-		dJDB, dJDBFree, dJWAL, dJCommits, dJOps, dJFailed, dJInline, dJCkpt, dJReadErrs, dJLastCkpt, dJLastCommit,
+		dJDB, dJDBFree, dJWAL, dJCommits, dJOps, dJFailed, dJInline, dJCkpt, dJBackstop, dJReadErrs, dJLastCkpt, dJLastCommit,
 		dChMsgs, dChDgrams, dChBytes, dChRepairs, dChNAKs, dChLosses, dChRate, dChWindow, dChStreams,
 		dChRepairBytes, dChNAKsDropped, dChSources, dChSrcNAKs, dChSrcRepBytes, dChSrcRefused,
 		dChFragmented, dChFragments, dChHistory, dChHistRefused,
@@ -271,6 +272,7 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(dJFailed, float64(js.FailedCommits))
 		counter(dJInline, float64(js.InlineCommits))
 		counter(dJCkpt, float64(js.Checkpoints))
+		counter(dJBackstop, float64(js.WALBackstops))
 		counter(dJReadErrs, float64(js.ReadErrors))
 		last := 0.0
 		if js.LastCheckpoint != nil {

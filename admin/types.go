@@ -114,12 +114,16 @@ type JournalStatus struct {
 	// DBFreeBytes: of DBBytes, the pages of deleted messages, which new
 	// ones reuse and an idle journal gives back to the disk; they count as
 	// free for the disk floor.
-	DBFreeBytes       int64      `json:"db_free_bytes"`
-	Commits           uint64     `json:"commits_total"`
-	Ops               uint64     `json:"ops_total"`
-	FailedCommits     uint64     `json:"failed_commits_total"`
-	InlineCommits     uint64     `json:"inline_commits_total"` // committed by a lone SEND's connection reader
-	Checkpoints       uint64     `json:"checkpoints_total"`
+	DBFreeBytes   int64  `json:"db_free_bytes"`
+	Commits       uint64 `json:"commits_total"`
+	Ops           uint64 `json:"ops_total"`
+	FailedCommits uint64 `json:"failed_commits_total"`
+	InlineCommits uint64 `json:"inline_commits_total"` // committed by a lone SEND's connection reader
+	Checkpoints   uint64 `json:"checkpoints_total"`
+	// WALBackstops: times the WAL reached wal_limit_bytes before the
+	// background checkpoints copied it back, and the journal's writer did
+	// (commits waited): the host is short of CPU or the disk is slow.
+	WALBackstops      uint64     `json:"wal_backstops_total"`
 	ReadErrors        uint64     `json:"read_errors_total"` // page-ins that failed to read the database (retried by the queue)
 	LastCheckpoint    *time.Time `json:"last_checkpoint"`   // null before the first
 	LastBatchOps      int        `json:"last_batch_ops"`

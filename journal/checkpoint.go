@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 )
 
@@ -30,9 +31,20 @@ import (
 //     runs a TRUNCATE: a quiet journal keeps no WAL (and the checkpointer
 //     then looks every idleInterval only);
 //   - while a backup pins its snapshot the WAL cannot start over: it stays
-//     PASSIVE at the normal pace.
+//     PASSIVE at the normal pace;
+//   - should the WAL reach WALLimit all the same (this goroutine starved of
+//     CPU, a checkpoint slower than the writer), the writer copies it back
+//     itself between two transactions (walBackstop): commits wait for that
+//     copy, and the WAL keeps its bound, which the disk floor counts on.
 func (s *Store) checkpointer() {
 	defer s.wg.Done()
+	if s.ckHold != nil {
+		select {
+		case <-s.ckHold:
+		case <-s.stop:
+			return
+		}
+	}
 	interval := min(s.cfg.CheckpointInterval, busyInterval)
 	t := time.NewTimer(interval)
 	defer t.Stop()
@@ -114,6 +126,45 @@ const (
 	ckTruncate               // TRUNCATE, when idle
 	ckReclaim                // incremental_vacuum of reclaimStep pages, when idle (then TRUNCATE shrinks the file)
 )
+
+// walCheckEvery is how often at most the writer looks at the WAL's size
+// (a stat) for walBackstop while it last saw it below half its limit;
+// past that, after every commit.
+const walCheckEvery = 5 * time.Millisecond
+
+// walCheckDue reports whether walBackstop looks at the WAL now.
+func (s *Store) walCheckDue() bool {
+	return s.walSeen.Load() >= s.cfg.WALLimit/2 || time.Since(s.walChecked) >= walCheckEvery
+}
+
+// walBackstop runs on the writer, under wmu, after a commit: if the WAL
+// file has grown past WALLimit (the checkpointer fell behind), the writer
+// copies every frame back itself, a PASSIVE between two transactions, so
+// that its next transaction starts the WAL over (and SQLite trims the file
+// to journal_size_limit, WALLimit). A WAL past its limit is never one that
+// started over since (that trims it), so the file's size tells. Not while
+// a backup pins its snapshot: the WAL could not start over.
+func (s *Store) walBackstop() {
+	if !s.walCheckDue() {
+		return
+	}
+	now := time.Now()
+	s.walChecked = now
+	fi, err := os.Stat(s.cfg.Path + "-wal")
+	if err != nil {
+		return
+	}
+	s.walSeen.Store(fi.Size())
+	if fi.Size() <= s.cfg.WALLimit || s.backups.Load() != 0 {
+		return
+	}
+	s.writerCheckpoint(&ckReq{mode: ckTail, done: make(chan struct{})})
+	s.walBackstops.Add(1)
+	if now.Sub(s.walWarned) >= time.Minute {
+		s.walWarned = now
+		s.log.Warn("the WAL reached its limit before the checkpointer copied it back (short of CPU, or a slow disk): the writer copied it itself, and commits waited for that", "wal_bytes", fi.Size(), "wal_limit_bytes", s.cfg.WALLimit, "took", time.Since(now).Round(time.Microsecond))
+	}
+}
 
 // reclaimStep is how many free pages one idle reclaim step gives back (2 MiB
 // of 4 KiB pages): the first commit after the journal was idle waits for

@@ -100,3 +100,46 @@ func TestStore_WALUnderContinuousLoad(t *testing.T) {
 	}
 	t.Logf("%d messages through the WAL, max WAL %d bytes, %d checkpoints", n, maxWAL, s.Stats().Checkpoints)
 }
+
+// TestStore_WALBoundWithoutCheckpointer: with the checkpointer starved (held
+// here; on a host short of CPU it ran too late), the WAL grew with every
+// commit: 9-14 MB against a 4 MiB limit in TestStore_WALUnderContinuousLoad
+// at a load of 10-14 on 2 cores, without bound in principle. The writer now
+// copies it back itself once it passes the limit.
+func TestStore_WALBoundWithoutCheckpointer(t *testing.T) {
+	const limit = 4 << 20
+	s := New(Config{Path: t.TempDir() + "/herald.db", WALLimit: limit, CheckpointInterval: 200 * time.Millisecond})
+	s.ckHold = make(chan struct{}) // never closed: Close stops it
+	if err := s.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	body := strings.Repeat("w", 1024)
+	var maxWAL int64
+	for written := 0; written < 6*limit/1024; written += 100 {
+		ops := make([]appliance.Op, 100)
+		for i := range ops {
+			ops[i] = enq("held", body)
+		}
+		b, err := apply(t, s, ops...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		del := make([]appliance.Op, len(b.Ops))
+		for i, op := range b.Ops {
+			del[i] = appliance.Op{Kind: appliance.OpDelete, ID: op.Msg.ID}
+		}
+		if _, err := apply(t, s, del...); err != nil {
+			t.Fatal(err)
+		}
+		_, wal := s.Sizes()
+		maxWAL = max(maxWAL, wal)
+	}
+	if maxWAL > limit+limit/4 {
+		t.Fatalf("WAL grew to %d bytes with the checkpointer held, limit %d", maxWAL, limit)
+	}
+	if n := s.Stats().WALBackstops; n == 0 {
+		t.Fatalf("the writer never copied the WAL back (max %d bytes)", maxWAL)
+	}
+	t.Logf("WAL at most %d bytes, %d writer copies", maxWAL, s.Stats().WALBackstops)
+}

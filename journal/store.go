@@ -75,7 +75,10 @@ type Stats struct {
 	LastCommitTime time.Duration
 	LastCheckpoint time.Time
 	Checkpoints    uint64
-	Inline         uint64 // batches committed on the submitter's goroutine (CommitNow)
+	// WALBackstops: times the WAL reached WALLimit and the writer copied
+	// it back itself (walBackstop).
+	WALBackstops uint64
+	Inline       uint64 // batches committed on the submitter's goroutine (CommitNow)
 	// ReadErrors: page-ins (Page) that failed to read a queue's messages
 	// from the database (an I/O error, corruption), not counting reads
 	// whose context was cancelled. The queue retries them.
@@ -92,6 +95,14 @@ type Store struct {
 	// runStmts, st): the writer goroutine holds it for each transaction,
 	// checkpoint and prune, CommitNow for its one batch.
 	wmu sync.Mutex
+	// walChecked: when the writer last looked at the WAL's size
+	// (walBackstop), and walWarned when it last said it copied the WAL
+	// back itself; the writer's, under wmu.
+	walChecked, walWarned time.Time
+	walSeen               atomic.Int64 // the WAL's size it last saw
+	// ckHold, set by tests before Open, holds the checkpointer until it is
+	// closed (a checkpointer starved of CPU).
+	ckHold chan struct{}
 	// queued: batches submitted whose completion is not yet run or handed
 	// to the completer (CommitNow commits only with none).
 	queued atomic.Int64
@@ -127,15 +138,15 @@ type Store struct {
 	halted     chan struct{}
 	haltedOnce sync.Once
 
-	commits, ops, failed, checkpoints atomic.Uint64
-	pendingDone                       atomic.Int64  // completions handed to the completer, not yet run
-	inline                            atomic.Uint64 // batches CommitNow committed
-	readErrors                        atomic.Uint64 // page-ins that failed (Stats.ReadErrors)
-	lastBatch                         atomic.Int64
-	lastCommitNs                      atomic.Int64
-	lastCheckpoint                    atomic.Int64
-	backups                           atomic.Int32                   // backups running
-	commitHook                        func(ops int, d time.Duration) // metrics, optional
+	commits, ops, failed, checkpoints, walBackstops atomic.Uint64
+	pendingDone                                     atomic.Int64  // completions handed to the completer, not yet run
+	inline                                          atomic.Uint64 // batches CommitNow committed
+	readErrors                                      atomic.Uint64 // page-ins that failed (Stats.ReadErrors)
+	lastBatch                                       atomic.Int64
+	lastCommitNs                                    atomic.Int64
+	lastCheckpoint                                  atomic.Int64
+	backups                                         atomic.Int32                   // backups running
+	commitHook                                      func(ops int, d time.Duration) // metrics, optional
 
 	st           *stmts
 	streamInsert *sql.Stmt            // prepared at the first stream append (stream.go)
@@ -453,6 +464,7 @@ func (s *Store) Stats() Stats {
 		LastBatchOps:   int(s.lastBatch.Load()),
 		LastCommitTime: time.Duration(s.lastCommitNs.Load()),
 		Checkpoints:    s.checkpoints.Load(),
+		WALBackstops:   s.walBackstops.Load(),
 		Inline:         s.inline.Load(),
 		ReadErrors:     s.readErrors.Load(),
 	}
@@ -590,6 +602,7 @@ func (s *Store) writer() {
 			}
 			s.complete(completed{batches: batches, errs: errs})
 			s.queued.Add(-int64(len(batches)))
+			s.walBackstop()
 			s.wmu.Unlock()
 			clear(batches) // see below
 			continue
@@ -602,6 +615,11 @@ func (s *Store) writer() {
 		// (and the frame and message its closure holds) alive until the
 		// next group as large, or for as long as the journal idles.
 		clear(batches)
+		if s.walCheckDue() {
+			s.wmu.Lock()
+			s.walBackstop()
+			s.wmu.Unlock()
+		}
 	}
 }
 

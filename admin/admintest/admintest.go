@@ -133,7 +133,7 @@ func (a StoreJournal) Status() admin.JournalStatus {
 	db, wal := a.S.Sizes()
 	js := admin.JournalStatus{
 		Path: a.S.Path(), DBBytes: db, WALBytes: wal, Commits: st.Commits, Ops: st.Ops,
-		FailedCommits: st.FailedCommits, InlineCommits: st.Inline, Checkpoints: st.Checkpoints, LastBatchOps: st.LastBatchOps,
+		FailedCommits: st.FailedCommits, InlineCommits: st.Inline, Checkpoints: st.Checkpoints, WALBackstops: st.WALBackstops, LastBatchOps: st.LastBatchOps,
 		ReadErrors:        st.ReadErrors,
 		LastCommitSeconds: st.LastCommitTime.Seconds(),
 	}

@@ -117,6 +117,7 @@ func (a storeAdmin) Status() admin.JournalStatus {
 		FailedCommits:     st.FailedCommits,
 		InlineCommits:     st.Inline,
 		Checkpoints:       st.Checkpoints,
+		WALBackstops:      st.WALBackstops,
 		ReadErrors:        st.ReadErrors,
 		LastBatchOps:      st.LastBatchOps,
 		LastCommitSeconds: st.LastCommitTime.Seconds(),
