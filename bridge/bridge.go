@@ -379,7 +379,7 @@ func (w *worker) run(ctx context.Context) {
 				w.b.log.Warn("bridge: another publisher writes to the stream; sending one message at a time from now on, so that order holds (give this bridge a stream of its own to keep max_in_flight)", "direction", w.dir, "stream", w.cfg().Stream)
 			}
 		case p := <-w.probes:
-			w.execSeq(ctx, w.seq.ProbeResult(p.after, p.first, p.streamFirst, p.found, p.err != nil, time.Now().UnixNano()))
+			w.execSeq(ctx, w.seq.ProbeResult(p.after, p.first, p.streamFirst, p.ackFloor, p.found, p.err != nil, time.Now().UnixNano()))
 			if p.err != nil {
 				w.b.log.Debug("stream order probe", "err", p.err)
 			}

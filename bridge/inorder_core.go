@@ -42,12 +42,14 @@ import (
 // at or below next, or the stream said it follows next. Otherwise it is
 // held and the shell asks the stream which message of the consumer's
 // subjects follows next (Probe; the stream's sequences have holes where
-// other subjects are); the held message that is the answer goes on,
-// otherwise they wait for the missing one to be redelivered. In a session
-// that misses nothing every first delivery has its predecessor, so
-// nothing is held and nothing asked. A message at or below next is a
-// redelivery of one passed on already and is passed on again (the local
-// side keeps one copy by its dedup id).
+// other subjects are); the held message that is the answer goes on; an
+// answer at or below the consumer's ack floor was passed on already (by
+// an earlier run whose acknowledgements reached the server out of order)
+// and is gone past; otherwise they wait for the missing one to be
+// redelivered. In a session that misses nothing every first delivery has
+// its predecessor, so nothing is held and nothing asked. A message at or
+// below next is a redelivery of one passed on already and is passed on
+// again (the local side keeps one copy by its dedup id).
 //
 // Nothing is skipped silently: if a probe repeated after RegapAfter finds
 // the awaited message gone from the stream (a deletion), or the stream's
@@ -305,9 +307,21 @@ func (s *Sequencer) release(now int64, acts []SeqAction) []SeqAction {
 
 // ProbeResult answers ActSeqProbe: first is the stream sequence of the
 // consumer's first message after the probe's sequence, found false when
-// the stream has none; failed: the probe could not be made (it is asked
-// again a little later).
-func (s *Sequencer) ProbeResult(after, first, streamFirst uint64, found, failed bool, now int64) []SeqAction {
+// the stream has none; ackFloor is the consumer's ack floor, read before
+// the stream (0: unknown); failed: the probe could not be made (it is
+// asked again a little later).
+//
+// A first message found at or below the ack floor is acknowledged, not
+// removed (it was in the stream after the floor was read): passed on
+// already, by an earlier run of the bridge whose acknowledgement of an
+// earlier message was lost (sent to a NATS node killed with it, or
+// published while the connection was reconnecting) and which ended before
+// that one came again. The server never delivers it again: the sequencer
+// goes past it (no gap: the local side has it) and asks about the next.
+// Before, it waited for it forever, holding what came after (and, the
+// consumer's max ack pending reached, the server delivered nothing more),
+// with nothing logged: TestBridgeKillNine stalled at site B.
+func (s *Sequencer) ProbeResult(after, first, streamFirst, ackFloor uint64, found, failed bool, now int64) []SeqAction {
 	if !s.probing || after != s.probeAfter {
 		return nil
 	}
@@ -335,6 +349,13 @@ func (s *Sequencer) ProbeResult(after, first, streamFirst uint64, found, failed 
 		// The message waited for is gone from the stream (a deletion): it
 		// will not come again. Say so, and go on.
 		acts = s.gap(s.expect, first-1, acts)
+	}
+	if first < s.held[0] && first <= ackFloor {
+		// Found in the stream (below the first held message) and
+		// acknowledged: an earlier run passed it on, and it will not
+		// come again. Go past it; release asks about the next at once.
+		s.advance(first)
+		return s.release(now, acts)
 	}
 	s.expect = first
 	s.probeDue = now + s.cfg.RegapAfter

@@ -61,6 +61,11 @@ type seqSim struct {
 	gaps   [][2]uint64
 	// counters of the sequencers that crashed
 	heldTotal, probes, dropped uint64
+	// chaosSteps: steps with faults before the calm (0: 15000, by when
+	// the stream is long complete); crashLast: the faults end with a
+	// crash of the bridge.
+	chaosSteps int
+	crashLast  bool
 }
 
 type simProbe struct{ after uint64 }
@@ -119,6 +124,14 @@ func (s *seqSim) drop() {
 func (s *seqSim) connect() {
 	s.live = true
 	s.sessions++
+	s.started = true
+	s.apply(s.seq.Start(s.ackFloor(), s.first, s.now))
+}
+
+// ackFloor is the consumer's ack floor: the last delivered stream
+// sequence below which every message of the consumer is acknowledged or
+// removed.
+func (s *seqSim) ackFloor() uint64 {
 	floor := uint64(0)
 	for q := uint64(1); q <= s.lastDlv; q++ {
 		if s.ours[q] && !s.acked[q] && !s.deleted[q] {
@@ -126,8 +139,7 @@ func (s *seqSim) connect() {
 		}
 		floor = q
 	}
-	s.started = true
-	s.apply(s.seq.Start(floor, s.first, s.now))
+	return floor
 }
 
 func (s *seqSim) apply(acts []SeqAction) {
@@ -252,6 +264,15 @@ func (s *seqSim) step(chaos bool) {
 	case r < 80 && s.live && len(s.acks) > 0:
 		q := s.acks[0]
 		s.acks = s.acks[1:]
+		if chaos && s.rng.IntN(20) == 0 {
+			// This acknowledgement alone is lost (published while the
+			// connection was reconnecting, or the consumer's leader died
+			// with it); those behind it arrive. The message is
+			// redelivered after its ack wait, unless the bridge crashes
+			// first: the next run's sequencer starts at an ack floor
+			// below messages that are acknowledged.
+			break
+		}
 		if _, ok := s.pending[q]; ok {
 			delete(s.pending, q)
 			s.acked[q] = true
@@ -260,7 +281,7 @@ func (s *seqSim) step(chaos bool) {
 		p := s.probe[0]
 		s.probe = s.probe[1:]
 		q, ok := s.firstAfter(p.after)
-		s.apply(s.seq.ProbeResult(p.after, q, s.first, ok, false, s.now))
+		s.apply(s.seq.ProbeResult(p.after, q, s.first, s.ackFloor(), ok, false, s.now))
 	case r >= 90 && r < 93 && chaos && s.live:
 		s.drop()
 	case r == 93 && chaos && s.rng.IntN(4) == 0:
@@ -307,7 +328,7 @@ func (s *seqSim) step(chaos bool) {
 	// A probe lost with its connection is asked again.
 	if !s.live && len(s.probe) == 0 && !s.bypass {
 		if st := s.seq; st.probing {
-			s.apply(st.ProbeResult(st.probeAfter, 0, 0, false, true, s.now))
+			s.apply(st.ProbeResult(st.probeAfter, 0, 0, 0, false, true, s.now))
 		}
 	}
 }
@@ -336,8 +357,15 @@ func (s *seqSim) done() bool {
 // run: faults, then none until every message of the consumer is passed
 // on; then checks. It returns what is wrong, or "".
 func (s *seqSim) run() string {
-	for range 15000 {
+	chaos := s.chaosSteps
+	if chaos == 0 {
+		chaos = 15000
+	}
+	for range chaos {
 		s.step(true)
+	}
+	if s.crashLast {
+		s.crash()
 	}
 	for steps := 0; !s.done(); steps++ {
 		s.step(false)
@@ -403,6 +431,24 @@ func TestSequencerSimulation(t *testing.T) {
 	t.Logf("held back %d messages, %d probes, %d gaps reported, %d dropped over the byte bound", held, probes, gaps, dropped)
 }
 
+// TestSequencerSimulationCrashThenCalm: the faults stop while the stream
+// still fills, with a crash of the bridge (TestBridgeKillNine's kill -9
+// of site B), and nothing fails after: the next run starts at the
+// consumer's ack floor, above which the last run may have left messages
+// acknowledged (an acknowledgement lost on its own, those after it not),
+// and must bring in every other message, in order, without another fault
+// to start a session anew.
+func TestSequencerSimulationCrashThenCalm(t *testing.T) {
+	for seed := uint64(1); seed <= 150; seed++ {
+		window := []int{1, 4, 32}[seed%3]
+		s := newSeqSim(t, seed, 300, window)
+		s.chaosSteps, s.crashLast = 1000+int(seed%7)*100, true
+		if err := s.run(); err != "" {
+			t.Fatalf("seed %d (window %d): %s", seed, window, err)
+		}
+	}
+}
+
 // TestSequencerSimulationFindsReorder: passing messages on as they come
 // (no hold-back), the same world reorders: the simulation can see it.
 func TestSequencerSimulationFindsReorder(t *testing.T) {
@@ -443,7 +489,7 @@ func TestSequencerWaitsForTheLost(t *testing.T) {
 	if acts := s.Arrive(43, 43, true, 10, 11); len(acts) != 0 {
 		t.Fatalf("43: want it held, got %v", acts)
 	}
-	if acts := s.ProbeResult(31, 32, 1, true, false, 12); len(acts) != 0 {
+	if acts := s.ProbeResult(31, 32, 1, 0, true, false, 12); len(acts) != 0 {
 		t.Fatalf("32 is missing: want nothing passed, got %v", acts)
 	}
 	// The redeliveries, after the ack wait (consumer sequences 44..53).
@@ -463,7 +509,7 @@ func TestSequencerWaitsForTheLost(t *testing.T) {
 			t.Fatalf("%d: want %v, got %v", q, want, acts)
 		}
 	}
-	if acts := s.ProbeResult(32, 33, 1, true, false, 21); len(acts) != 0 {
+	if acts := s.ProbeResult(32, 33, 1, 0, true, false, 21); len(acts) != 0 {
 		t.Fatalf("a late answer: want nothing, got %v", acts)
 	}
 	// Stream sequences 44, 45 are another subject's; 46 follows 43 (54
@@ -477,7 +523,7 @@ func TestSequencerWaitsForTheLost(t *testing.T) {
 	if !slices.Equal(acts, []SeqAction{{Kind: ActSeqProbe, Seq: 46}}) {
 		t.Fatalf("48 after a hole: want a probe after 46, got %v", acts)
 	}
-	s.ProbeResult(46, 47, 1, true, false, 24)
+	s.ProbeResult(46, 47, 1, 0, true, false, 24)
 	if acts := s.Arrive(47, 57, false, 10, 25); !slices.Equal(acts, append(pass(47), pass(48)...)) {
 		t.Fatalf("47 again: want 47 and 48 passed, got %v", acts)
 	}
@@ -494,18 +540,18 @@ func TestSequencerGap(t *testing.T) {
 	if acts := s.Arrive(45, 1, true, 10, 31); len(acts) != 1 || acts[0].Kind != ActSeqProbe {
 		t.Fatalf("want a probe, got %v", acts)
 	}
-	s.ProbeResult(42, 43, 1, true, false, 32)
+	s.ProbeResult(42, 43, 1, 0, true, false, 32)
 	if acts := s.Arrive(43, 2, false, 10, 33); !slices.Equal(acts, []SeqAction{{Kind: ActSeqPass, Seq: 43}, {Kind: ActSeqProbe, Seq: 43}}) {
 		t.Fatalf("43: got %v", acts)
 	}
-	s.ProbeResult(43, 44, 1, true, false, 34)
+	s.ProbeResult(43, 44, 1, 0, true, false, 34)
 	if acts := s.Tick(500); len(acts) != 0 {
 		t.Fatalf("asked again before RegapAfter: %v", acts)
 	}
 	if acts := s.Tick(1034); !slices.Equal(acts, []SeqAction{{Kind: ActSeqProbe, Seq: 43}}) {
 		t.Fatalf("want a second probe after RegapAfter, got %v", acts)
 	}
-	acts := s.ProbeResult(43, 45, 1, true, false, 1035)
+	acts := s.ProbeResult(43, 45, 1, 0, true, false, 1035)
 	if !slices.Equal(acts, []SeqAction{{Kind: ActSeqGap, From: 44, To: 44}, {Kind: ActSeqPass, Seq: 45}}) {
 		t.Fatalf("44 gone: want gap 44..44 and 45 passed, got %v", acts)
 	}
@@ -515,6 +561,81 @@ func TestSequencerGap(t *testing.T) {
 	// Retention: the stream's first sequence moved past next.
 	if acts := s.Start(45, 60, 2000); !slices.Equal(acts, []SeqAction{{Kind: ActSeqGap, From: 46, To: 59}}) {
 		t.Fatalf("first sequence 60: want gap 46..59, got %v", acts)
+	}
+}
+
+// TestSequencerAckedByEarlierRun: an earlier run of the bridge passed
+// 11..20 on and acknowledged them, but the acknowledgement of 11 was lost,
+// and the run ended before 11 came again. The consumer's ack floor is 10;
+// 12..20 are acknowledged and never delivered again. This run starts at
+// the floor; 11 is redelivered and passes, and the probe finds 12 in the
+// stream: once the floor has moved past it (11's acknowledgement), 12 is
+// known passed on, and so are 13..20 in turn; 21.. go on, no gap.
+//
+// Before, the sequencer waited for 12 forever, holding 21.. (the server,
+// their max ack pending reached, delivering nothing more), and nothing was
+// logged: TestBridgeKillNine's stall at site B.
+func TestSequencerAckedByEarlierRun(t *testing.T) {
+	s := NewSequencer(SequencerConfig{MaxBytes: 1 << 20, RegapAfter: 1000})
+	pass := func(qs ...uint64) []SeqAction {
+		var acts []SeqAction
+		for _, q := range qs {
+			acts = append(acts, SeqAction{Kind: ActSeqPass, Seq: q})
+		}
+		return acts
+	}
+	probe := func(q uint64) []SeqAction { return []SeqAction{{Kind: ActSeqProbe, Seq: q}} }
+	if acts := s.Start(10, 1, 0); len(acts) != 0 {
+		t.Fatalf("start: got %v", acts)
+	}
+	// First deliveries of 21..23 (consumer sequences 21..23; 1..20 went
+	// to the earlier run): held.
+	if acts := s.Arrive(21, 21, true, 10, 1); !slices.Equal(acts, probe(10)) {
+		t.Fatalf("21: want a probe after 10, got %v", acts)
+	}
+	for q := uint64(22); q <= 23; q++ {
+		if acts := s.Arrive(q, q, true, 10, 1); len(acts) != 0 {
+			t.Fatalf("%d: want it held, got %v", q, acts)
+		}
+	}
+	if acts := s.ProbeResult(10, 11, 1, 10, true, false, 2); len(acts) != 0 {
+		t.Fatalf("11 pending at the server: want nothing, got %v", acts)
+	}
+	// 11 again, after its ack wait.
+	if acts := s.Arrive(11, 24, false, 10, 3); !slices.Equal(acts, append(pass(11), probe(11)...)) {
+		t.Fatalf("11: want it passed and a probe after 11, got %v", acts)
+	}
+	// Answered before 11's acknowledgement reached the server: the floor
+	// is still 10, and 12 may yet come.
+	if acts := s.ProbeResult(11, 12, 1, 10, true, false, 4); len(acts) != 0 {
+		t.Fatalf("floor 10: want nothing, got %v", acts)
+	}
+	if acts := s.Tick(1004); !slices.Equal(acts, probe(11)) {
+		t.Fatalf("after RegapAfter: want a probe after 11, got %v", acts)
+	}
+	// 11 acknowledged: the floor is 20. 12..19 are in the stream and
+	// acknowledged; each is gone past, and what follows asked about.
+	for q := uint64(11); q < 19; q++ {
+		if acts := s.ProbeResult(q, q+1, 1, 20, true, false, 1005); !slices.Equal(acts, probe(q+1)) {
+			t.Fatalf("%d acknowledged: want a probe after %d, got %v", q+1, q+1, acts)
+		}
+	}
+	if acts := s.ProbeResult(19, 20, 1, 20, true, false, 1006); !slices.Equal(acts, pass(21, 22, 23)) {
+		t.Fatalf("20 acknowledged: want 21..23 passed, got %v", acts)
+	}
+	if st := s.Stats(); st.Held != 0 || st.Gaps != 0 || st.Next != 23 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A message waited for that is gone is still a gap when the one after
+	// it is acknowledged: 26 held, 24 awaited, then removed; 25 is in
+	// the stream, at the floor.
+	if acts := s.Arrive(26, 30, true, 10, 2000); !slices.Equal(acts, probe(23)) {
+		t.Fatalf("26: want a probe after 23, got %v", acts)
+	}
+	s.ProbeResult(23, 24, 1, 23, true, false, 2001)
+	s.Tick(3001)
+	if acts := s.ProbeResult(23, 25, 1, 25, true, false, 3002); !slices.Equal(acts, append([]SeqAction{{Kind: ActSeqGap, From: 24, To: 24}}, pass(26)...)) {
+		t.Fatalf("24 gone, 25 acknowledged: want gap 24..24 and 26 passed, got %v", acts)
 	}
 }
 

@@ -612,15 +612,18 @@ func (j *jsIn) lag(ctx context.Context) (int64, bool) {
 // probeAnswer is the stream's answer to a sequencer's probe.
 type probeAnswer struct {
 	after, first, streamFirst uint64
+	ackFloor                  uint64 // the consumer's, read before the stream
 	found                     bool
 	err                       error
 }
 
-// probe finds, in a goroutine, the consumer's first message after stream
-// sequence after (the smallest over the maps' subjects) and the stream's
-// first sequence; the answer comes on out.
+// probe finds, in a goroutine, the consumer's ack floor, then the
+// consumer's first message after stream sequence after (the smallest over
+// the maps' subjects) and the stream's first sequence; the answer comes on
+// out. The ack floor is read first: a message found in the stream after
+// it was read, at or below it, was acknowledged, not removed.
 func (j *jsIn) probe(ctx context.Context, after uint64, out chan<- probeAnswer) {
-	st := j.stream
+	st, cons := j.stream, j.cons
 	var filters []string
 	for _, m := range j.w.maps {
 		filters = append(filters, m.Remote)
@@ -634,12 +637,18 @@ func (j *jsIn) probe(ctx context.Context, after uint64, out chan<- probeAnswer) 
 			case <-ctx.Done():
 			}
 		}()
-		if st == nil {
+		if st == nil || cons == nil {
 			a.err = errors.New("no stream")
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
+		ci, err := cons.Info(pctx)
+		if err != nil {
+			a.err = err
+			return
+		}
+		a.ackFloor = ci.AckFloor.Stream
 		si, err := st.Info(pctx)
 		if err != nil {
 			a.err = err
