@@ -302,6 +302,7 @@ type worker struct {
 	// (heartbeatMissed).
 	heartbeatsMissed atomic.Uint64
 	heartbeatLog     rateLog
+	heldLog          rateLog // a long wait of the in-order sequencer (logHeldBack)
 	consumeErrLog    rateLog // other errors of the pull (consumeError)
 	// Topic messages' dedup ids are APPLIANCE_ID:tBOOT.N: N counts from 1
 	// in each worker, BOOT (topicBoot) tells the workers of this process
@@ -358,6 +359,7 @@ func (w *worker) run(ctx context.Context) {
 		w.exec(ctx, w.core.Tick(now))
 		if w.seq != nil {
 			w.execSeq(ctx, w.seq.Tick(now))
+			w.logHeldBack(now)
 		}
 		w.publishView(false)
 		select {

@@ -85,6 +85,10 @@ type Sequencer struct {
 	probeDue   int64
 	gaps       [][2]uint64 // the latest gaps reported (to recognise a late arrival)
 	stats      SequencerStats
+	// waitSince: since when (as Tick saw it) messages are held while next
+	// stays waitNext; 0 when nothing is held.
+	waitSince int64
+	waitNext  uint64
 }
 
 // SequencerConfig are the sequencer's settings.
@@ -365,8 +369,26 @@ func (s *Sequencer) ProbeResult(after, first, streamFirst, ackFloor uint64, foun
 // Tick advances time: a wait for a missing message longer than RegapAfter
 // asks the stream again.
 func (s *Sequencer) Tick(now int64) []SeqAction {
+	switch {
+	case len(s.held) == 0:
+		s.waitSince = 0
+	case s.waitSince == 0 || s.waitNext != s.next:
+		s.waitSince, s.waitNext = now, s.next
+	}
 	if len(s.held) == 0 || s.probing {
 		return nil
 	}
 	return s.release(now, nil)
+}
+
+// Waiting reports, as of the last Tick, how long messages have been held
+// back while the sequencer waits for the one after sequence after (0: none
+// held, or the wait began at that Tick), and how many are held. A wait
+// that lasts is a stall the shell logs: every probe answered, every
+// heartbeat received, nothing passed on.
+func (s *Sequencer) Waiting(now int64) (waited int64, after uint64, held int) {
+	if s.waitSince == 0 || len(s.held) == 0 || s.waitNext != s.next {
+		return 0, s.next, len(s.held)
+	}
+	return now - s.waitSince, s.next, len(s.held)
 }

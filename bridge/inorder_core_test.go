@@ -653,3 +653,35 @@ func TestSequencerByteBound(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A wait for a missing message shows in Waiting, measured from the Tick
+// that first saw it, so that the shell can say so (the stall of
+// TestBridgeKillNine logged nothing for minutes); it ends when the message
+// comes, and a wait for the next one counts from its own start.
+func TestSequencerWaitingReportsAStall(t *testing.T) {
+	s := NewSequencer(SequencerConfig{MaxBytes: 1 << 20, RegapAfter: 1000})
+	s.Start(10, 1, 0)
+	s.Tick(5)
+	if w, _, held := s.Waiting(5); w != 0 || held != 0 {
+		t.Fatalf("nothing held: waited %d, held %d", w, held)
+	}
+	s.Arrive(12, 12, true, 10, 10) // 11 missing: held, a probe out
+	s.ProbeResult(10, 11, 1, 10, true, false, 11)
+	for now := int64(20); now <= 5020; now += 1000 {
+		s.Tick(now)
+	}
+	if w, after, held := s.Waiting(5020); w != 5000 || after != 10 || held != 1 {
+		t.Fatalf("waiting for 11 since the tick at 20: waited %d after %d, held %d; want 5000 after 10, 1", w, after, held)
+	}
+	s.Arrive(11, 13, true, 10, 5030) // passes 11 and 12
+	s.Tick(5040)
+	if w, after, held := s.Waiting(6000); w != 0 || after != 12 || held != 0 {
+		t.Fatalf("after 11 came: waited %d after %d, held %d; want 0 after 12, 0", w, after, held)
+	}
+	s.Arrive(14, 15, true, 10, 6010) // a delivery missing before it: 13 may be lost
+	s.Tick(6020)
+	s.Tick(7020)
+	if w, after, _ := s.Waiting(7020); w != 1000 || after != 12 {
+		t.Fatalf("waiting for 13: waited %d after %d; want 1000 after 12", w, after)
+	}
+}

@@ -521,6 +521,27 @@ func (j *jsIn) connect(ctx context.Context) error {
 	return nil
 }
 
+// heldWarnAfter is how long the in-order sequencer may hold messages back,
+// waiting for the same missing one, before the bridge says so (at most once
+// per heartbeatLogEvery): the probes and redeliveries that end a wait take
+// seconds (RegapAfter), so a minute is a stall.
+const heldWarnAfter = time.Minute
+
+// logHeldBack logs at Warn a wait of the in-order sequencer longer than
+// heldWarnAfter: messages held back, nothing passed on, which neither
+// missed heartbeats nor pull errors show (the consumer delivered what it
+// may; it waits for acknowledgements of messages held here).
+func (w *worker) logHeldBack(now int64) {
+	waited, after, held := w.seq.Waiting(now)
+	if time.Duration(waited) < heldWarnAfter {
+		return
+	}
+	if n, ok := w.heldLog.note(time.Unix(0, now), heartbeatLogEvery); ok {
+		w.b.log.Warn("bridge: the in direction holds messages back, waiting for the stream's message after a sequence that has not come; nothing is passed on meanwhile (herald bridges shows held_back; a restart of the bridge's heraldd reads the stream again)",
+			"direction", w.dir, "stream", w.cfg().Stream, "after_sequence", after, "held", held, "waited", time.Duration(waited).Round(time.Second), "suppressed", n-1)
+	}
+}
+
 // heartbeatLogEvery: a bridge logs missed pull heartbeats at most once
 // this often.
 const heartbeatLogEvery = 30 * time.Second
