@@ -146,7 +146,7 @@ var (
 	dJFailed     = desc("herald_journal_failed_commits_total", "Journal transactions that failed.")
 	dJInline     = desc("herald_journal_inline_commits_total", "Journal transactions committed by the connection that waited for them (a lone SEND), not the writer.")
 	dJCkpt       = desc("herald_journal_checkpoints_total", "WAL checkpoints run.")
-	dJBackstop   = desc("herald_journal_wal_backstops_total", "Times the WAL reached wal_limit_bytes and the writer copied it back itself, commits waiting (short of CPU or a slow disk).")
+	dJBackstop   = desc("herald_journal_wal_backstops_total", "Times the WAL reached wal_limit_bytes and the writer copied it back itself, commits waiting (writes faster than the checkpoints).")
 	dJReadErrs   = desc("herald_journal_read_errors_total", "Page-ins that failed to read a queue's messages from the journal (I/O error, corruption); the queue retries them.")
 	dJLastCkpt   = desc("herald_journal_last_checkpoint_timestamp_seconds", "Time of the last checkpoint; 0 before the first.")
 	dJLastCommit = desc("herald_journal_last_commit_duration_seconds", "Duration of the last journal commit.")

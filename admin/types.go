@@ -122,7 +122,7 @@ type JournalStatus struct {
 	Checkpoints   uint64 `json:"checkpoints_total"`
 	// WALBackstops: times the WAL reached wal_limit_bytes before the
 	// background checkpoints copied it back, and the journal's writer did
-	// (commits waited): the host is short of CPU or the disk is slow.
+	// (commits waited): writes faster than the checkpoints.
 	WALBackstops      uint64     `json:"wal_backstops_total"`
 	ReadErrors        uint64     `json:"read_errors_total"` // page-ins that failed to read the database (retried by the queue)
 	LastCheckpoint    *time.Time `json:"last_checkpoint"`   // null before the first

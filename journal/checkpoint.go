@@ -32,8 +32,8 @@ import (
 //     then looks every idleInterval only);
 //   - while a backup pins its snapshot the WAL cannot start over: it stays
 //     PASSIVE at the normal pace;
-//   - should the WAL reach WALLimit all the same (this goroutine starved of
-//     CPU, a checkpoint slower than the writer), the writer copies it back
+//   - should the WAL reach WALLimit all the same (writes faster than the
+//     checkpoints, this goroutine starved of CPU), the writer copies it back
 //     itself between two transactions (walBackstop): commits wait for that
 //     copy, and the WAL keeps its bound, which the disk floor counts on.
 func (s *Store) checkpointer() {
@@ -162,7 +162,7 @@ func (s *Store) walBackstop() {
 	s.walBackstops.Add(1)
 	if now.Sub(s.walWarned) >= time.Minute {
 		s.walWarned = now
-		s.log.Warn("the WAL reached its limit before the checkpointer copied it back (short of CPU, or a slow disk): the writer copied it itself, and commits waited for that", "wal_bytes", fi.Size(), "wal_limit_bytes", s.cfg.WALLimit, "took", time.Since(now).Round(time.Microsecond))
+		s.log.Info("the WAL reached its limit before the checkpoints copied it back (writes faster than the checkpoints: a heavy write load, short of CPU, or a slow disk): the writer copied it itself, and commits waited for that; logged once a minute at most, counted in herald_journal_wal_backstops_total", "wal_bytes", fi.Size(), "wal_limit_bytes", s.cfg.WALLimit, "took", time.Since(now).Round(time.Microsecond))
 	}
 }
 
