@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/herald-mq/herald/appliance"
 )
 
 // TestStore_WALUnderContinuousLoad: with batches always queued (the writer
@@ -32,20 +30,9 @@ func TestStore_WALUnderContinuousLoad(t *testing.T) {
 					return
 				default:
 				}
-				ops := make([]appliance.Op, 100)
-				for i := range ops {
-					ops[i] = enq("cont", body)
-				}
-				b, err := apply(t, s, ops...)
-				if err == nil {
-					del := make([]appliance.Op, len(b.Ops))
-					for i, op := range b.Ops {
-						del[i] = appliance.Op{Kind: appliance.OpDelete, ID: op.Msg.ID}
-					}
-					_, err = apply(t, s, del...)
-				}
+				err := churn(t, s, "cont", body, 100)
 				mu.Lock()
-				written += len(ops)
+				written += 100
 				if err != nil && firstErr == nil {
 					firstErr = err
 				}
@@ -117,19 +104,7 @@ func TestStore_WALBoundWithoutCheckpointer(t *testing.T) {
 	body := strings.Repeat("w", 1024)
 	var maxWAL int64
 	for written := 0; written < 6*limit/1024; written += 100 {
-		ops := make([]appliance.Op, 100)
-		for i := range ops {
-			ops[i] = enq("held", body)
-		}
-		b, err := apply(t, s, ops...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		del := make([]appliance.Op, len(b.Ops))
-		for i, op := range b.Ops {
-			del[i] = appliance.Op{Kind: appliance.OpDelete, ID: op.Msg.ID}
-		}
-		if _, err := apply(t, s, del...); err != nil {
+		if err := churn(t, s, "held", body, 100); err != nil {
 			t.Fatal(err)
 		}
 		_, wal := s.Sizes()

@@ -150,6 +150,24 @@ func purgeQueue(ctx context.Context, c *admin.Client, name string, progress func
 	}
 }
 
+// purgeShown is purgeQueue with the count shown on stderr as "WHAT: N
+// messages deleted" when it is a terminal (not with --json).
+func purgeShown(cCtx *cli.Context, ctx context.Context, c *admin.Client, name, what string) (*admin.QueueOp, error) {
+	var progress func(int)
+	errw, shown := cCtx.App.ErrWriter, false
+	if !cCtx.Bool("json") && isTerminal(errw) {
+		progress = func(n int) {
+			shown = true
+			fmt.Fprintf(errw, "\r%s: %d messages deleted", what, n)
+		}
+	}
+	r, err := purgeQueue(ctx, c, name, progress)
+	if shown {
+		fmt.Fprintln(errw)
+	}
+	return r, err
+}
+
 // transient reports whether an admin error may pass by itself: heraldd
 // not answering (restarting) or not ready.
 func transient(err error) bool {

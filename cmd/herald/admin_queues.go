@@ -154,18 +154,7 @@ purge goes on.`,
 					}
 					what := "queue purge " + name
 					return adminCall(cCtx, what, func(ctx context.Context, c *admin.Client) error {
-						var progress func(int)
-						errw, shown := cCtx.App.ErrWriter, false
-						if !cCtx.Bool("json") && isTerminal(errw) {
-							progress = func(n int) {
-								shown = true
-								fmt.Fprintf(errw, "\rpurge: %d messages deleted", n)
-							}
-						}
-						r, err := purgeQueue(ctx, c, name, progress)
-						if shown {
-							fmt.Fprintln(errw)
-						}
+						r, err := purgeShown(cCtx, ctx, c, name, "purge")
 						if errors.Is(err, errPurgeGoesOn) {
 							return &exitError{code: exitTimeout, err: fmt.Errorf("%s: --timeout %s passed; %s (--timeout 0: no limit)", what, cCtx.Duration("timeout"), err.Error())}
 						}
@@ -213,18 +202,7 @@ the delete itself, which holds SENDs to the name while it runs, is short.`,
 							return err
 						}
 						if q.Consumers == 0 && q.Messages > 0 {
-							var progress func(int)
-							errw, shown := cCtx.App.ErrWriter, false
-							if !cCtx.Bool("json") && isTerminal(errw) {
-								progress = func(n int) {
-									shown = true
-									fmt.Fprintf(errw, "\rdelete: %d messages deleted", n)
-								}
-							}
-							pr, err := purgeQueue(ctx, c, name, progress)
-							if shown {
-								fmt.Fprintln(errw)
-							}
+							pr, err := purgeShown(cCtx, ctx, c, name, "delete")
 							if errors.Is(err, errPurgeGoesOn) {
 								return &exitError{code: exitTimeout, err: fmt.Errorf("%s: --timeout %s passed while purging it; %s; the queue is not deleted yet: run this again once it ends (--timeout 0: no limit)", what, cCtx.Duration("timeout"), err.Error())}
 							}
