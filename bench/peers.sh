@@ -8,6 +8,9 @@
 # the same writer behind a TCP round trip (sqlite-served,
 # BenchmarkRawSQLiteServed), and with that client in a process of its own as
 # every broker's client is (sqlite-process, BenchmarkRawSQLiteServedProcess).
+# 4 x 64 also gets a bare group-committing writer with the journal's
+# checkpoints, flat out and paced to Herald's rate in the run (sqlite-group,
+# sqlite-paced, BenchmarkRawSQLiteGroup).
 #
 #   bench/peers.sh                 # install the peers if needed, run, stop them
 #   make bench-peers               # the same
@@ -166,7 +169,7 @@ target() {
 # target, args below adds what selects the protocol). Each run of a send case
 # gets a queue of its own.
 CASES=(
-	"durable-4x64|herald rabbitmq nats sqlite|send --producers 4 --window 64 --size $SIZE --persistent"
+	"durable-4x64|herald rabbitmq nats sqlite sqlite-group sqlite-paced|send --producers 4 --window 64 --size $SIZE --persistent"
 	"durable-1x1|herald rabbitmq nats sqlite sqlite-served sqlite-process|send --producers 1 --window 1 --size $SIZE --persistent"
 	"drain|herald rabbitmq nats|drain --messages $DRAIN_MESSAGES --consumers 4 --prefetch 1000 --size $SIZE"
 	"topic-1k|herald rabbitmq nats|topic --dest /topic/bench --subscribers 4 --rate 1000 --size $TOPIC_SIZE"
@@ -204,14 +207,22 @@ args() {
 (cd "$ROOT" && go test -c -o "$WORK/bin/journal.test" ./journal)
 # sqlite_run ARGS served: BenchmarkRawSQLiteServed instead (one row per
 # request over a loopback TCP round trip; 1x1 only); sqlite_run ARGS process:
-# BenchmarkRawSQLiteServedProcess (the same, the client in another process).
+# BenchmarkRawSQLiteServedProcess (the same, the client in another process);
+# group: BenchmarkRawSQLiteGroup (4 x 64 requests in flight to a bare
+# group-committing writer with the journal's checkpoints; 4x64 only); paced:
+# the same paced to HERALD_RATE requests a second (Herald's rate in the run).
 sqlite_run() {
 	local batch=256 secs bench=RawSQLiteTail
 	[[ "$1" == *"--window 1 "* ]] && batch=1
 	[ "${2:-}" = served ] && bench=RawSQLiteServed
 	[ "${2:-}" = process ] && bench=RawSQLiteServedProcess
+	local rate=0
+	case ${2:-} in
+	group) bench=RawSQLiteGroup ;;
+	paced) bench=RawSQLiteGroup rate=${HERALD_RATE:-0} ;;
+	esac
 	secs=$(($(echo "$DURATION" | sed 's/s$//')))
-	HERALD_BENCH_SECONDS=$secs HERALD_BENCH_BATCH=$batch "$WORK/bin/journal.test" -test.run '^$' \
+	HERALD_BENCH_SECONDS=$secs HERALD_BENCH_BATCH=$batch HERALD_BENCH_RATE=$rate "$WORK/bin/journal.test" -test.run '^$' \
 		-test.bench "$bench\$" -test.benchtime 1x 2>&1 | awk -v batch="$batch" '/^BenchmarkRawSQLite/ {
 			for (i = 3; i < NF; i++) v[$(i+1)] = $i
 			printf "{\"mode\":\"send\",\"transport\":\"sqlite\",\"window\":%d,\"msgs_per_s\":%s,\"errors\":0,\"receipt_latency\":{\"p50_us\":%s,\"p99_us\":%s,\"p999_us\":%s,\"max_us\":%s},\"wal_mib\":%s}\n",
@@ -252,7 +263,7 @@ for c in "${CASES[@]}"; do
 			case $t in
 			rabbitmq) [ -n "$RABBIT_OK" ] || continue ;;
 			nats) [ -n "$NATS_OK" ] || continue ;;
-			sqlite | sqlite-served | sqlite-process) want sqlite || continue ;;
+			sqlite*) want sqlite || continue ;;
 			esac
 			dest=/queue/$QPREFIX-$idx-$run-$t
 			if [[ "$t" == sqlite* ]]; then
@@ -272,6 +283,8 @@ for c in "${CASES[@]}"; do
 				rabbitmq) rabbitmqctl delete_queue "${dest#/queue/}" >/dev/null 2>&1 || true ;;
 				esac
 			fi
+			# The paced floor runs at the rate Herald reached in this run.
+			[ "$t" = herald ] && HERALD_RATE=$(echo "$line" | jq -r '.msgs_per_s // 0 | floor')
 			load=$(cut -d' ' -f1 /proc/loadavg)
 			echo "$line" | jq -c --arg case "$name" --argjson idx "$idx" --arg target "$t" --argjson run "$run" --arg load "$load" \
 				'{case:$case,idx:$idx,target:$target,run:$run,load1:($load|tonumber)} + .' >>"$OUT/runs.jsonl"
@@ -345,6 +358,9 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "the same writer committing each 1 KiB request of a client on a loopback TCP connection before a 1-byte answer,"
 	echo "latency at the client: the floor of any server that commits a request before it answers; sqlite-process is that"
 	echo "with the client in a process of its own, as a broker's client is (each request and answer wakes another process)."
+	echo "sqlite-group (4x64) is 4 x 64 requests in flight to a bare writer that commits all waiting requests at once, with"
+	echo "the journal's checkpoints (a PASSIVE every 10 ms, the WAL started over past 16 MiB), latency per request: the device's"
+	echo "floor for that shape; sqlite-paced is the same paced to the rate Herald reached in the same run."
 	echo "msg/s: confirmed SENDs per second (send cases); messages drained per second, from the first SUBSCRIBE to the last"
 	echo "ACK processed (drain, after a fill of $DRAIN_MESSAGES); the slowest subscriber's delivered rate (topic cases)."
 	echo "p50/p99/p999: receipt latency (send); publisher-to-subscriber latency over all subscribers (topic)."

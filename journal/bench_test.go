@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,4 +314,191 @@ func rawServedClient(c net.Conn, secs int) ([]time.Duration, error) {
 		lat = append(lat, time.Since(start))
 	}
 	return lat, nil
+}
+
+// BenchmarkRawSQLiteGroup is the sustained durable SEND run's shape with
+// no broker and no protocol: HERALD_BENCH_PRODUCERS (default 4) goroutines
+// each keep HERALD_BENCH_WINDOW (default 64) requests of 1 KiB
+// outstanding to one bare SQLite writer (the journal's table shape, WAL,
+// synchronous=FULL), which commits every request waiting as one
+// transaction and then answers them, as a group-committing server does.
+// Checkpoints are the journal's shape, not SQLite's automatic ones: a
+// second connection runs PASSIVE every 10 ms (every 2 ms while the WAL
+// holds more than 16 MiB), and once the WAL holds more than 16 MiB with at most 256 frames left to
+// copy, the writer copies those itself between two transactions, so that
+// the next one starts the WAL over (checkpoint.go). Latency is a
+// request's, from its hand-over to the writer to its answer: the floor,
+// on this device, of a receipt's latency in that run (Herald's p999
+// against this one's in the same run says what the broker adds).
+// HERALD_BENCH_RATE=N paces the producers to N requests a second in all
+// (each still at most its window ahead): the floor at the rate Herald
+// reached, rather than flat out, which writes more. HERALD_BENCH_SECONDS
+// as above; run with -benchtime 1x.
+func BenchmarkRawSQLiteGroup(b *testing.B) {
+	secs := rawServedSeconds()
+	producers, window := envInt("HERALD_BENCH_PRODUCERS", 4), envInt("HERALD_BENCH_WINDOW", 64)
+	var interval time.Duration // between two requests of a producer
+	if rate := envInt("HERALD_BENCH_RATE", 0); rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(producers) / float64(rate))
+	}
+	path, db, ins := openRawSQLite(b)
+	if _, err := db.Exec("PRAGMA wal_autocheckpoint=0"); err != nil {
+		b.Fatal(err)
+	}
+	ck, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=FULL")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ck.Close()
+	ck.SetMaxOpenConns(1)
+	const restartAt, tailPages = 16 << 20, 256
+	var tail atomic.Bool // the writer copies the last frames
+	stop := make(chan struct{})
+	ckDone := make(chan error, 1)
+	go func() {
+		t := time.NewTimer(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				ckDone <- nil
+				return
+			case <-t.C:
+			}
+			var busy, logPages, done int
+			if err := ck.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logPages, &done); err != nil {
+				ckDone <- err
+				return
+			}
+			next := 10 * time.Millisecond
+			if logPages*4096 > restartAt {
+				next = 2 * time.Millisecond // past restartAt: again soon
+				if logPages-done <= tailPages {
+					tail.Store(true)
+				}
+			}
+			t.Reset(next)
+		}
+	}()
+	type req struct {
+		at   time.Time
+		done chan<- time.Time
+	}
+	body, hdrs := make([]byte, rawServedSize), []byte{0}
+	var lat []time.Duration
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range b.N {
+		end := time.Now().Add(time.Duration(secs) * time.Second)
+		reqs := make(chan req, producers*window)
+		for range producers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answers := make(chan time.Time, window)
+				var mine []time.Duration
+				next, out := time.Now(), 0
+				wait := time.NewTimer(time.Hour)
+				defer wait.Stop()
+				for {
+					now := time.Now()
+					for out < window && now.Before(end) && !now.Before(next) {
+						reqs <- req{now, answers}
+						out++
+						if interval > 0 {
+							next = next.Add(interval)
+						}
+					}
+					if out == 0 && !now.Before(end) {
+						break
+					}
+					var timer <-chan time.Time
+					if out < window && now.Before(end) {
+						wait.Reset(next.Sub(now))
+						timer = wait.C
+					}
+					select {
+					case at := <-answers:
+						mine = append(mine, time.Since(at))
+						out--
+					case <-timer:
+					}
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			}()
+		}
+		writerDone := make(chan error, 1)
+		go func() {
+			var batch []req
+			for {
+				r, ok := <-reqs
+				if !ok {
+					writerDone <- nil
+					return
+				}
+				batch = append(batch[:0], r)
+			more:
+				for {
+					select {
+					case r, ok := <-reqs:
+						if !ok {
+							break more
+						}
+						batch = append(batch, r)
+					default:
+						break more
+					}
+				}
+				tx, err := db.Begin()
+				if err != nil {
+					writerDone <- err
+					return
+				}
+				st := tx.Stmt(ins)
+				for _, r := range batch {
+					if _, err := st.Exec(1, r.at.UnixMilli(), 0, 0, 0, "", 0, rawServedSize+64, hdrs, body); err != nil {
+						writerDone <- err
+						return
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					writerDone <- err
+					return
+				}
+				for _, r := range batch {
+					r.done <- r.at
+				}
+				if tail.Swap(false) {
+					if _, err := db.Exec("PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+						writerDone <- err
+						return
+					}
+				}
+			}
+		}()
+		wg.Wait()
+		close(reqs)
+		if err := <-writerDone; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	if err := <-ckDone; err != nil {
+		b.Fatal(err)
+	}
+	if len(lat) == 0 {
+		b.Fatal("nothing committed")
+	}
+	reportRaw(b, path, len(lat), lat)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
