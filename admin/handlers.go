@@ -113,6 +113,14 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, e)
 }
 
+// stillRunning reports whether err says that an operation outlasted
+// opContext's timeout and goes on (appliance.ErrStillRunning) while the
+// request itself is still there: it is answered 202 Accepted, with what
+// the operation did so far.
+func stillRunning(r *http.Request, err error) bool {
+	return errors.Is(err, appliance.ErrStillRunning) && r.Context().Err() == nil
+}
+
 // opContext bounds a broker operation.
 func (s *Server) opContext(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.o.OpTimeout)
@@ -341,7 +349,7 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.opContext(r)
 	defer cancel()
 	n, err := s.o.Broker.Purge(ctx, name)
-	if errors.Is(err, appliance.ErrStillRunning) && r.Context().Err() == nil {
+	if stillRunning(r, err) {
 		// The purge outlasted the operation timeout, not failed: it goes
 		// on, and the answer says so with what it deleted so far.
 		s.audit(r, "admin: queue purge goes on past the request", "queue", name, "messages_so_far", n)

@@ -3,8 +3,10 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/herald-mq/herald/appliance"
 )
@@ -19,7 +21,12 @@ type StreamBroker interface {
 	Stream(ctx context.Context, name string) (appliance.StreamView, error)
 	// DeleteStream removes a stream, its messages and cursors;
 	// appliance.ErrStreamBusy while it has subscribers.
+	// A delete that outlasts ctx goes on: the count so far, with
+	// appliance.ErrStillRunning.
 	DeleteStream(ctx context.Context, name string) (int, error)
+	// StreamDelete is the last delete of stream name since the broker
+	// started (running, or how it ended); false when it knows none.
+	StreamDelete(name string) (appliance.StreamDeleteView, bool)
 	// ResetCursor moves a durable cursor to target (first, last, next or
 	// an offset); appliance.ErrCursorActive while a consumer holds it.
 	ResetCursor(ctx context.Context, name, cursor, target string) (old, pos uint64, err error)
@@ -43,6 +50,10 @@ type CursorList struct {
 type StreamOp struct {
 	Stream  string `json:"stream"`
 	Deleted int    `json:"deleted"` // messages removed
+	// Running: the delete outlasted the request and goes on (202
+	// Accepted); Deleted is what it removed so far. Its progress and end:
+	// GET /v1/streams/{name}/delete.
+	Running bool `json:"running,omitempty"`
 }
 
 // CursorReset is the answer of POST /v1/streams/{name}/cursors/{cursor}/reset.
@@ -58,6 +69,7 @@ func (s *Server) streamRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/streams/{name}", s.stream)
 	mux.HandleFunc("GET /v1/streams/{name}/cursors", s.streamCursors)
 	mux.HandleFunc("DELETE /v1/streams/{name}", s.deleteStream)
+	mux.HandleFunc("GET /v1/streams/{name}/delete", s.streamDelete)
 	mux.HandleFunc("POST /v1/streams/{name}/cursors/{cursor}/reset", s.resetCursor)
 }
 
@@ -80,6 +92,8 @@ func classifyStream(err error) error {
 		return errorf(http.StatusConflict, "close its subscribers first: herald connections, then herald connections close ID", err.Error())
 	case errors.Is(err, appliance.ErrStreamDeleting):
 		return errorf(http.StatusConflict, "wait for the running delete, then retry", err.Error())
+	case errors.Is(err, appliance.ErrStillRunning):
+		return errorf(http.StatusGatewayTimeout, "the delete outlasted heraldd's operation timeout and goes on: GET /v1/streams/NAME/delete shows its progress and end", err.Error())
 	}
 	return err
 }
@@ -137,12 +151,32 @@ func (s *Server) deleteStream(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.opContext(r)
 	defer cancel()
 	n, err := sb.DeleteStream(ctx, name)
+	if stillRunning(r, err) {
+		s.audit(r, "admin: stream delete goes on past the request", "stream", name, "messages_so_far", n)
+		writeJSON(w, http.StatusAccepted, StreamOp{Stream: name, Deleted: n, Running: true})
+		return
+	}
 	if err != nil {
 		s.fail(w, r, classifyStream(err))
 		return
 	}
 	s.audit(r, "admin: stream deleted", "stream", name, "messages", n)
 	writeJSON(w, http.StatusOK, StreamOp{Stream: name, Deleted: n})
+}
+
+func (s *Server) streamDelete(w http.ResponseWriter, r *http.Request) {
+	sb := s.streamBroker(w)
+	if sb == nil {
+		return
+	}
+	name := r.PathValue("name")
+	v, ok := sb.StreamDelete(name)
+	if !ok {
+		hint := fmt.Sprintf("heraldd keeps the last delete of each stream name since it started, of at most %d names (the delete that ended first is forgotten first), and a delete stops at its shutdown: list the streams with: herald streams", appliance.MaxStreamDeleteRecords)
+		writeError(w, errorf(http.StatusNotFound, hint, fmt.Sprintf("no delete of stream %q known", strings.TrimPrefix(name, "/stream/"))))
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) resetCursor(w http.ResponseWriter, r *http.Request) {
@@ -202,10 +236,19 @@ func (c *Client) StreamCursors(ctx context.Context, name string) (*CursorList, e
 	return &v, c.get(ctx, "GET", spath(name, "/cursors"), nil, &v)
 }
 
-// DeleteStream is DELETE /v1/streams/{name}.
+// DeleteStream is DELETE /v1/streams/{name}. A delete that outlasts the
+// daemon's operation timeout answers with Running: follow it with
+// StreamDelete.
 func (c *Client) DeleteStream(ctx context.Context, name string) (*StreamOp, error) {
 	var v StreamOp
 	return &v, c.get(ctx, "DELETE", spath(name, ""), nil, &v)
+}
+
+// StreamDelete is GET /v1/streams/{name}/delete: the last delete of the
+// stream since the daemon started, running or ended.
+func (c *Client) StreamDelete(ctx context.Context, name string) (*appliance.StreamDeleteView, error) {
+	var v appliance.StreamDeleteView
+	return &v, c.get(ctx, "GET", spath(name, "/delete"), nil, &v)
 }
 
 // ResetCursor is POST /v1/streams/{name}/cursors/{cursor}/reset?to=TARGET.

@@ -46,6 +46,7 @@ type stream struct {
 	// deleting: the admin is deleting the stream; appends and
 	// subscriptions are refused. Under mu.
 	deleting bool
+	del      *streamDelete // the running delete's record, while deleting
 	// inflight counts appends and retention trims submitted and not yet
 	// completed; a delete waits for them.
 	inflight sync.WaitGroup
@@ -87,7 +88,8 @@ type streamRegistry struct {
 	byName  map[string]*stream
 	j       StreamJournal // nil: the journal has no streams
 	nextSub streamcore.SubID
-	trimmed uint64 // messages removed by retention (under mu)
+	trimmed uint64    // messages removed by retention (under mu)
+	deletes deleteLog // the last admin delete of each name (stream_delete.go)
 }
 
 // Header names of stream MESSAGEs and SUBSCRIBEs (RabbitMQ's STOMP names

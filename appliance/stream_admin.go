@@ -69,6 +69,9 @@ type StreamView struct {
 	TailBytes int64               `json:"tail_bytes"`
 	TailFirst *uint64             `json:"tail_first_offset,omitempty"`
 	Deleting  bool                `json:"deleting,omitempty"`
+	// DeleteDeleted is how many messages the running delete removed so
+	// far (omitted when none runs; its end: Broker.StreamDelete).
+	DeleteDeleted int `json:"delete_deleted,omitempty"`
 }
 
 // view returns the stream's figures without times (no journal read).
@@ -90,6 +93,9 @@ func (st *stream) view() StreamView {
 	v.FirstOffset, v.NextOffset = st.core.First(), st.core.Next()
 	v.Subscribers = st.core.Subscribers()
 	v.Deleting = st.deleting
+	if st.deleting && st.del != nil {
+		v.DeleteDeleted = st.del.sofar()
+	}
 	for _, name := range st.core.CursorNames() {
 		pos, _ := st.core.Cursor(name)
 		v.Cursors = append(v.Cursors, StreamCursorView{Name: name, Next: pos, Lag: v.NextOffset - min(max(pos, v.FirstOffset), v.NextOffset), Active: st.core.CursorActive(name)})
@@ -180,49 +186,104 @@ func (b *Broker) mustStream(name string) (*stream, error) {
 // (ErrStreamBusy); while it is being deleted, SENDs and SUBSCRIBEs to the
 // name are refused with ErrStreamDeleting. It returns how many messages it
 // removed.
+//
+// The delete runs on its own goroutine (removeStream), which the caller
+// waits for: one that outlasts ctx goes on to its end, and DeleteStream
+// returns the count removed so far with an error wrapping ErrStillRunning.
+// Its progress shows in the stream's view (delete_deleted), and its end in
+// the broker's record of deletes (StreamDelete) after the stream is gone.
+// The broker's shutdown stops it between steps: what it removed stays
+// removed, the rest stays in the stream.
 func (b *Broker) DeleteStream(ctx context.Context, name string) (int, error) {
 	st, err := b.mustStream(name)
 	if err != nil {
 		return 0, err
 	}
+	d := &streamDelete{name: st.name, started: b.now().UTC()}
 	st.mu.Lock()
 	if st.deleting {
 		st.mu.Unlock()
-		return 0, fmt.Errorf("%w: %s; wait for the running delete", ErrStreamDeleting, st.name)
+		return 0, fmt.Errorf("%w: %s; wait for the running delete (GET /v1/streams/%s/delete)", ErrStreamDeleting, st.name, st.name)
 	}
 	if n := st.core.Subscribers(); n > 0 {
 		st.mu.Unlock()
 		return 0, fmt.Errorf("%w: %s has %d subscribers", ErrStreamBusy, st.name, n)
 	}
-	st.deleting = true
+	st.deleting, st.del = true, d
 	st.notifyPubLocked() // the publisher ends
 	st.tail.reset()
 	st.mu.Unlock()
+	b.streams.deletes.begin(d)
+	done := make(chan struct{})
+	var removed int
+	var derr error
+	if !b.goBackground(func() {
+		defer close(done)
+		removed, derr = b.removeStream(st, d)
+		if derr != nil {
+			b.log.Warn("stream delete stopped; what it removed stays removed, the rest stays in the stream", "stream", st.name, "messages", removed, "err", derr)
+		}
+		b.streams.deletes.end(d, b.now().UTC(), removed, derr)
+	}) {
+		// Shutting down: nothing was done (the core is as it was), and the
+		// appends in flight may still complete into it.
+		st.mu.Lock()
+		st.deleting, st.del = false, nil
+		st.pub, st.pubChecked = nil, false
+		st.mu.Unlock()
+		err := fmt.Errorf("delete stream %s: %w (nothing removed)", st.name, errBrokerClosed)
+		b.streams.deletes.end(d, b.now().UTC(), 0, err)
+		return 0, err
+	}
+	select {
+	case <-done:
+		return removed, derr
+	case <-ctx.Done():
+	}
+	select {
+	case <-done: // ended meanwhile: its own answer
+		return removed, derr
+	default:
+	}
+	n := d.sofar()
+	return n, fmt.Errorf("delete stream %s: %w: %w (%d messages removed so far; the delete goes on: GET /v1/streams/%s/delete shows its progress and end)", st.name, ErrStillRunning, ctx.Err(), n, st.name)
+}
+
+// removeStream is a delete's work, whatever its caller does: it waits for
+// what would make the stream's row again if it committed after the
+// delete, removes the messages step by step (d counts them), and forgets
+// the stream. A failed step, or the broker's shutdown between steps,
+// stops it: the stream is reloaded from the journal with what is left,
+// and clients may use it again.
+func (b *Broker) removeStream(st *stream, d *streamDelete) (int, error) {
 	st.inflight.Wait() // appends submitted before: their completions ran
 	// And the cursor moves (ACKs of consumers gone): one committed after
 	// the delete would make the stream's row again, with its cursor.
-	if err := st.waitCursorOps(ctx, ""); err != nil {
+	if err := st.waitCursorOps(b.ctx, ""); err != nil {
 		b.reloadStream(st)
 		return 0, fmt.Errorf("delete stream %s: %w (nothing removed; retry)", st.name, err)
 	}
 	step := b.cfg().Streams.RetentionBatch * 16
 	removed := 0
 	for {
-		// Between steps only: a step is waited for whatever ctx does
-		// (bounded by its size), so that the core is never reloaded
-		// while a step it does not know of may still commit.
-		if err := ctx.Err(); err != nil {
+		// Between steps only: a step is waited for, so that the core is
+		// never reloaded while a step it does not know of may still
+		// commit.
+		select {
+		case <-b.stop:
 			b.reloadStream(st)
-			return removed, fmt.Errorf("delete stream %s: %w (%d messages removed; retry)", st.name, err, removed)
+			return removed, fmt.Errorf("delete stream %s: %w: the delete stops (%d messages removed; the rest stays in the stream: delete it again after the restart)", st.name, errBrokerClosed, removed)
+		default:
 		}
 		op := Op{Kind: OpStreamDelete, Stream: &StreamOp{Name: st.name, Limit: step}}
 		bt, err := b.submitWait(b.ctx, &Batch{Ops: []Op{op}})
 		if err != nil {
 			// The stream stays, possibly shorter: reload what is left.
 			b.reloadStream(st)
-			return removed, fmt.Errorf("delete stream %s: %w (%d messages removed; retry)", st.name, err, removed)
+			return removed, fmt.Errorf("delete stream %s: %w (%d messages removed; the rest stays in the stream: retry)", st.name, err, removed)
 		}
 		removed += bt.Ops[0].Affected
+		d.deleted.Store(int64(removed))
 		if bt.Ops[0].Affected < step {
 			break
 		}
@@ -242,7 +303,7 @@ func (b *Broker) reloadStream(st *stream) {
 	states, err := b.streams.j.Streams(b.ctx)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.deleting = false
+	st.deleting, st.del = false, nil
 	st.pub, st.pubChecked = nil, false // its publisher ended: the next append starts one
 	if err != nil {
 		return

@@ -2,6 +2,8 @@ package appliance_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +18,9 @@ import (
 // while the step was still to commit: when it did, the journal had
 // forgotten the stream (the next append went to offset 0) while the core
 // still said next = 20, and the next SEND's completion panicked the broker
-// (streamcore: append at 0 below next 20).
+// (streamcore: append at 0 below next 20). The delete now answers at its
+// caller's deadline (ErrStillRunning) and goes on: the stream stays being
+// deleted, refused to clients, until the step's outcome is known.
 func TestStream_DeleteOutlivesItsContext(t *testing.T) {
 	tb, g := startGated(t, nil, appendTo("gate"), true)
 	c := tb.Dial(t)
@@ -31,25 +35,25 @@ func TestStream_DeleteOutlivesItsContext(t *testing.T) {
 	g.await(t, "the gate append's completion")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	type result struct {
-		n   int
-		err error
+	n, err := tb.B.DeleteStream(ctx, "r")
+	if !errors.Is(err, appliance.ErrStillRunning) || n != 0 {
+		t.Fatalf("delete past its deadline, its step pending: %d removed, %v; want 0 so far and ErrStillRunning", n, err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := tb.B.DeleteStream(ctx, "r")
-		done <- result{n, err}
-	}()
-	time.Sleep(500 * time.Millisecond) // past the request's deadline, the step still pending
-	select {
-	case r := <-done:
-		t.Fatalf("delete returned %+v with its journal step still pending", r)
-	default:
+	// The step is still pending: the stream is not reloaded.
+	if v, err := tb.B.Stream(context.Background(), "r"); err != nil || !v.Deleting {
+		t.Fatalf("stream r with its delete's step pending: %+v, %v; want it still being deleted", v, err)
+	}
+	if _, err := tb.Dial(t).SendReceipt(ctxT(t), "/stream/r", []byte("early")); err == nil || !strings.Contains(err.Error(), "being deleted") {
+		t.Fatalf("append with the delete's step pending: %v; want it refused", err)
 	}
 	g.open()
-	r := <-done
-	if r.err != nil || r.n != 20 {
-		t.Fatalf("delete: %d removed, %v; want the 20 of its one step, done", r.n, r.err)
+	var d appliance.StreamDeleteView
+	waitFor(t, 10*time.Second, "the delete's end", func() bool {
+		d, _ = tb.B.StreamDelete("r")
+		return !d.Running
+	})
+	if d.Error != "" || d.Deleted != 20 {
+		t.Fatalf("delete: %+v; want the 20 of its one step, done", d)
 	}
 	if _, err := tb.B.Stream(context.Background(), "r"); err == nil {
 		t.Fatal("stream r still shown after its delete")

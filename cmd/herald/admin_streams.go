@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -102,6 +104,65 @@ func printCursors(cCtx *cli.Context, cs []appliance.StreamCursorView) error {
 	return t.flush()
 }
 
+// errDeleteGoesOn: the stream delete outlasted --timeout and goes on in
+// heraldd.
+var errDeleteGoesOn = errors.New("the delete goes on")
+
+// deleteStream deletes stream name and follows the delete to its end
+// (longOp): once heraldd answered 202, through GET
+// /v1/streams/{name}/delete. progress, if not nil, is called with the count
+// removed so far as it grows. If ctx ends while the delete runs, the answer
+// holds the count so far, with an error wrapping errDeleteGoesOn.
+func deleteStream(ctx context.Context, c *admin.Client, name string, progress func(deleted int)) (*admin.StreamOp, error) {
+	start := time.Now()
+	return longOp[*admin.StreamOp]{
+		call: func(ctx context.Context) (*admin.StreamOp, bool, int, error) {
+			r, err := c.DeleteStream(ctx, name)
+			if err != nil {
+				return r, false, 0, err
+			}
+			return r, r.Running, r.Deleted, nil
+		},
+		look: func(ctx context.Context) (opState, *admin.StreamOp, int, error) {
+			d, err := c.StreamDelete(ctx, name)
+			var ae *admin.APIError
+			switch {
+			case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+				d = nil // heraldd knows no delete of the name
+			case err != nil:
+				return opUnknown, nil, 0, err
+			}
+			if d != nil && d.Running {
+				return opRunning, nil, d.Deleted, nil
+			}
+			if d == nil || d.EndedAt == nil || d.EndedAt.Before(start) {
+				// Nothing of a delete since this one began: heraldd
+				// restarted (a delete stops at shutdown).
+				what := "what it deleted stays deleted, the rest stays in the stream: delete it again"
+				s, err := c.Stream(ctx, name)
+				switch {
+				case err == nil:
+					what = fmt.Sprintf("what it deleted stays deleted; %d messages are left in the stream: delete it again", s.Messages)
+				case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+					what = "the stream is gone"
+				}
+				return opUnknown, nil, 0, fmt.Errorf("no delete of stream %s is running and heraldd does not know how it ended: it restarted (a delete stops at shutdown); %s", name, what)
+			}
+			r := &admin.StreamOp{Stream: name, Deleted: d.Deleted}
+			if d.Error != "" {
+				return opEnded, r, 0, fmt.Errorf("the delete of stream %s stopped after %d messages: %s", name, d.Deleted, d.Error)
+			}
+			return opEnded, r, 0, nil
+		},
+		goesOn: func(n int) (*admin.StreamOp, error) {
+			return &admin.StreamOp{Stream: name, Deleted: n, Running: true}, fmt.Errorf("%w (%d messages deleted so far; herald stream show %s shows it while it runs)", errDeleteGoesOn, n, name)
+		},
+		lost: func(err error) error {
+			return fmt.Errorf("following the delete of stream %s: %w; heraldd logs its end (\"stream deleted\")", name, err)
+		},
+	}.follow(ctx, progress)
+}
+
 func streamCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "stream",
@@ -136,6 +197,9 @@ func streamCommand() *cli.Command {
 						t.row("appends:", fmt.Sprintf("%d (%s) since start", s.Appends, humanBytes(int64(s.AppendBytes))))
 						t.row("trimmed:", fmt.Sprintf("%d since start", s.Trimmed))
 						t.row("reads:", fmt.Sprintf("%d from the tail cache (%s held), %d from the journal", s.TailHits, humanBytes(s.TailBytes), s.TailReads))
+						if s.Deleting {
+							t.row("deleting:", fmt.Sprintf("%d messages deleted so far", s.DeleteDeleted))
+						}
 						if err := t.flush(); err != nil {
 							return err
 						}
@@ -173,8 +237,15 @@ func streamCommand() *cli.Command {
 				ArgsUsage: "NAME",
 				Description: `DELETE /v1/streams/{name}. Refused (exit 1) while the stream has
 subscribers: close them first. A later append to the name starts a new stream
-at offset 0. Requires --yes.`,
-				Flags: adminFlags(&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really delete"}),
+at offset 0. Requires --yes.
+
+On a terminal it shows how many messages the delete removed so far (on
+stderr). A delete that outlasts heraldd's operation timeout goes on there; the
+command follows it to its end (GET /v1/streams/{name}/delete, through a
+restart of heraldd, which stops the delete: it says so, and what is left stays
+in the stream). --timeout is none by default; if one passes first it says how
+many were deleted so far (exit 75): the delete goes on.`,
+				Flags: adminFlagsTimeout(followTimeoutOf("delete"), &cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "really delete"}),
 				Action: func(cCtx *cli.Context) error {
 					name, err := oneStream(cCtx, "stream delete --yes [flags] NAME", 1)
 					if err != nil {
@@ -183,8 +254,14 @@ at offset 0. Requires --yes.`,
 					if !cCtx.Bool("yes") {
 						return usageErrorf("stream delete deletes messages and cursors for good: add --yes to confirm (herald stream delete --yes %s)", name)
 					}
-					return adminCall(cCtx, "stream delete "+name, func(ctx context.Context, c *admin.Client) error {
-						r, err := c.DeleteStream(ctx, name)
+					what := "stream delete " + name
+					return adminCall(cCtx, what, func(ctx context.Context, c *admin.Client) error {
+						progress, end := deletedShown(cCtx, "stream "+name)
+						r, err := deleteStream(ctx, c, name, progress)
+						end()
+						if errors.Is(err, errDeleteGoesOn) {
+							return &exitError{code: exitTimeout, err: fmt.Errorf("%s: --timeout %s passed; %s (--timeout 0: no limit)", what, cCtx.Duration("timeout"), err.Error())}
+						}
 						if err != nil {
 							return err
 						}

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -153,24 +155,37 @@ func TestBench_ShowsProgressOnATerminal(t *testing.T) {
 	}
 }
 
-// slowPurges holds each purge batch back delay before the journal gets it:
-// a purge of a few parts outlasts what the test lets the daemon wait.
-type slowPurges struct {
-	appliance.Journal
-	delay *atomic.Int64 // ns
+// wantProgress checks what a terminal showed of an operation on 100
+// messages: the count re matches (its one group), at least 3 times, growing,
+// each some of the 100 (the operation's steps are slowed).
+func wantProgress(t *testing.T, screen, re string) {
+	t.Helper()
+	var shown []int
+	for _, m := range regexp.MustCompile(re).FindAllStringSubmatch(screen, -1) {
+		n, _ := strconv.Atoi(m[1])
+		if n <= 0 || n >= 100 || (len(shown) > 0 && n <= shown[len(shown)-1]) {
+			t.Fatalf("the terminal showed %d deleted after %v: %q", n, shown, screen)
+		}
+		shown = append(shown, n)
+	}
+	if len(shown) < 3 {
+		t.Fatalf("the terminal showed the count %d times (%v), want at least 3: %q", len(shown), shown, screen)
+	}
 }
 
-func (j *slowPurges) Submit(b *appliance.Batch) {
-	for _, op := range b.Ops {
-		if op.Kind == appliance.OpPurge {
-			go func() {
-				time.Sleep(time.Duration(j.delay.Load()))
-				j.Journal.Submit(b)
-			}()
-			return
-		}
+// wantGoesOn runs the CLI with args, an operation on 100 messages whose
+// --timeout passes first: exit 75, nothing on stdout, and stderr matching
+// re, whose one group is the count so far: some of the 100.
+func wantGoesOn(t *testing.T, re string, args ...string) {
+	t.Helper()
+	code, out, errOut := runCLI(t, "", args...)
+	m := regexp.MustCompile(re).FindStringSubmatch(errOut)
+	if code != exitTimeout || out != "" || m == nil {
+		t.Fatalf("%s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), code, out, errOut)
 	}
-	j.Journal.Submit(b)
+	if n, _ := strconv.Atoi(m[1]); n <= 0 || n >= 100 {
+		t.Fatalf("%s said %d deleted so far, want some of 100: %q", strings.Join(args, " "), n, errOut)
+	}
 }
 
 // herald queue purge waited silently; a purge longer than the daemon's
@@ -181,14 +196,14 @@ func (j *slowPurges) Submit(b *appliance.Batch) {
 // the count on a terminal and follows the purge to its end; if --timeout
 // passes first it says so with the count so far (the purge goes on).
 func TestAdminCLI_PurgeShowsProgressAndFollowsItsEnd(t *testing.T) {
-	defer func(p time.Duration) { purgePoll = p }(purgePoll)
-	purgePoll = 20 * time.Millisecond
+	defer func(p time.Duration) { followPoll = p }(followPoll)
+	followPoll = 20 * time.Millisecond
 	var delay atomic.Int64
 	d := admintest.StartOptions(t, nil, admintest.Options{
 		OpTimeout: 300 * time.Millisecond,
 		Journal: testbroker.Options{
 			Tune: func(jc *journal.Config) { jc.PurgeRows = 10 },
-			Wrap: func(j appliance.Journal) appliance.Journal { return &slowPurges{Journal: j, delay: &delay} },
+			Wrap: testbroker.SlowOps(appliance.OpPurge, &delay),
 		},
 	})
 	conn := d.Dial(t)
@@ -216,17 +231,7 @@ func TestAdminCLI_PurgeShowsProgressAndFollowsItsEnd(t *testing.T) {
 	if code != 0 || out != "purged 100 messages from jobs\n" {
 		t.Fatalf("purge on a terminal: exit %d, stdout %q, terminal %q", code, out, screen)
 	}
-	var shown []int
-	for _, m := range regexp.MustCompile(`purge: (\d+) messages deleted`).FindAllStringSubmatch(screen, -1) {
-		n, _ := strconv.Atoi(m[1])
-		if n <= 0 || n >= 100 || (len(shown) > 0 && n <= shown[len(shown)-1]) {
-			t.Fatalf("the terminal showed %d deleted after %v: %q", n, shown, screen)
-		}
-		shown = append(shown, n)
-	}
-	if len(shown) < 3 {
-		t.Fatalf("the terminal showed the count %d times (%v), want at least 3 over 10 parts: %q", len(shown), shown, screen)
-	}
+	wantProgress(t, screen, `purge: (\d+) messages deleted`)
 	if v := waitEnd(100); v.LastPurge.Bytes <= 0 || time.Since(v.LastPurge.EndedAt) > time.Minute {
 		t.Fatalf("last purge %+v: want its bytes and end time", v.LastPurge)
 	}
@@ -247,20 +252,14 @@ func TestAdminCLI_PurgeShowsProgressAndFollowsItsEnd(t *testing.T) {
 	// --timeout passes first: exit 75, the count so far, and the purge
 	// goes on to its end.
 	d.Send(t, conn, "/queue/jobs", 100, "n")
-	code, out, errOut := runCLI(t, "", "queue", "purge", "--yes", "--socket", d.Socket, "--timeout", "450ms", "jobs")
-	m := regexp.MustCompile(`--timeout 450ms passed; the purge goes on \((\d+) messages deleted so far; see herald queue show jobs\)`).FindStringSubmatch(errOut)
-	if code != exitTimeout || out != "" || m == nil {
-		t.Fatalf("purge --timeout 450ms: exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
-	if n, _ := strconv.Atoi(m[1]); n <= 0 || n >= 100 {
-		t.Fatalf("purge --timeout 450ms said %d deleted so far, want some of 100: %q", n, errOut)
-	}
+	wantGoesOn(t, `--timeout 450ms passed; the purge goes on \((\d+) messages deleted so far; see herald queue show jobs\)`,
+		"queue", "purge", "--yes", "--socket", d.Socket, "--timeout", "450ms", "jobs")
 	waitEnd(100)
 
 	// Piped with --json through a 202: the answer is the purge's end, and
 	// nothing on stderr.
 	d.Send(t, conn, "/queue/jobs", 60, "j")
-	code, out, errOut = runCLI(t, "", "queue", "purge", "--yes", "--json", "--socket", d.Socket, "jobs")
+	code, out, errOut := runCLI(t, "", "queue", "purge", "--yes", "--json", "--socket", d.Socket, "jobs")
 	if code != 0 || errOut != "" {
 		t.Fatalf("purge --json: exit %d, stderr %q", code, errOut)
 	}
@@ -317,5 +316,105 @@ func TestAdminCLI_PurgeShowsProgressAndFollowsItsEnd(t *testing.T) {
 		if code, out, _ := runCLI(t, "", "queue", cmd, "--help"); code != 0 || !regexp.MustCompile(`--timeout value\s+give up after this long \(exit 75; the purge goes on\) \(default: none\)`).MatchString(out) {
 			t.Errorf("queue %s --help: exit %d, %q; want --timeout with no default", cmd, code, out)
 		}
+	}
+}
+
+// herald stream delete waited silently, and a delete longer than the
+// daemon's operation timeout (30 s) stopped there: heraldd reloaded the
+// stream and answered "N messages removed; retry", so a stream of millions
+// of messages took a delete command per 30 s of steps. The delete now goes
+// on in heraldd (202 with the count so far, "running"), GET
+// /v1/streams/{name}/delete tells its progress and end, and the command
+// shows the count on a terminal and follows the delete to its end; if
+// --timeout passes first it says so with the count so far (the delete goes
+// on).
+func TestAdminCLI_StreamDeleteShowsProgressAndFollowsItsEnd(t *testing.T) {
+	defer func(p time.Duration) { followPoll = p }(followPoll)
+	followPoll = 20 * time.Millisecond
+	var delay atomic.Int64
+	d := admintest.StartOptions(t, func(c *appliance.Config) {
+		c.Streams.RetentionBatch = 1 // steps of 16 messages
+	}, admintest.Options{
+		OpTimeout: 300 * time.Millisecond,
+		Journal:   testbroker.Options{Wrap: testbroker.SlowOps(appliance.OpStreamDelete, &delay)},
+	})
+	conn := d.Dial(t)
+	delay.Store(int64(80 * time.Millisecond)) // 7 steps for 100 messages: about 0.56 s, past the daemon's 300 ms
+	waitEnd := func(want int) appliance.StreamDeleteView {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			v, ok := d.Broker.StreamDelete("s")
+			if ok && !v.Running {
+				if v.Deleted != want || v.Error != "" || v.EndedAt == nil {
+					t.Fatalf("after the delete: %+v; want %d deleted, its end", v, want)
+				}
+				if s, err := d.Broker.Stream(context.Background(), "s"); err == nil {
+					t.Fatalf("after the delete the stream is still there: %+v", s)
+				}
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the delete did not end: %+v, %v", v, ok)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	c := admin.NewClient(d.Socket)
+	defer c.Close()
+	var nf *admin.APIError
+	if _, err := c.StreamDelete(context.Background(), "s"); !errors.As(err, &nf) || nf.Status != http.StatusNotFound || !strings.Contains(nf.Hint, "of at most 64 names") {
+		t.Fatalf("GET /v1/streams/s/delete before any delete: %v; want 404 with its hint", err)
+	}
+
+	d.Send(t, conn, "/stream/s", 100, "m")
+	code, out, screen := runOnTerminal(t, "stream", "delete", "--yes", "--socket", d.Socket, "s")
+	if code != 0 || out != "deleted stream s and its 100 messages\n" {
+		t.Fatalf("delete on a terminal: exit %d, stdout %q, terminal %q", code, out, screen)
+	}
+	wantProgress(t, screen, `stream s: (\d+) messages deleted`)
+	if v := waitEnd(100); v.EndedAt.Before(v.StartedAt) || time.Since(*v.EndedAt) > time.Minute {
+		t.Fatalf("the delete's record %+v: want its start and end", v)
+	}
+
+	// The API: 202, running, with the count so far; the record follows
+	// it to its end.
+	d.Send(t, conn, "/stream/s", 100, "a")
+	r, err := c.DeleteStream(context.Background(), "s")
+	if err != nil || !r.Running || r.Deleted >= 100 || r.Stream != "s" {
+		t.Fatalf("delete past the operation timeout: %+v, %v; want running with fewer than 100 so far", r, err)
+	}
+	if v, err := c.StreamDelete(context.Background(), "s"); err != nil || !v.Running || v.Deleted < r.Deleted || v.EndedAt != nil {
+		t.Fatalf("GET /v1/streams/s/delete while it runs: %+v, %v; want running, at least %d deleted", v, err, r.Deleted)
+	}
+	end := waitEnd(100)
+	if v, err := c.StreamDelete(context.Background(), "s"); err != nil || v.Running || v.Deleted != 100 || v.EndedAt == nil || !v.EndedAt.Equal(*end.EndedAt) {
+		t.Fatalf("GET /v1/streams/s/delete after its end: %+v, %v; want %+v", v, err, end)
+	}
+
+	// --timeout passes first: exit 75, the count so far, and the delete
+	// goes on to its end.
+	d.Send(t, conn, "/stream/s", 100, "n")
+	wantGoesOn(t, `--timeout 450ms passed; the delete goes on \((\d+) messages deleted so far; herald stream show s shows it while it runs\)`,
+		"stream", "delete", "--yes", "--socket", d.Socket, "--timeout", "450ms", "s")
+	waitEnd(100)
+
+	// --json, on a terminal, through a 202: the answer is the delete's
+	// end, and no progress.
+	d.Send(t, conn, "/stream/s", 100, "j")
+	code, out, screen = runOnTerminal(t, "stream", "delete", "--yes", "--json", "--socket", d.Socket, "s")
+	if code != 0 || screen != "" {
+		t.Fatalf("delete --json on a terminal: exit %d, stdout %q, terminal %q", code, out, screen)
+	}
+	if r := decode[admin.StreamOp](t, out); r.Deleted != 100 || r.Running || r.Stream != "s" {
+		t.Fatalf("delete --json: %s", out)
+	}
+	waitEnd(100)
+
+	// It follows the delete with no --timeout of its own by default: with
+	// the 30 s of the other admin commands, as long as the daemon's, the
+	// command gave up first and never saw the 202.
+	if code, out, _ := runCLI(t, "", "stream", "delete", "--help"); code != 0 || !regexp.MustCompile(`--timeout value\s+give up after this long \(exit 75; the delete goes on\) \(default: none\)`).MatchString(out) {
+		t.Errorf("stream delete --help: exit %d, %q; want --timeout with no default", code, out)
 	}
 }
