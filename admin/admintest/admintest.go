@@ -29,6 +29,10 @@ type Daemon struct {
 	Store   *journal.Store
 	Server  *admin.Server
 	Level   *slog.LevelVar
+
+	tb        *testbroker.Broker
+	metrics   *admin.Metrics
+	opTimeout time.Duration
 }
 
 // Start starts a daemon; mutate adjusts its config. Cleanup stops it.
@@ -60,25 +64,44 @@ func StartOptions(t testing.TB, mutate func(*appliance.Config), o Options) *Daem
 		}
 	}, o.Journal)
 	cfg := tb.Cfg
-	d := &Daemon{Dir: tb.Dir, Socket: cfg.Admin.Socket, STOMP: tb.Addr, Config: cfg, Broker: tb.B, Store: tb.Store, Level: new(slog.LevelVar)}
+	d := &Daemon{Dir: tb.Dir, Socket: cfg.Admin.Socket, Config: cfg, Level: new(slog.LevelVar), tb: tb, metrics: metrics, opTimeout: o.OpTimeout}
+	d.serve(t)
+	// Runs before testbroker's own cleanup: the admin server goes first.
+	t.Cleanup(d.stop)
+	return d
+}
+
+// serve starts the admin server on the current broker and journal.
+func (d *Daemon) serve(t testing.TB) {
+	t.Helper()
+	d.STOMP, d.Broker, d.Store = d.tb.Addr, d.tb.B, d.tb.Store
 	d.Server = admin.New(admin.Options{
-		Socket:        cfg.Admin.Socket,
-		MetricsListen: cfg.Admin.MetricsListen,
+		Socket:        d.Config.Admin.Socket,
+		MetricsListen: d.Config.Admin.MetricsListen,
 		Broker:        d.Broker,
 		Journal:       StoreJournal{d.Store},
-		Config:        cfg,
+		Config:        d.Config,
 		Level:         d.Level,
 		Version:       "test",
-		Metrics:       metrics,
-		OpTimeout:     o.OpTimeout,
+		Metrics:       d.metrics,
+		OpTimeout:     d.opTimeout,
 	})
 	if err := d.Server.Start(context.Background()); err != nil {
 		t.Fatalf("admin start: %v", err)
 	}
 	d.Metrics = d.Server.MetricsAddr()
-	// Runs before testbroker's own cleanup: the admin server goes first.
-	t.Cleanup(d.stop)
-	return d
+}
+
+// Restart is what a restart of heraldd does to the API's clients: the
+// admin server and the broker stop (operations running in the broker stop
+// with it), then the broker starts again on the same data directory and a
+// new admin server on the same socket. STOMP clients must dial again (the
+// address may change).
+func (d *Daemon) Restart(t testing.TB) {
+	t.Helper()
+	d.stop()
+	d.tb.Restart()
+	d.serve(t)
 }
 
 func (d *Daemon) stop() {

@@ -418,3 +418,97 @@ func TestAdminCLI_StreamDeleteShowsProgressAndFollowsItsEnd(t *testing.T) {
 		t.Errorf("stream delete --help: exit %d, %q; want --timeout with no default", code, out)
 	}
 }
+
+// A purge or a stream delete that heraldd goes on with past its operation
+// timeout stops when heraldd stops. herald queue purge and herald stream
+// delete, following it, keep asking through the restart (the socket gone,
+// then back) and then say that it stopped and what is left to do, with the
+// count left as heraldd holds it after the restart.
+func TestAdminCLI_LongOpsFollowedThroughARestart(t *testing.T) {
+	defer func(p time.Duration) { followPoll = p }(followPoll)
+	followPoll = 20 * time.Millisecond
+	for _, tc := range []struct {
+		name, dest string
+		kind       appliance.OpKind
+		args       []string
+		// done: how many the operation removed so far; left: how many
+		// heraldd holds (after the restart: what the command must say).
+		done, left func(d *admintest.Daemon) int
+		want       string
+	}{
+		{
+			name: "queue purge", dest: "/queue/jobs", kind: appliance.OpPurge,
+			args: []string{"queue", "purge", "--yes", "jobs"},
+			done: func(d *admintest.Daemon) int { v, _ := d.Broker.Queue("jobs"); return v.PurgeDeleted },
+			left: func(d *admintest.Daemon) int { v, _ := d.Broker.Queue("jobs"); return v.Messages },
+			want: `no purge of jobs is running and heraldd does not know how it ended: it restarted \(a purge stops at shutdown; what it deleted stays deleted\)\. (\d+) messages are in the queue: purge again`,
+		},
+		{
+			name: "stream delete", dest: "/stream/s", kind: appliance.OpStreamDelete,
+			args: []string{"stream", "delete", "--yes", "s"},
+			done: func(d *admintest.Daemon) int { v, _ := d.Broker.StreamDelete("s"); return v.Deleted },
+			left: func(d *admintest.Daemon) int {
+				v, err := d.Broker.Stream(context.Background(), "s")
+				if err != nil {
+					return -1
+				}
+				return int(v.Messages)
+			},
+			want: `no delete of stream s is running and heraldd does not know how it ended: it restarted \(a delete stops at shutdown\); what it deleted stays deleted; (\d+) messages are left in the stream: delete it again`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var delay atomic.Int64
+			d := admintest.StartOptions(t, func(c *appliance.Config) {
+				c.Streams.RetentionBatch = 1 // stream delete steps of 16 messages
+			}, admintest.Options{
+				OpTimeout: 300 * time.Millisecond,
+				Journal: testbroker.Options{
+					Tune: func(jc *journal.Config) { jc.PurgeRows = 10 },
+					Wrap: testbroker.SlowOps(tc.kind, &delay),
+				},
+			})
+			d.Send(t, d.Dial(t), tc.dest, 200, "m")
+			delay.Store(int64(80 * time.Millisecond)) // 13-20 steps: 1-1.6 s, past the daemon's 300 ms
+			type result struct {
+				code        int
+				out, errOut string
+			}
+			res := make(chan result, 1)
+			go func() {
+				code, out, errOut := runCLI(t, "", append(tc.args[:len(tc.args)-1:len(tc.args)-1], "--socket", d.Socket, tc.args[len(tc.args)-1])...)
+				res <- result{code, out, errOut}
+			}()
+			// Past the operation timeout (the command follows a 202) and
+			// before the end: restart.
+			deadline := time.Now().Add(10 * time.Second)
+			start := time.Now()
+			for time.Since(start) < 450*time.Millisecond || tc.done(d) < 40 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the %s did not get past 40 messages in 10 s: %d", tc.name, tc.done(d))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			select {
+			case r := <-res:
+				t.Fatalf("%s ended before the restart: exit %d, stdout %q, stderr %q", tc.name, r.code, r.out, r.errOut)
+			default:
+			}
+			d.Restart(t)
+			left := tc.left(d)
+			if left <= 0 || left >= 200 {
+				t.Fatalf("after the restart heraldd holds %d of the 200 messages; want some deleted and the rest left (the %s stops at shutdown)", left, tc.name)
+			}
+			var r result
+			select {
+			case r = <-res:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s still following 20 s after the restart", tc.name)
+			}
+			m := regexp.MustCompile(tc.want).FindStringSubmatch(r.errOut)
+			if r.code == 0 || m == nil || m[1] != strconv.Itoa(left) || r.out != "" {
+				t.Fatalf("%s through a restart: exit %d, stdout %q, stderr %q; want a failure saying it restarted, with the %d messages left", tc.name, r.code, r.out, r.errOut, left)
+			}
+		})
+	}
+}
