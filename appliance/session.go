@@ -92,9 +92,13 @@ type session struct {
 	outMu    sync.Mutex
 	out      []outItem
 	outBytes int64         // frames queued or being written (stomp.max_output_bytes)
-	drained  chan struct{} // closed and replaced each time the writer wrote a batch
-	topicQ   int
-	topicB   int64 // bytes of the topic messages queued (topics.subscriber_buffer_bytes)
+	drained  chan struct{} // closed and replaced when the writer wrote a batch and drainWait
+	// drainWait: a goroutine waits on drained (drainedCh); a write that
+	// nobody waits for leaves the channel as it is (no close and
+	// allocation per write).
+	drainWait bool
+	topicQ    int
+	topicB    int64 // bytes of the topic messages queued (topics.subscriber_buffer_bytes)
 	// dropped topic messages not yet announced, by subscription: the
 	// subscription had no later message queued when they were dropped; its
 	// next one carries the count.
@@ -126,7 +130,11 @@ type session struct {
 	dbuf     []byte
 	wake     chan struct{}
 	writerWG sync.WaitGroup
-	stopW    chan struct{}
+	// stopW asks the writer to flush and end: set, then a wake (cleanup);
+	// writerDone is closed when the writer has ended. The writer waits on
+	// wake alone (a receive, not a select, per batch).
+	stopW      atomic.Bool
+	writerDone chan struct{}
 
 	// reader goroutine only; subs is written under subsMu too, so that
 	// SetAuth can read it from another goroutine.
@@ -183,19 +191,19 @@ type session struct {
 func newSession(b *Broker, c net.Conn) *session {
 	id := b.nextSession.Add(1)
 	s := &session{
-		b:       b,
-		id:      id,
-		conn:    c,
-		peer:    c.RemoteAddr().String(),
-		r:       stomp.NewReader(countingReader{c, nil}, b.readerLimits()),
-		wake:    make(chan struct{}, 1),
-		drained: make(chan struct{}),
-		jroom:   make(chan struct{}),
-		stopW:   make(chan struct{}),
-		subs:    map[string]*subscription{},
-		txs:     map[string]*transaction{},
-		done:    make(chan struct{}),
-		started: b.now(),
+		b:          b,
+		id:         id,
+		conn:       c,
+		peer:       c.RemoteAddr().String(),
+		r:          stomp.NewReader(countingReader{c, nil}, b.readerLimits()),
+		wake:       make(chan struct{}, 1),
+		drained:    make(chan struct{}),
+		jroom:      make(chan struct{}),
+		writerDone: make(chan struct{}),
+		subs:       map[string]*subscription{},
+		txs:        map[string]*transaction{},
+		done:       make(chan struct{}),
+		started:    b.now(),
 	}
 	_, s.direct = c.(*net.TCPConn)
 	var in io.Reader = c
@@ -479,7 +487,11 @@ func (s *session) cleanup() {
 	// for a peer that stopped reading, while the next waiter (and the
 	// holder's fencing token) would wait on a dead connection.
 	s.releaseLocks()
-	close(s.stopW)
+	s.stopW.Store(true)
+	select {
+	case s.wake <- struct{}{}: // seen by the writer after the store
+	case <-s.writerDone:
+	}
 	s.writerWG.Wait()
 	// What was never written, open transactions and a body half read
 	// leave the memory budget with the session.
@@ -716,6 +728,7 @@ func (s *session) fail(req *stomp.Frame, msg, detail string) {
 
 func (s *session) writer() {
 	defer s.writerWG.Done()
+	defer close(s.writerDone)
 	bw := bufio.NewWriterSize(s.conn, 64<<10)
 	var buf []byte
 	var items []outItem
@@ -731,6 +744,7 @@ func (s *session) writer() {
 	stopping := false
 	var hb time.Duration
 	hbKnown := false
+	var dl time.Time // the write deadline this goroutine set last
 	for {
 		// hbSend is written by the reader before connected is set: read it
 		// only after seeing connected.
@@ -742,12 +756,15 @@ func (s *session) writer() {
 			}
 		}
 		if !stopping {
-			select {
-			case <-s.wake:
-			case <-tick:
-			case <-s.stopW:
-				stopping = true
+			if tick == nil {
+				<-s.wake
+			} else {
+				select {
+				case <-s.wake:
+				case <-tick:
+				}
 			}
+			stopping = s.stopW.Load()
 		}
 		// The socket is this goroutine's until the batch is written: a
 		// publisher's direct write (topic_direct.go) cannot start meanwhile,
@@ -770,7 +787,7 @@ func (s *session) writer() {
 				return
 			}
 			if hb > 0 && time.Since(time.Unix(0, s.lastWrite.Load())) >= hb*3/4 {
-				s.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout()))
+				s.armWriteDeadline(&dl)
 				if _, err := s.conn.Write([]byte{'\n'}); err != nil {
 					s.wmu.Unlock()
 					s.writeFailed(err)
@@ -781,7 +798,7 @@ func (s *session) writer() {
 			s.wmu.Unlock()
 			continue
 		}
-		s.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout()))
+		s.armWriteDeadline(&dl)
 		version := "" // before CONNECT: as the reader decodes
 		if ci := s.info.Load(); ci != nil {
 			version = ci.version
@@ -858,6 +875,26 @@ func (s *session) writer() {
 	}
 }
 
+// armWriteDeadline gives the write about to start at least
+// writeTimeout: a deadline this writer set earlier (*dl) that is still
+// between writeTimeout and 9/8 of it away is kept, otherwise one 9/8 of it
+// away is set. Setting a deadline re-arms a runtime timer under the
+// poller's locks, a few microseconds per write at thousands of writes a
+// second; this way a busy connection's writer sets one about every eighth
+// of write_timeout. A deadline set by someone else is either shorter (a
+// dropped session's, with hurry set: writeTimeout is then shorter too, and
+// a kept deadline is at most 9/8 of it) or cleared after it passed
+// (rawWrite), when *dl has passed as well.
+func (s *session) armWriteDeadline(dl *time.Time) {
+	now := time.Now()
+	wt := s.writeTimeout()
+	if left := dl.Sub(now); left >= wt && left <= wt+wt/8 {
+		return
+	}
+	*dl = now.Add(wt + wt/8)
+	s.conn.SetWriteDeadline(*dl)
+}
+
 // maxWriterBuf is the most encoding buffer a session's writer keeps
 // between batches: one frame of max_body_bytes would otherwise stay
 // allocated (and uncounted) for as long as the connection lasts.
@@ -883,9 +920,19 @@ func (s *session) wrote(n int64) {
 	n = min(n, s.outBytes)
 	s.outBytes -= n
 	s.b.mem.release(n)
-	close(s.drained)
-	s.drained = make(chan struct{})
+	if s.drainWait {
+		s.drainWait = false
+		close(s.drained)
+		s.drained = make(chan struct{})
+	}
 	s.outMu.Unlock()
+}
+
+// drainedCh returns the channel the writer closes after its next write,
+// for a goroutine about to wait for room. s.outMu is held.
+func (s *session) drainedCh() <-chan struct{} {
+	s.drainWait = true
+	return s.drained
 }
 
 // waitOutput holds the reader while the frames waiting for the writer
@@ -902,7 +949,7 @@ func (s *session) waitOutput() (ending bool) {
 			s.outMu.Unlock()
 			return ending
 		}
-		ch := s.drained
+		ch := s.drainedCh()
 		s.outMu.Unlock()
 		if !counted {
 			counted = true
@@ -923,6 +970,7 @@ func (s *session) writeFailed(err error) {
 	s.head = nil
 	close(s.drained) // a reader waiting for room goes on, and ends
 	s.drained = make(chan struct{})
+	s.drainWait = false
 	s.outMu.Unlock()
 	s.conn.Close()
 }

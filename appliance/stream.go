@@ -463,7 +463,7 @@ func (s *session) waitOutputRoom() bool {
 			s.outMu.Unlock()
 			return true
 		}
-		ch := s.drained
+		ch := s.drainedCh()
 		s.outMu.Unlock()
 		s.b.mem.waiting.Add(1) // a release wakes us (memBudget.wake)
 		s.b.mem.mu.Lock()
