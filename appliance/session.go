@@ -135,6 +135,10 @@ type session struct {
 	// wake alone (a receive, not a select, per batch).
 	stopW      atomic.Bool
 	writerDone chan struct{}
+	// The write deadline set last by a writer of the socket, and whether
+	// the session was hurried then (armWriteDeadline). Under wmu.
+	wdl      time.Time
+	wdlHurry bool
 
 	// reader goroutine only; subs is written under subsMu too, so that
 	// SetAuth can read it from another goroutine.
@@ -744,7 +748,6 @@ func (s *session) writer() {
 	stopping := false
 	var hb time.Duration
 	hbKnown := false
-	var dl time.Time // the write deadline this goroutine set last
 	for {
 		// hbSend is written by the reader before connected is set: read it
 		// only after seeing connected.
@@ -787,7 +790,7 @@ func (s *session) writer() {
 				return
 			}
 			if hb > 0 && time.Since(time.Unix(0, s.lastWrite.Load())) >= hb*3/4 {
-				s.armWriteDeadline(&dl)
+				s.armWriteDeadline()
 				if _, err := s.conn.Write([]byte{'\n'}); err != nil {
 					s.wmu.Unlock()
 					s.writeFailed(err)
@@ -798,7 +801,7 @@ func (s *session) writer() {
 			s.wmu.Unlock()
 			continue
 		}
-		s.armWriteDeadline(&dl)
+		s.armWriteDeadline()
 		version := "" // before CONNECT: as the reader decodes
 		if ci := s.info.Load(); ci != nil {
 			version = ci.version
@@ -876,23 +879,24 @@ func (s *session) writer() {
 }
 
 // armWriteDeadline gives the write about to start at least
-// writeTimeout: a deadline this writer set earlier (*dl) that is still
-// between writeTimeout and 9/8 of it away is kept, otherwise one 9/8 of it
-// away is set. Setting a deadline re-arms a runtime timer under the
-// poller's locks, a few microseconds per write at thousands of writes a
-// second; this way a busy connection's writer sets one about every eighth
-// of write_timeout. A deadline set by someone else is either shorter (a
-// dropped session's, with hurry set: writeTimeout is then shorter too, and
-// a kept deadline is at most 9/8 of it) or cleared after it passed
-// (rawWrite), when *dl has passed as well.
-func (s *session) armWriteDeadline(dl *time.Time) {
+// writeTimeout: the deadline set last (wdl) is kept while it is still
+// between writeTimeout and 9/8 of it away, otherwise one 9/8 of it away is
+// set. Setting a deadline re-arms a runtime timer under the poller's
+// locks, a few microseconds per write at thousands of writes a second;
+// this way a busy connection's writer sets one about every eighth of
+// write_timeout. Others change the deadline in two ways: a dropped
+// session's shorter one, set with hurry (so the first write after hurry
+// always sets its own: wdlHurry), and rawWrite's clearing of one that
+// passed, which clears wdl too. s.wmu is held.
+func (s *session) armWriteDeadline() {
 	now := time.Now()
 	wt := s.writeTimeout()
-	if left := dl.Sub(now); left >= wt && left <= wt+wt/8 {
+	hurry := s.hurry.Load()
+	if left := s.wdl.Sub(now); left >= wt && left <= wt+wt/8 && hurry == s.wdlHurry {
 		return
 	}
-	*dl = now.Add(wt + wt/8)
-	s.conn.SetWriteDeadline(*dl)
+	s.wdl, s.wdlHurry = now.Add(wt+wt/8), hurry
+	s.conn.SetWriteDeadline(s.wdl)
 }
 
 // maxWriterBuf is the most encoding buffer a session's writer keeps

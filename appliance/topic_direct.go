@@ -48,7 +48,7 @@ import (
 // the error again and end the session as before). It never waits: a full
 // socket buffer costs the publisher one system call. (A write with a short
 // deadline instead, tried first with 50 us, armed a runtime timer per
-// write; see docs/benchmarks.md.)
+// write; see docs/benchmarks.md.) s.wmu is held.
 func (s *session) rawWrite(b []byte) int {
 	if s.raw == nil {
 		rc, err := s.conn.(*net.TCPConn).SyscallConn()
@@ -63,8 +63,9 @@ func (s *session) rawWrite(b []byte) int {
 	err := r.rc.Write(r.fn)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The deadline of the writer's last write (write_timeout) has
-		// passed; the writer sets its own before each write.
+		// passed; the writer sets its own before its next write (wdl).
 		s.conn.SetWriteDeadline(time.Time{})
+		s.wdl = time.Time{}
 		err = r.rc.Write(r.fn)
 	}
 	if err != nil {
