@@ -19,6 +19,9 @@
 #   SKIP_INSTALL=1 KEEP_PEERS=1 bench/peers.sh
 #   HERALDD_ARGS="--config /tmp/x.toml" bench/peers.sh   # more heraldd flags (an A/B of a setting)
 #   SERVER_WARMUP=0 bench/peers.sh # no unmeasured topic fan-out per server before the first case
+#   PIN=1 bench/peers.sh           # servers on CPU 0, the load generator (herald bench) on CPU 1:
+#                                  # the LAN's shape, where clients never share the server's cores
+#                                  # (the bare SQLite floors, one process each, are not pinned)
 #
 # Needs root (apt-get, writing /etc/rabbitmq/rabbitmq.conf), Debian 12, Go.
 # Ports: Herald STOMP 61614, RabbitMQ STOMP 61615 (AMQP 5672), NATS 4222; the
@@ -155,6 +158,18 @@ if want nats; then
 	wait_port 127.0.0.1 "$NATS_PORT" nats-server && NATS_OK=1
 fi
 
+# ---- pinning (PIN=1) ------------------------------------------------------
+GEN=()
+if [ -n "${PIN:-}" ]; then
+	[ "$(nproc)" -ge 2 ] || { log "PIN=1 needs 2 cores or more"; exit 2; }
+	have taskset || { log "PIN=1 needs taskset (apt-get install util-linux)"; exit 2; }
+	for p in $HERALDD_PID $NATS_PID $(pgrep -x beam.smp || true); do
+		taskset -a -p -c 0 "$p" >/dev/null
+	done
+	GEN=(taskset -c 1)
+	log "pinned: servers on CPU 0, the load generator on CPU 1"
+fi
+
 # ---- run ---------------------------------------------------------------
 # target NAME -> the global flags for herald
 target() {
@@ -242,7 +257,7 @@ server_warmup() {
 		esac
 		log "server warm-up: $t, ${SERVER_WARMUP}s of topic fan-out (not measured)"
 		# shellcheck disable=SC2046
-		"$HERALD" $(target "$t") bench topic --dest /topic/bench-warmup --subscribers 4 --rate 10000 \
+		"${GEN[@]}" "$HERALD" $(target "$t") bench topic --dest /topic/bench-warmup --subscribers 4 --rate 10000 \
 			--size "$TOPIC_SIZE" $(args "$t" topic) --duration "${SERVER_WARMUP}s" --warmup 0s --json >/dev/null 2>"$WORK/err" ||
 			log "server warm-up of $t failed: $(cat "$WORK/err")"
 	done
@@ -270,7 +285,7 @@ for c in "${CASES[@]}"; do
 				line=$(sqlite_run "$cargs " "${t#sqlite-}")
 				[ -n "$line" ] || { log "$name $t run $run failed"; continue; }
 			# shellcheck disable=SC2046,SC2086
-			elif line=$("$HERALD" $(target "$t") bench $cargs $(args "$t" "$cargs" "$dest") --duration "$DURATION" --warmup "$WARMUP" --json 2>"$WORK/err"); then
+			elif line=$("${GEN[@]}" "$HERALD" $(target "$t") bench $cargs $(args "$t" "$cargs" "$dest") --duration "$DURATION" --warmup "$WARMUP" --json 2>"$WORK/err"); then
 				:
 			else
 				log "$name $t run $run failed: $(cat "$WORK/err")"
@@ -298,6 +313,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 # Medians per case and target; ratio Herald/peer.
 {
 	echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), kernel $(uname -r)."
+	[ -n "${PIN:-}" ] && echo "Pinned (PIN=1): the servers on CPU 0, the load generator on CPU 1; the bare SQLite floors not pinned."
 	echo "Load average (1/5/15 min) before: $LOAD_BEFORE, after: $LOAD_AFTER. $RUNS runs of $DURATION (+$WARMUP warm-up) per case and target, alternating; medians."
 	echo
 	echo "| case | target | pub msg/s | msg/s | p50 ms | p99 ms | p999 ms | lost+errors | msg/s H/peer | p50 H/peer | p99 H/peer |"
