@@ -57,9 +57,14 @@ export PATH=$PATH:/usr/local/go/bin
 
 log() { printf '%s peers.sh: %s\n' "$(date +%T)" "$*" >&2; }
 
-HERALDD_PID= NATS_PID= RABBIT_STARTED= EPMD_STARTED= RABBIT_OK=
+HERALDD_PID= NATS_PID= RABBIT_STARTED= EPMD_STARTED= RABBIT_OK= PINNED=
 cleanup() {
 	set +e
+	# A server left running (KEEP_PEERS, a RabbitMQ that was already up) gets
+	# every CPU back.
+	for p in $PINNED; do
+		taskset -a -p -c "0-$(($(nproc) - 1))" "$p" >/dev/null 2>&1
+	done
 	[ -n "$HERALDD_PID" ] && kill "$HERALDD_PID" 2>/dev/null && wait "$HERALDD_PID" 2>/dev/null
 	# The run's queues on RabbitMQ (bench drain's empty ones included).
 	if [ -n "$RABBIT_OK" ]; then
@@ -163,7 +168,9 @@ GEN=()
 if [ -n "${PIN:-}" ]; then
 	[ "$(nproc)" -ge 2 ] || { log "PIN=1 needs 2 cores or more"; exit 2; }
 	have taskset || { log "PIN=1 needs taskset (apt-get install util-linux)"; exit 2; }
-	for p in $HERALDD_PID $NATS_PID $(pgrep -x beam.smp || true); do
+	PINNED="$HERALDD_PID $NATS_PID"
+	[ -n "$RABBIT_OK" ] && PINNED="$PINNED $(pgrep -x beam.smp || true)"
+	for p in $PINNED; do
 		taskset -a -p -c 0 "$p" >/dev/null
 	done
 	GEN=(taskset -c 1)
